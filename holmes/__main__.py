@@ -1,0 +1,5 @@
+import sys
+
+from holmes.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,1 @@
+"""The ``holmes`` command line: a thin layer over the library."""

@@ -1,0 +1,65 @@
+"""The exception hierarchy of Holmes.
+
+Every error Holmes raises on bad input derives from :class:`HolmesError` and names what is at
+fault (file, rank, column) in its message, so a command-line caller can print it on one line.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "HolmesError",
+    "SchemaError",
+    "ParseError",
+    "JobError",
+    "MissingRankError",
+    "TopologyError",
+    "LayoutError",
+    "ConfigError",
+    "NotFittedError",
+    "ModelFormatError",
+    "ConvertError",
+]
+
+
+class HolmesError(Exception):
+    """Base class of every error Holmes raises on bad input or misuse."""
+
+
+class SchemaError(HolmesError):
+    """A table does not follow CommOps schema v1 (missing column, wrong type, bad value)."""
+
+
+class ParseError(HolmesError):
+    """A file could not be read at all: empty, truncated, not the format it claims to be."""
+
+
+class JobError(HolmesError):
+    """A job directory is inconsistent (bad job.json, unknown comm_id, rank outside world_size)."""
+
+
+class MissingRankError(JobError):
+    """A rank's log file is absent from the job directory."""
+
+
+class TopologyError(HolmesError):
+    """A cluster topology is malformed or a device id is unknown."""
+
+
+class LayoutError(HolmesError):
+    """Parallel degrees or an order string do not describe a valid layout."""
+
+
+class ConfigError(HolmesError):
+    """An argument, option or configuration file has an invalid value."""
+
+
+class NotFittedError(HolmesError, ValueError):
+    """An estimator was used before ``fit``."""
+
+
+class ModelFormatError(HolmesError):
+    """A saved detector model is malformed or of an unsupported version."""
+
+
+class ConvertError(HolmesError):
+    """A converter could not turn a captured trace into a CommOps job."""

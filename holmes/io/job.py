@@ -1,0 +1,502 @@
+"""Reading and writing CommOps job directories (see ``DESIGN.md``, "The job directory").
+
+A :class:`Job` opens instantly: it parses ``job.json`` and nothing else. A rank's parquet file is
+read (memory-mapped) the first time :meth:`Job.ops` asks for it and kept in a small LRU cache, so
+a search that visits 40 ranks of a 10,000-rank job reads 40 files. :attr:`Job.stats` counts what
+was read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from holmes.errors import JobError, MissingRankError, ParseError, SchemaError
+from holmes.io.models import JobMeta, TruthModel, load_model
+from holmes.io.schema import SCHEMA_ID, iterations_table, validate_iterations, validate_ops
+
+if TYPE_CHECKING:
+    from holmes.topology.cluster import ClusterTopology
+    from holmes.topology.layout import Communicator, ParallelLayout
+
+__all__ = ["Job", "MemoryJob", "ReadStats", "read_job", "JobWriter", "write_job", "rank_filename",
+           "derive_iterations"]
+
+log = logging.getLogger(__name__)
+
+
+def rank_filename(rank: int) -> str:
+    """``rank-00042.parquet``: the file name of a rank's log (zero-padded to 5 digits)."""
+    return f"rank-{rank:05d}.parquet"
+
+
+@dataclass
+class ReadStats:
+    """What a job has read from disk so far."""
+
+    ranks_read: set[int] = field(default_factory=set)
+    bytes_read: int = 0
+    files_read: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {"ranks_read": len(self.ranks_read), "bytes_read": self.bytes_read, "files_read": self.files_read}
+
+
+def derive_iterations(ops: pa.Table) -> pa.Table:
+    """Iteration boundaries of one rank derived from its ops, when ``iterations/`` is absent.
+
+    The rule: iteration *i* ends when its last communication op completes (``max(end_ns)``), and
+    starts when the previous iteration ended; the first iteration in the log starts at its first
+    op's ``start_ns``. So iteration time = gap between consecutive "last op completed" instants,
+    which includes the compute after the last op of the previous iteration and before the first op
+    of this one, as a step timer would.
+
+    Examples
+    --------
+    >>> from holmes.io.schema import ops_table
+    >>> t = ops_table(rank=[0]*4, iteration=[0, 0, 1, 1], op_index=[0, 1, 0, 1], comm_id=["dp-0"]*4,
+    ...               seq=[0, 1, 2, 3], op=["all_reduce"]*4, peer=[None]*4, nbytes=[1]*4,
+    ...               start_ns=[100, 300, 600, 800], end_ns=[200, 400, 700, 1000])
+    >>> derive_iterations(t).to_pydict()["end_ns"], derive_iterations(t).to_pydict()["start_ns"]
+    ([400, 1000], [100, 400])
+    """
+    if ops.num_rows == 0:
+        return iterations_table([], [], [], [])
+    it = ops.column("iteration").to_numpy()
+    st = ops.column("start_ns").to_numpy()
+    en = ops.column("end_ns").to_numpy()
+    rank = int(ops.column("rank")[0].as_py())
+    iters, inv = np.unique(it, return_inverse=True)
+    first = np.full(len(iters), np.iinfo(np.int64).max, dtype=np.int64)
+    last = np.full(len(iters), np.iinfo(np.int64).min, dtype=np.int64)
+    np.minimum.at(first, inv, st)
+    np.maximum.at(last, inv, en)
+    start = np.empty_like(last)
+    start[0] = first[0]
+    start[1:] = last[:-1]
+    return iterations_table(np.full(len(iters), rank, dtype=np.int32), iters, start, last)
+
+
+class _JobBase:
+    """What every job offers, whatever stores its rows."""
+
+    meta: JobMeta
+    stats: ReadStats
+
+    def __init__(self, meta: JobMeta) -> None:
+        self.meta = meta
+        self.stats = ReadStats()
+        self._communicators: dict[str, Communicator] | None = None
+        self._layout: ParallelLayout | None = None
+
+    @property
+    def world_size(self) -> int:
+        return self.meta.world_size
+
+    @property
+    def layout(self) -> "ParallelLayout | None":
+        """The parallel layout of ``job.json``'s ``parallel`` entry, if any."""
+        if self._layout is None and self.meta.parallel is not None:
+            from holmes.errors import LayoutError
+            from holmes.topology.layout import ParallelLayout
+
+            p = self.meta.parallel
+            try:
+                self._layout = ParallelLayout(tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, ep=p.ep, etp=p.etp, order=p.order)
+            except LayoutError as exc:
+                raise JobError(f"{self._where('job.json')}: parallel: {exc}") from None
+            if self._layout.world_size != self.world_size:
+                raise JobError(f"{self._where('job.json')}: parallel degrees give {self._layout.world_size} ranks, "
+                               f"world_size is {self.world_size}")
+        return self._layout
+
+    @property
+    def communicators(self) -> "dict[str, Communicator]":
+        """comm_id -> :class:`~holmes.topology.layout.Communicator` (kind and sorted ranks)."""
+        if self._communicators is None:
+            from holmes.topology.layout import Communicator
+
+            if self.meta.communicators is not None:
+                self._communicators = {
+                    cid: Communicator(kind=c.kind, ranks=tuple(sorted(c.ranks)))
+                    for cid, c in self.meta.communicators.items()
+                }
+            else:
+                assert self.layout is not None
+                self._communicators = dict(self.layout.communicators())
+        return self._communicators
+
+    def _where(self, name: str) -> str:
+        return name
+
+    def check_rank(self, rank: int) -> int:
+        r = int(rank)
+        if r < 0 or r >= self.world_size:
+            raise JobError(f"rank {r} is outside world_size {self.world_size}")
+        return r
+
+    def iterations(self, rank: int) -> pa.Table:  # pragma: no cover - overridden
+        raise NotImplementedError
+
+    def iteration_times(self, rank: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(iteration numbers, durations in ns)`` of one rank, sorted by iteration."""
+        t = self.iterations(rank)
+        it = t.column("iteration").to_numpy()
+        d = t.column("end_ns").to_numpy() - t.column("start_ns").to_numpy()
+        order = np.argsort(it, kind="stable")
+        return it[order], d[order]
+
+
+class Job(_JobBase):
+    """A CommOps job directory opened for reading; see :func:`read_job`."""
+
+    def __init__(self, path: str | os.PathLike[str], *, cache_size: int = 64) -> None:
+        self.path = Path(path)
+        if not self.path.is_dir():
+            raise JobError(f"{self.path}: not a job directory")
+        super().__init__(load_model(self.path / "job.json", JobMeta, JobError))
+        self._cache: OrderedDict[int, pa.Table] = OrderedDict()
+        self._iter_cache: OrderedDict[int, pa.Table] = OrderedDict()
+        self._cache_size = max(1, int(cache_size))
+        self._topology: Any = None
+        self._truth: Any = None
+
+    def __repr__(self) -> str:
+        return f"Job({str(self.path)!r}, world_size={self.world_size})"
+
+    def _where(self, name: str) -> str:
+        return str(self.path / name)
+
+    def rank_path(self, rank: int) -> Path:
+        return self.path / "ranks" / rank_filename(rank)
+
+    def has_rank(self, rank: int) -> bool:
+        return self.rank_path(self.check_rank(rank)).is_file()
+
+    def available_ranks(self) -> list[int]:
+        """Ranks whose log file exists (lists the ``ranks/`` directory)."""
+        d = self.path / "ranks"
+        out = []
+        if d.is_dir():
+            for name in os.listdir(d):
+                if name.startswith("rank-") and name.endswith(".parquet"):
+                    try:
+                        out.append(int(name[5:-8]))
+                    except ValueError:
+                        continue
+        return sorted(r for r in out if 0 <= r < self.world_size)
+
+    def _read_parquet(self, p: Path, rank: int) -> pa.Table:
+        try:
+            size = p.stat().st_size
+        except FileNotFoundError:
+            raise MissingRankError(f"{p}: log of rank {rank} is missing") from None
+        if size == 0:
+            raise ParseError(f"{p}: empty file (rank {rank})")
+        try:
+            t = pq.read_table(p, memory_map=True)
+        except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
+            raise ParseError(f"{p}: not a readable parquet file, truncated or corrupt (rank {rank}): {exc}") from None
+        self.stats.bytes_read += size
+        self.stats.files_read += 1
+        return t
+
+    def ops(self, rank: int) -> pa.Table:
+        """The CommOps v1 table of ``rank``, validated, sorted by (iteration, op_index).
+
+        Raises
+        ------
+        MissingRankError
+            The rank's file does not exist.
+        ParseError
+            The file is empty, truncated or not parquet.
+        SchemaError
+            A column is missing or of the wrong type, a rank/peer lies outside ``world_size``, or a
+            ``comm_id`` is absent from ``job.json``.
+        """
+        r = self.check_rank(rank)
+        hit = self._cache.get(r)
+        if hit is not None:
+            self._cache.move_to_end(r)
+            return hit
+        p = self.rank_path(r)
+        t = self._read_parquet(p, r)
+        comm_ids = self.communicators
+        t = validate_ops(t, str(p), world_size=self.world_size, rank=r, comm_ids=comm_ids)
+        t = _sorted(t)
+        self.stats.ranks_read.add(r)
+        self._cache[r] = t
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return t
+
+    def iterations(self, rank: int) -> pa.Table:
+        """Iteration boundaries of ``rank``: from ``iterations/`` if present, else :func:`derive_iterations`."""
+        r = self.check_rank(rank)
+        hit = self._iter_cache.get(r)
+        if hit is not None:
+            return hit
+        p = self.path / "iterations" / rank_filename(r)
+        if p.is_file():
+            t = validate_iterations(self._read_parquet(p, r), str(p))
+        else:
+            t = derive_iterations(self.ops(r))
+        self._iter_cache[r] = t
+        if len(self._iter_cache) > self._cache_size * 4:
+            self._iter_cache.popitem(last=False)
+        return t
+
+    @property
+    def has_iterations(self) -> bool:
+        return (self.path / "iterations").is_dir()
+
+    @property
+    def topology(self) -> "ClusterTopology | None":
+        """The cluster network of ``topology.json``, or None when the job has none."""
+        if self._topology is None:
+            p = self.path / "topology.json"
+            if not p.is_file():
+                return None
+            from holmes.topology.cluster import ClusterTopology
+
+            self._topology = ClusterTopology.load(p)
+        return self._topology
+
+    @property
+    def truth(self) -> TruthModel | None:
+        """The injected faults of ``truth.json`` (generated or labelled jobs only)."""
+        if self._truth is None:
+            p = self.path / "truth.json"
+            if not p.is_file():
+                return None
+            self._truth = load_model(p, TruthModel, JobError)
+        return self._truth
+
+
+class MemoryJob(_JobBase):
+    """A job held in memory (tests, simulators, converters before writing).
+
+    Parameters
+    ----------
+    meta : JobMeta or dict
+        What ``job.json`` would hold.
+    ops : mapping of rank -> pyarrow.Table
+        Ranks absent from the mapping behave like missing files.
+    iterations : mapping of rank -> pyarrow.Table, optional
+    topology : ClusterTopology, optional
+    """
+
+    def __init__(self, meta: JobMeta | Mapping[str, Any], ops: Mapping[int, pa.Table],
+                 iterations: Mapping[int, pa.Table] | None = None, topology: Any = None,
+                 truth: TruthModel | None = None) -> None:
+        super().__init__(meta if isinstance(meta, JobMeta) else JobMeta.model_validate(meta))
+        self._ops = dict(ops)
+        self._iters = dict(iterations or {})
+        self.topology = topology
+        self.truth = truth
+        self._validated: dict[int, pa.Table] = {}
+
+    def __repr__(self) -> str:
+        return f"MemoryJob(world_size={self.world_size}, ranks={len(self._ops)})"
+
+    def has_rank(self, rank: int) -> bool:
+        return self.check_rank(rank) in self._ops
+
+    def available_ranks(self) -> list[int]:
+        return sorted(self._ops)
+
+    def ops(self, rank: int) -> pa.Table:
+        r = self.check_rank(rank)
+        if r in self._validated:
+            return self._validated[r]
+        if r not in self._ops:
+            raise MissingRankError(f"log of rank {r} is missing")
+        t = _sorted(validate_ops(self._ops[r], f"rank {r}", world_size=self.world_size, rank=r,
+                                 comm_ids=self.communicators))
+        self._validated[r] = t
+        self.stats.ranks_read.add(r)
+        self.stats.bytes_read += t.nbytes
+        return t
+
+    def iterations(self, rank: int) -> pa.Table:
+        r = self.check_rank(rank)
+        if r in self._iters:
+            return validate_iterations(self._iters[r], f"iterations of rank {r}")
+        return derive_iterations(self.ops(r))
+
+
+def _sorted(t: pa.Table) -> pa.Table:
+    if t.num_rows < 2:
+        return t
+    it = t.column("iteration").to_numpy()
+    ix = t.column("op_index").to_numpy()
+    if np.all((it[1:] > it[:-1]) | ((it[1:] == it[:-1]) & (ix[1:] >= ix[:-1]))):
+        return t
+    return t.sort_by([("iteration", "ascending"), ("op_index", "ascending")])
+
+
+def read_job(path: str | os.PathLike[str], *, cache_size: int = 64) -> Job:
+    """Open a CommOps job directory.
+
+    Only ``job.json`` is read here; rank files are read lazily by :meth:`Job.ops`.
+
+    Parameters
+    ----------
+    path : path-like
+        The job directory (``job.json``, ``ranks/rank-00000.parquet``, ...).
+    cache_size : int, default 64
+        How many ranks' tables to keep in memory.
+
+    Raises
+    ------
+    JobError
+        The directory or ``job.json`` is missing or invalid (unknown keys, bad kinds, a rank
+        outside ``world_size``).
+
+    Examples
+    --------
+    >>> import holmes
+    >>> job = holmes.read_job("fixtures/gpu64-3d-slow-gpu")   # doctest: +SKIP
+    >>> job.ops(0).num_rows                                     # doctest: +SKIP
+    """
+    return Job(path, cache_size=cache_size)
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+class JobWriter:
+    """Write a job directory rank by rank, ``job.json`` last (so a half-written job is not a job).
+
+    Parameters
+    ----------
+    path : path-like
+        Target directory. It must not exist or be empty, unless ``overwrite=True``; a writer never
+        touches a directory that holds something else than a job.
+    meta : JobMeta or dict
+        The contents of ``job.json``.
+    overwrite : bool, default False
+        Replace the files of an existing job directory.
+    compression : str, default "zstd"
+
+    Examples
+    --------
+    >>> import tempfile, holmes
+    >>> from holmes.io.schema import ops_table
+    >>> d = tempfile.mkdtemp() + "/job"
+    >>> meta = {"world_size": 2, "communicators": {"dp-0": {"kind": "dp", "ranks": [0, 1]}}}
+    >>> with JobWriter(d, meta) as w:
+    ...     for r in (0, 1):
+    ...         _ = w.write_ops(r, ops_table(rank=[r], iteration=[0], op_index=[0], comm_id=["dp-0"],
+    ...                     seq=[0], op=["all_reduce"], peer=[None], nbytes=[4], start_ns=[0], end_ns=[9]))
+    >>> holmes.read_job(d).ops(1).num_rows
+    1
+    """
+
+    def __init__(self, path: str | os.PathLike[str], meta: JobMeta | Mapping[str, Any], *,
+                 overwrite: bool = False, compression: str = "zstd") -> None:
+        self.path = Path(path)
+        self.meta = meta if isinstance(meta, JobMeta) else JobMeta.model_validate(dict(meta))
+        self.compression = compression
+        if self.path.exists():
+            if not self.path.is_dir():
+                raise JobError(f"{self.path}: exists and is not a directory")
+            entries = [e for e in os.listdir(self.path)]
+            if entries and not overwrite:
+                raise JobError(f"{self.path}: directory is not empty (pass overwrite=True to replace a job)")
+            if entries and overwrite and not (self.path / "job.json").is_file() and "ranks" not in entries:
+                raise JobError(f"{self.path}: not a job directory; refusing to overwrite it")
+        (self.path / "ranks").mkdir(parents=True, exist_ok=True)
+        self._comm_ids = None if self.meta.communicators is None else set(self.meta.communicators)
+        self.ranks_written: set[int] = set()
+        self._closed = False
+
+    def __enter__(self) -> "JobWriter":
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is None:
+            self.close()
+
+    def _check_rank(self, rank: int) -> int:
+        r = int(rank)
+        if r < 0 or r >= self.meta.world_size:
+            raise JobError(f"rank {r} is outside world_size {self.meta.world_size}")
+        return r
+
+    def write_ops(self, rank: int, table: pa.Table) -> Path:
+        """Validate and write one rank's ops; returns the file written."""
+        r = self._check_rank(rank)
+        t = validate_ops(table, f"rank {r}", world_size=self.meta.world_size, rank=r, comm_ids=self._comm_ids)
+        p = self.path / "ranks" / rank_filename(r)
+        pq.write_table(t, p, compression=self.compression)
+        self.ranks_written.add(r)
+        return p
+
+    def write_iterations(self, rank: int, table: pa.Table) -> Path:
+        r = self._check_rank(rank)
+        t = validate_iterations(table, f"iterations of rank {r}")
+        d = self.path / "iterations"
+        d.mkdir(exist_ok=True)
+        p = d / rank_filename(r)
+        pq.write_table(t, p, compression=self.compression)
+        return p
+
+    def write_topology(self, topology: Any) -> Path:
+        p = self.path / "topology.json"
+        topology.save(p)
+        return p
+
+    def write_truth(self, truth: TruthModel | Mapping[str, Any]) -> Path:
+        model = truth if isinstance(truth, TruthModel) else TruthModel.model_validate(dict(truth))
+        p = self.path / "truth.json"
+        _atomic_write_text(p, json.dumps(model.model_dump(by_alias=True, mode="json"), indent=2) + "\n")
+        return p
+
+    def close(self) -> Path:
+        """Write ``job.json``; returns the job directory."""
+        if not self._closed:
+            _atomic_write_text(self.path / "job.json", json.dumps(self.meta.to_json_dict(), indent=2) + "\n")
+            self._closed = True
+        return self.path
+
+
+def write_job(path: str | os.PathLike[str], meta: JobMeta | Mapping[str, Any], ops: Mapping[int, pa.Table] | Iterable[tuple[int, pa.Table]],
+              *, iterations: Mapping[int, pa.Table] | None = None, topology: Any = None,
+              truth: TruthModel | Mapping[str, Any] | None = None, overwrite: bool = False) -> Path:
+    """Write a whole job directory at once; see :class:`JobWriter`."""
+    items = ops.items() if isinstance(ops, Mapping) else ops
+    with JobWriter(path, meta, overwrite=overwrite) as w:
+        for r, t in items:
+            w.write_ops(r, t)
+        for r, t in (iterations or {}).items():
+            w.write_iterations(r, t)
+        if topology is not None:
+            w.write_topology(topology)
+        if truth is not None:
+            w.write_truth(truth)
+    return Path(path)
+
+
+assert SCHEMA_ID == JobMeta.model_fields["schema_id"].default
+_ = (SchemaError,)

@@ -1,0 +1,122 @@
+"""Pydantic models of the small JSON files at the edges of a job: ``job.json`` and ``truth.json``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from holmes.errors import JobError
+
+__all__ = ["CommunicatorModel", "ParallelModel", "SourceInfo", "JobMeta", "FaultTruth", "TruthModel",
+           "load_model", "format_validation_error"]
+
+KindLiteral = Literal["dp", "tp", "pp", "ep", "cp", "other"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class CommunicatorModel(_Strict):
+    kind: KindLiteral
+    ranks: list[int] = Field(min_length=1)
+    name: str | None = None  # e.g. the framework's process-group description
+
+
+class ParallelModel(_Strict):
+    tp: int = Field(1, ge=1)
+    pp: int = Field(1, ge=1)
+    dp: int = Field(1, ge=1)
+    cp: int = Field(1, ge=1)
+    ep: int = Field(1, ge=1)
+    etp: int | None = Field(None, ge=1)
+    order: str = "tp-cp-ep-dp-pp"
+
+
+class SourceInfo(_Strict):
+    """Where a job came from: the converter, what it inferred and what it had to guess."""
+
+    format: str
+    path: str | None = None
+    inferred: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class JobMeta(_Strict):
+    """The contents of ``job.json``."""
+
+    schema_id: Literal["holmes.commops/1"] = Field("holmes.commops/1", alias="schema")
+    world_size: int = Field(ge=1)
+    parallel: ParallelModel | None = None
+    communicators: dict[str, CommunicatorModel] | None = None
+    gpus_per_host: int | None = Field(None, ge=1)
+    name: str | None = None
+    source: SourceInfo | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check(self) -> "JobMeta":
+        if self.parallel is None and self.communicators is None:
+            raise ValueError("job.json needs 'communicators' or 'parallel' (or both)")
+        if self.communicators:
+            for cid, c in self.communicators.items():
+                bad = [r for r in c.ranks if r < 0 or r >= self.world_size]
+                if bad:
+                    raise ValueError(f"communicator '{cid}' lists rank {bad[0]} outside world_size {self.world_size}")
+        return self
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True, exclude_defaults=False, mode="json")
+
+
+class FaultTruth(_Strict):
+    device: str
+    pattern: Literal["spike", "fluctuation", "persistent"]
+    factor: float
+    iterations: list[int] = Field(default_factory=list)
+
+
+class TruthModel(_Strict):
+    """The contents of ``truth.json`` in generated or labelled jobs."""
+
+    schema_id: Literal["holmes.truth/1"] = Field("holmes.truth/1", alias="schema")
+    faults: list[FaultTruth] = Field(default_factory=list)
+    devices: list[str] = Field(default_factory=list)
+    abnormal_margin: float | None = None
+    drift_per_iteration: float | None = None
+    seed: int | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """One line naming each offending key of a pydantic validation error."""
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err.get("loc", ())) or "(top level)"
+        msg = err.get("msg", "invalid")
+        if err.get("type") == "extra_forbidden":
+            msg = "unknown key"
+        parts.append(f"{loc}: {msg}")
+    return "; ".join(parts)
+
+
+def load_model(path: Path, model: type[BaseModel], error: type[Exception] = JobError) -> Any:
+    """Parse a JSON file into ``model``, raising ``error`` that names the file and the bad keys."""
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise error(f"{path}: file not found") from None
+    except OSError as exc:
+        raise error(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise error(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise error(f"{path}: {format_validation_error(exc)}") from None

@@ -1,0 +1,222 @@
+"""CommOps schema v1: the per-rank table of communication operators.
+
+The schema is fixed by ``DESIGN.md``; this module is the one place that knows it. Readers validate
+with :func:`validate_ops` (required columns present, types castable without loss); writers build
+tables with :func:`ops_table`. Extra columns are allowed and kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from holmes.errors import SchemaError
+
+__all__ = [
+    "SCHEMA_ID",
+    "OPS_SCHEMA",
+    "ITERATIONS_SCHEMA",
+    "OP_NAMES",
+    "COLLECTIVE_OPS",
+    "P2P_OPS",
+    "validate_ops",
+    "validate_iterations",
+    "ops_table",
+    "iterations_table",
+]
+
+SCHEMA_ID = "holmes.commops/1"
+
+OPS_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("iteration", pa.int64(), nullable=False),
+        pa.field("op_index", pa.int32(), nullable=False),
+        pa.field("comm_id", pa.string(), nullable=False),
+        pa.field("seq", pa.int64(), nullable=False),
+        pa.field("op", pa.string(), nullable=False),
+        pa.field("peer", pa.int32(), nullable=True),
+        pa.field("nbytes", pa.int64(), nullable=False),
+        pa.field("start_ns", pa.int64(), nullable=False),
+        pa.field("end_ns", pa.int64(), nullable=False),
+    ]
+)
+
+ITERATIONS_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("iteration", pa.int64(), nullable=False),
+        pa.field("start_ns", pa.int64(), nullable=False),
+        pa.field("end_ns", pa.int64(), nullable=False),
+    ]
+)
+
+COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "barrier")
+P2P_OPS = ("send", "recv")
+OP_NAMES = COLLECTIVE_OPS + P2P_OPS
+
+_INT_COLUMNS = {"rank", "iteration", "op_index", "seq", "peer", "nbytes", "start_ns", "end_ns"}
+_STRING_COLUMNS = {"comm_id", "op"}
+
+
+def _where(source: str | None) -> str:
+    return f"{source}: " if source else ""
+
+
+def _cast_column(col: pa.ChunkedArray, field: pa.Field, source: str | None) -> pa.ChunkedArray:
+    name = field.name
+    t = col.type
+    if pa.types.is_dictionary(t):
+        if name in _STRING_COLUMNS and (pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type)):
+            return col  # dictionary-encoded strings are allowed as they are
+        raise SchemaError(f"{_where(source)}column '{name}' has type {t}, expected {field.type}")
+    if name in _INT_COLUMNS:
+        if not pa.types.is_integer(t) and not pa.types.is_null(t):
+            raise SchemaError(f"{_where(source)}column '{name}' has type {t}, expected {field.type}")
+    elif name in _STRING_COLUMNS:
+        if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
+            raise SchemaError(f"{_where(source)}column '{name}' has type {t}, expected {field.type}")
+    if t == field.type:
+        out = col
+    else:
+        try:
+            out = col.cast(field.type, safe=True)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            raise SchemaError(
+                f"{_where(source)}column '{name}' of type {t} does not fit {field.type}: {exc}"
+            ) from None
+    if not field.nullable and out.null_count:
+        raise SchemaError(f"{_where(source)}column '{name}' has {out.null_count} null value(s)")
+    return out
+
+
+def _conform(table: pa.Table, schema: pa.Schema, source: str | None) -> pa.Table:
+    missing = [f.name for f in schema if f.name not in table.column_names]
+    if missing:
+        raise SchemaError(f"{_where(source)}missing required column(s) {', '.join(repr(m) for m in missing)}")
+    cols, fields = [], []
+    for f in schema:
+        c = _cast_column(table.column(f.name), f, source)
+        cols.append(c)
+        fields.append(pa.field(f.name, c.type, nullable=f.nullable))
+    for name in table.column_names:  # extra columns are kept, in their order
+        if name not in schema.names:
+            cols.append(table.column(name))
+            fields.append(table.schema.field(name))
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields, metadata=table.schema.metadata))
+
+
+def validate_ops(table: pa.Table, source: str | None = None, *, world_size: int | None = None,
+                 rank: int | None = None, comm_ids: Mapping[str, Any] | None = None) -> pa.Table:
+    """Check a table against CommOps schema v1 and return it with canonical column types.
+
+    Parameters
+    ----------
+    table : pyarrow.Table
+        The rows of one rank.
+    source : str, optional
+        Where the table came from (a file path); it prefixes every error message.
+    world_size : int, optional
+        When given, ``rank`` and ``peer`` must lie in ``[0, world_size)``.
+    rank : int, optional
+        When given, every row's ``rank`` must equal it.
+    comm_ids : mapping, optional
+        When given, every ``comm_id`` must be one of its keys.
+
+    Returns
+    -------
+    pyarrow.Table
+        The same rows; integer columns cast to their v1 widths, extra columns kept.
+
+    Raises
+    ------
+    SchemaError
+        A required column is missing, has the wrong type, holds nulls or out-of-range values.
+
+    Examples
+    --------
+    >>> import pyarrow as pa
+    >>> t = ops_table(rank=[0], iteration=[0], op_index=[0], comm_id=["tp-0"], seq=[0],
+    ...               op=["all_reduce"], peer=[None], nbytes=[4], start_ns=[10], end_ns=[20])
+    >>> validate_ops(t).num_rows
+    1
+    >>> validate_ops(t.drop_columns(["end_ns"]), "rank-00000.parquet")
+    Traceback (most recent call last):
+    ...
+    holmes.errors.SchemaError: rank-00000.parquet: missing required column(s) 'end_ns'
+    """
+    out = _conform(table, OPS_SCHEMA, source)
+    if out.num_rows == 0:
+        return out
+    w = _where(source)
+    ranks = out.column("rank")
+    if rank is not None:
+        bad = pc.sum(pc.not_equal(ranks, pa.scalar(rank, pa.int32()))).as_py()
+        if bad:
+            raise SchemaError(f"{w}column 'rank' holds {bad} row(s) of another rank than {rank}")
+    if world_size is not None:
+        for name in ("rank", "peer"):
+            mm = pc.min_max(out.column(name))
+            lo, hi = mm["min"].as_py(), mm["max"].as_py()
+            if lo is not None and (lo < 0 or hi >= world_size):
+                bad_v = lo if lo < 0 else hi
+                raise SchemaError(f"{w}column '{name}' holds rank {bad_v} outside world_size {world_size}")
+    ends = out.column("end_ns")
+    starts = out.column("start_ns")
+    neg = pc.sum(pc.less(ends, starts)).as_py()
+    if neg:
+        raise SchemaError(f"{w}column 'end_ns' is before 'start_ns' in {neg} row(s)")
+    ops = pc.unique(out.column("op")).to_pylist()
+    unknown = sorted(set(o for o in ops if o is not None) - set(OP_NAMES))
+    if unknown:
+        raise SchemaError(f"{w}column 'op' holds unknown operator(s) {unknown}; expected one of {list(OP_NAMES)}")
+    if comm_ids is not None:
+        ids = pc.unique(out.column("comm_id")).to_pylist()
+        missing = sorted(set(ids) - set(comm_ids))
+        if missing:
+            raise SchemaError(f"{w}column 'comm_id' holds {missing[:5]} absent from job.json communicators")
+    return out
+
+
+def validate_iterations(table: pa.Table, source: str | None = None) -> pa.Table:
+    """Check an iterations table (rank, iteration, start_ns, end_ns) and cast it to int64 columns."""
+    return _conform(table, ITERATIONS_SCHEMA, source)
+
+
+def ops_table(**columns: Any) -> pa.Table:
+    """Build a schema-v1 table from column sequences (required columns first, extras after).
+
+    Examples
+    --------
+    >>> t = ops_table(rank=[1, 1], iteration=[0, 0], op_index=[0, 1], comm_id=["pp-0", "pp-0"],
+    ...               seq=[0, 0], op=["send", "recv"], peer=[0, 0], nbytes=[8, 8],
+    ...               start_ns=[0, 5], end_ns=[4, 9])
+    >>> t.schema.field("peer").type
+    DataType(int32)
+    """
+    arrays, fields = [], []
+    for f in OPS_SCHEMA:
+        if f.name not in columns:
+            raise SchemaError(f"missing required column '{f.name}'")
+        v = columns[f.name]
+        arrays.append(pa.array(v, type=f.type) if not isinstance(v, (pa.Array, pa.ChunkedArray)) else v.cast(f.type))
+        fields.append(f)
+    for name, v in columns.items():
+        if name in OPS_SCHEMA.names:
+            continue
+        a = v if isinstance(v, (pa.Array, pa.ChunkedArray)) else pa.array(np.asarray(v) if not isinstance(v, list) else v)
+        arrays.append(a)
+        fields.append(pa.field(name, a.type))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def iterations_table(rank: Any, iteration: Any, start_ns: Any, end_ns: Any) -> pa.Table:
+    """Build an iterations table with the v1 column types."""
+    return pa.Table.from_arrays(
+        [pa.array(np.asarray(x), type=f.type) for x, f in zip((rank, iteration, start_ns, end_ns), ITERATIONS_SCHEMA)],
+        schema=ITERATIONS_SCHEMA,
+    )
