@@ -1,0 +1,633 @@
+"""Cluster network topology: devices, routes between GPUs, and the topology decay factor.
+
+Device ids (DESIGN.md): ``gpu:<rank>``, ``nic:<rank>`` (one NIC per GPU), ``host:<node>``,
+``nvswitch:<node>`` (the intra-host fabric), ``switch:<name>`` and ``link:<id-a>|<id-b>`` (one
+cable, its two end ids sorted as strings). GPU ``g`` lives on host ``g // gpus_per_host`` and
+owns NIC ``nic:g`` (rail ``g % gpus_per_host``).
+
+A :class:`ClusterTopology` keeps a networkx graph of the network devices (NICs and switches;
+cables are edges whose ``id`` attribute is the link id). Hosts and NVSwitches are implicit.
+
+Routing
+-------
+Each NIC hangs off exactly one switch (its leaf / ToR). A transfer between GPUs on one host
+crosses only ``nvswitch:<host>``. Otherwise it leaves through ``nic:a``, climbs from a's leaf to
+b's leaf along a shortest path of the switch-only graph, and enters ``nic:b``; every device and
+every cable is listed in order. Routes are computed in the canonical direction ``lo -> hi``
+(``lo = min(a, b)``) so that ``path(b, a) == reversed(path(a, b))``. Among equal-cost next hops
+(ECMP) the one with index ``mix64(lo, hi, hop) % n_candidates`` is taken, candidates sorted by
+id, where ``mix64`` is the SplitMix64 finaliser: deterministic across runs and processes, and it
+spreads GPU pairs over spines like flow-hash ECMP does. Switch distances are BFS rows of the
+switch graph (scipy csgraph) cached per destination switch; whole paths are cached per GPU pair.
+
+Examples
+--------
+>>> from holmes.topology import rail_optimized
+>>> topo = rail_optimized(32, gpus_per_host=8, hosts_per_pod=2, num_spines=2)
+>>> topo.path(0, 1)
+('nvswitch:0',)
+>>> topo.path(0, 8)
+('nic:0', 'link:nic:0|switch:leaf-0', 'switch:leaf-0', 'link:nic:8|switch:leaf-0', 'nic:8')
+>>> len(topo.path(0, 17))      # across pods: leaf -> spine -> leaf
+9
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+import os
+import re
+from collections.abc import Iterable, Sequence
+from typing import Literal
+
+import networkx as nx
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
+
+from holmes.errors import ConfigError, TopologyError
+
+__all__ = [
+    "DEVICE_KINDS",
+    "TOPOLOGY_SCHEMA",
+    "ClusterTopology",
+    "decay_factor",
+    "link_id",
+    "load_topology",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Device kinds, in the order :meth:`ClusterTopology.devices` lists them.
+DEVICE_KINDS = ("gpu", "nic", "host", "nvswitch", "switch", "link")
+#: Schema tag of topology.json.
+TOPOLOGY_SCHEMA = "holmes.topology/1"
+_TOPOLOGY_KINDS = ("rail-optimized", "fat-tree", "custom")
+_NUMBERED = re.compile(r"(gpu|nic|host|nvswitch):(0|[1-9][0-9]*)")
+_MASK64 = (1 << 64) - 1
+
+
+def link_id(a: str, b: str) -> str:
+    """Id of the cable between devices ``a`` and ``b`` (ends sorted as strings).
+
+    >>> link_id("switch:leaf-0", "nic:3")
+    'link:nic:3|switch:leaf-0'
+    """
+    return f"link:{a}|{b}" if a <= b else f"link:{b}|{a}"
+
+
+def _mix64(lo: int, hi: int, hop: int) -> int:
+    """SplitMix64 finaliser of (lo, hi, hop): a stable, well-spread hash."""
+    z = ((lo * 0x9E3779B97F4A7C15) ^ (hi * 0xBF58476D1CE4E5B9) ^ (hop + 1)) & _MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def decay_factor(c: float, eps: float = 1e-6) -> float:
+    """Topology decay H for a device with ``c`` NICs below it.
+
+    The paper (Holmes, NSDI'25, Appendix D) defines ``f(C) = ln(C + eps - 1) / C``. As printed
+    it is negative for C < 2 and not monotone (it rises from C = 3 to C ~ 4.6, then falls), so
+    it cannot be used raw. Holmes uses:
+
+    * ``H = 1`` for ``C <= 3`` -- GPUs, NICs and NIC cables (C = 1), small hosts: a device that
+      serves one NIC is not an aggregation point and is not discounted;
+    * ``H = min(1, f(C) / f(3))`` for ``C > 3`` -- aggregation devices (leaves, spines, uplinks,
+      NVSwitches) are discounted by the paper's factor, normalised to the smallest aggregation
+      device (C = 3) and clipped at 1 where f still rises.
+
+    The result lies in (0, 1] and is monotone non-increasing in C: the more NICs a device
+    aggregates, the more irregularities it sees by mere position, the more they are discounted.
+    It equals 1 up to C = 8 (an 8-GPU NVSwitch is not discounted) and is about 0.46 for a
+    32-NIC leaf and 2.6e-3 for a spine over 16,384 NICs.
+
+    Examples
+    --------
+    >>> decay_factor(1), decay_factor(8), round(decay_factor(32), 3)
+    (1.0, 1.0, 0.464)
+    """
+    if c <= 3:
+        return 1.0
+    f3 = math.log(2.0 + eps) / 3.0
+    return min(1.0, math.log(c - 1.0 + eps) / c / f3)
+
+
+class _TopologyFile(BaseModel):
+    """topology.json, schema holmes.topology/1."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    schema_: Literal["holmes.topology/1"] = Field(alias="schema")
+    name: StrictStr = "cluster"
+    kind: Literal["rail-optimized", "fat-tree", "custom"] = "custom"
+    gpus_per_host: StrictInt = Field(8, ge=1)
+    num_gpus: StrictInt = Field(ge=1)
+    switches: list[StrictStr]
+    links: list[tuple[StrictStr, StrictStr]]
+
+
+def _validation_message(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "<root>"
+        if err["type"] == "extra_forbidden":
+            parts.append(f"unknown key {loc!r}")
+        elif err["type"] == "missing":
+            parts.append(f"missing key {loc!r}")
+        else:
+            parts.append(f"key {loc!r}: {err['msg']}")
+    return "; ".join(parts)
+
+
+class ClusterTopology:
+    """The network of a GPU cluster and the routes transfers take through it.
+
+    Parameters
+    ----------
+    num_gpus : int
+        Number of GPUs (= ranks); GPU ``g`` is on host ``g // gpus_per_host``.
+    gpus_per_host : int
+        GPUs (and NICs) per host.
+    switches : iterable of str
+        Switch ids, each ``switch:<name>`` (no ``|`` in the name).
+    links : iterable of (str, str)
+        Cables: NIC-switch (``nic:<g>``, ``switch:...``) and switch-switch. Each NIC has at most
+        one cable; when there is more than one host, every NIC must have one.
+    name : str
+        Free-form name.
+    kind : str
+        "rail-optimized", "fat-tree" or "custom".
+
+    Raises
+    ------
+    TopologyError
+        On malformed ids, unknown ends, duplicate or self cables, NIC-NIC cables, or a NIC with
+        zero (multi-host) or several cables.
+
+    Examples
+    --------
+    >>> topo = ClusterTopology(4, gpus_per_host=2, switches=["switch:s"],
+    ...                        links=[(f"nic:{g}", "switch:s") for g in range(4)])
+    >>> topo.path(1, 2)
+    ('nic:1', 'link:nic:1|switch:s', 'switch:s', 'link:nic:2|switch:s', 'nic:2')
+    >>> topo.downstream_nics("switch:s"), topo.kind_of("link:nic:1|switch:s")
+    (4, 'link')
+    """
+
+    def __init__(
+        self,
+        num_gpus: int,
+        gpus_per_host: int = 8,
+        switches: Iterable[str] = (),
+        links: Iterable[Sequence[str]] = (),
+        *,
+        name: str = "cluster",
+        kind: str = "custom",
+    ) -> None:
+        for label, v in (("num_gpus", num_gpus), ("gpus_per_host", gpus_per_host)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise TopologyError(f"{label}={v!r} must be an integer >= 1")
+        if kind not in _TOPOLOGY_KINDS:
+            raise TopologyError(f"topology kind {kind!r} is not one of {', '.join(_TOPOLOGY_KINDS)}")
+        self.num_gpus = int(num_gpus)
+        self.gpus_per_host = int(gpus_per_host)
+        self.name = str(name)
+        self.kind = kind
+        self.num_hosts = -(-self.num_gpus // self.gpus_per_host)
+
+        sw_ids = sorted(set(switches))
+        for s in sw_ids:
+            if not isinstance(s, str) or not s.startswith("switch:") or len(s) == 7 or "|" in s:
+                raise TopologyError(f"bad switch id {s!r}: expected 'switch:<name>' without '|'")
+        self._sw_ids: list[str] = sw_ids
+        self._sw_index = {s: i for i, s in enumerate(sw_ids)}
+
+        g = nx.Graph(name=self.name)
+        g.add_nodes_from((f"nic:{r}" for r in range(self.num_gpus)), kind="nic")
+        g.add_nodes_from(sw_ids, kind="switch")
+        nic_leaf = np.full(self.num_gpus, -1, dtype=np.int64)
+        sw_edges: list[tuple[int, int]] = []
+        for item in links:
+            try:
+                a, b = item
+            except (TypeError, ValueError):
+                raise TopologyError(f"link {item!r} must be a pair of device ids") from None
+            ka, kb = self._net_kind(a), self._net_kind(b)
+            if a == b:
+                raise TopologyError(f"link {a!r}-{b!r} connects a device to itself")
+            if ka == "nic" and kb == "nic":
+                raise TopologyError(f"link {a!r}-{b!r} connects two NICs; NICs attach to switches")
+            if g.has_edge(a, b):
+                raise TopologyError(f"duplicate link {link_id(a, b)!r}")
+            if ka == "nic" or kb == "nic":
+                nic, sw = (a, b) if ka == "nic" else (b, a)
+                r = int(nic[4:])
+                if nic_leaf[r] >= 0:
+                    raise TopologyError(f"{nic} has more than one link (to {self._sw_ids[nic_leaf[r]]} and {sw})")
+                nic_leaf[r] = self._sw_index[sw]
+            else:
+                sw_edges.append((self._sw_index[a], self._sw_index[b]))
+            g.add_edge(a, b, id=link_id(a, b))
+        if self.num_hosts > 1:
+            missing = np.flatnonzero(nic_leaf < 0)
+            if missing.size:
+                raise TopologyError(
+                    f"nic:{int(missing[0])} has no link to a switch ({missing.size} NICs unconnected)"
+                )
+        self.graph: nx.Graph = g
+        self._nic_leaf = nic_leaf
+        self._sw_edges = sw_edges
+        self._nbrs: list[np.ndarray] | None = None
+        self._csr = None
+        self._dist_rows: dict[int, np.ndarray] = {}
+        self._sw_nics: np.ndarray | None = None
+        self._devices: list[str] | None = None
+        self._path_cached = functools.lru_cache(maxsize=1 << 18)(self._compute_path)
+
+    # ------------------------------------------------------------------ ids
+    def _net_kind(self, dev: object) -> str:
+        """Kind of a cable end (nic or switch), validating that it exists."""
+        if isinstance(dev, str):
+            if dev in self._sw_index:
+                return "switch"
+            m = _NUMBERED.fullmatch(dev)
+            if m and m.group(1) == "nic" and int(m.group(2)) < self.num_gpus:
+                return "nic"
+        raise TopologyError(
+            f"link end {dev!r} is neither a listed switch nor a NIC nic:0..nic:{self.num_gpus - 1}"
+        )
+
+    def kind_of(self, device_id: str) -> str:
+        """Kind of a device id: gpu, nic, host, nvswitch, switch or link.
+
+        Raises :class:`TopologyError` if the id is not a device of this topology.
+
+        >>> from holmes.topology import rail_optimized
+        >>> rail_optimized(16).kind_of("switch:spine-0")
+        'switch'
+        """
+        if isinstance(device_id, str):
+            m = _NUMBERED.fullmatch(device_id)
+            if m:
+                kind, n = m.group(1), int(m.group(2))
+                limit = self.num_hosts if kind in ("host", "nvswitch") else self.num_gpus
+                if n < limit:
+                    return kind
+            elif device_id in self._sw_index:
+                return "switch"
+            elif device_id.startswith("link:"):
+                ends = device_id[5:].split("|")
+                if (
+                    len(ends) == 2
+                    and self.graph.has_edge(ends[0], ends[1])
+                    and link_id(ends[0], ends[1]) == device_id
+                ):
+                    return "link"
+        raise TopologyError(f"unknown device {device_id!r} in topology {self.name!r}")
+
+    def __contains__(self, device_id: object) -> bool:
+        try:
+            self.kind_of(device_id)  # type: ignore[arg-type]
+        except TopologyError:
+            return False
+        return True
+
+    def _rank(self, rank: int) -> int:
+        if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)):
+            raise TopologyError(f"GPU rank {rank!r} is not an integer")
+        if not 0 <= rank < self.num_gpus:
+            raise TopologyError(f"GPU rank {rank} is outside 0..{self.num_gpus - 1} ({self.name})")
+        return int(rank)
+
+    def host_of(self, rank: int) -> int:
+        """Host index of GPU ``rank``.
+
+        >>> from holmes.topology import rail_optimized
+        >>> rail_optimized(16).host_of(9)
+        1
+        """
+        return self._rank(rank) // self.gpus_per_host
+
+    def nic_of(self, rank: int) -> str:
+        """NIC id of GPU ``rank`` (``nic:<rank>``)."""
+        return f"nic:{self._rank(rank)}"
+
+    def leaf_of(self, rank: int) -> str:
+        """Id of the switch GPU ``rank``'s NIC is cabled to.
+
+        >>> from holmes.topology import rail_optimized
+        >>> rail_optimized(16).leaf_of(9)
+        'switch:leaf-1'
+        """
+        i = int(self._nic_leaf[self._rank(rank)])
+        if i < 0:
+            raise TopologyError(f"nic:{rank} is not connected to any switch in {self.name!r}")
+        return self._sw_ids[i]
+
+    @property
+    def switches(self) -> list[str]:
+        """Switch ids, sorted."""
+        return list(self._sw_ids)
+
+    def devices(self, kind: str | None = None) -> list[str]:
+        """All device ids, or those of one kind (see :data:`DEVICE_KINDS`).
+
+        >>> from holmes.topology import rail_optimized
+        >>> rail_optimized(8, num_spines=1).devices("host"), len(rail_optimized(8).devices("link"))
+        (['host:0'], 72)
+        """
+        if kind is not None and kind not in DEVICE_KINDS:
+            raise ConfigError(f"unknown device kind {kind!r}; expected one of {', '.join(DEVICE_KINDS)}")
+        if self._devices is None:
+            out = [f"gpu:{r}" for r in range(self.num_gpus)]
+            out += [f"nic:{r}" for r in range(self.num_gpus)]
+            out += [f"host:{h}" for h in range(self.num_hosts)]
+            out += [f"nvswitch:{h}" for h in range(self.num_hosts)]
+            out += self._sw_ids
+            out += sorted(d["id"] for _, _, d in self.graph.edges(data=True))
+            self._devices = out
+        if kind is None:
+            return list(self._devices)
+        if kind == "switch":
+            return list(self._sw_ids)
+        if kind == "link":
+            return [d for d in self._devices if d.startswith("link:")]
+        prefix = kind + ":"
+        return [d for d in self._devices if d.startswith(prefix)]
+
+    # ------------------------------------------------------------------ routing
+    def _switch_graph(self) -> None:
+        from scipy.sparse import csr_matrix
+
+        n = len(self._sw_ids)
+        rows = [a for a, b in self._sw_edges] + [b for a, b in self._sw_edges]
+        cols = [b for a, b in self._sw_edges] + [a for a, b in self._sw_edges]
+        data = np.ones(len(rows), dtype=np.float64)
+        self._csr = csr_matrix((data, (rows, cols)), shape=(n, n))
+        self._csr.sort_indices()
+        self._nbrs = [self._csr.indices[self._csr.indptr[i] : self._csr.indptr[i + 1]] for i in range(n)]
+
+    def _dist_to(self, t: int) -> np.ndarray:
+        row = self._dist_rows.get(t)
+        if row is None:
+            from scipy.sparse.csgraph import shortest_path
+
+            if self._csr is None:
+                self._switch_graph()
+            row = shortest_path(self._csr, directed=False, unweighted=True, indices=t)
+            self._dist_rows[t] = row
+        return row
+
+    def switch_route(self, src: str, dst: str, key: tuple[int, int] = (0, 0)) -> tuple[str, ...]:
+        """Switches on the route from switch ``src`` to ``dst`` (both included).
+
+        ``key`` selects among equal-cost paths (see the module notes); :meth:`path` passes
+        ``(min(a, b), max(a, b))`` of the GPU pair.
+
+        >>> from holmes.topology import rail_optimized
+        >>> rail_optimized(16, num_spines=1).switch_route("switch:leaf-0", "switch:leaf-1")
+        ('switch:leaf-0', 'switch:spine-0', 'switch:leaf-1')
+        """
+        for s in (src, dst):
+            if s not in self._sw_index:
+                raise TopologyError(f"unknown switch {s!r} in topology {self.name!r}")
+        idx = self._route(self._sw_index[src], self._sw_index[dst], *key)
+        return tuple(self._sw_ids[i] for i in idx)
+
+    def _route(self, s: int, t: int, lo: int, hi: int) -> list[int]:
+        if s == t:
+            return [s]
+        dist = self._dist_to(t)
+        d = dist[s]
+        if not np.isfinite(d):
+            raise TopologyError(f"no route between {self._sw_ids[s]} and {self._sw_ids[t]} in {self.name!r}")
+        route = [s]
+        cur, hop = s, 0
+        nbrs = self._nbrs
+        assert nbrs is not None
+        while cur != t:
+            nb = nbrs[cur]
+            cand = nb[dist[nb] == d - 1]
+            cur = int(cand[_mix64(lo, hi, hop) % len(cand)]) if len(cand) > 1 else int(cand[0])
+            route.append(cur)
+            d -= 1
+            hop += 1
+        return route
+
+    def _compute_path(self, lo: int, hi: int) -> tuple[str, ...]:
+        g = self.gpus_per_host
+        if lo // g == hi // g:
+            return (f"nvswitch:{lo // g}",)
+        sl, sh = int(self._nic_leaf[lo]), int(self._nic_leaf[hi])
+        for r, s in ((lo, sl), (hi, sh)):
+            if s < 0:
+                raise TopologyError(f"nic:{r} is not connected to any switch in {self.name!r}")
+        ids = self._sw_ids
+        na, nb = f"nic:{lo}", f"nic:{hi}"
+        out = [na, link_id(na, ids[sl])]
+        prev = None
+        for i in self._route(sl, sh, lo, hi):
+            if prev is not None:
+                out.append(link_id(ids[prev], ids[i]))
+            out.append(ids[i])
+            prev = i
+        out += [link_id(ids[sh], nb), nb]
+        return tuple(out)
+
+    def path(self, a: int, b: int) -> tuple[str, ...]:
+        """Devices a transfer from GPU ``a`` to GPU ``b`` crosses, in order, GPUs excluded.
+
+        Same host: ``("nvswitch:<host>",)``. Different hosts: the source NIC, its cable, the
+        switches and the cables between them, the destination cable and NIC. ``a == b`` gives
+        ``()``. Symmetric: ``path(b, a) == path(a, b)[::-1]``.
+
+        >>> from holmes.topology import rail_optimized
+        >>> rail_optimized(16, num_spines=1).path(9, 0)[2:5]
+        ('switch:leaf-1', 'link:switch:leaf-1|switch:spine-0', 'switch:spine-0')
+        """
+        a, b = self._rank(a), self._rank(b)
+        if a == b:
+            return ()
+        if a < b:
+            return self._path_cached(a, b)
+        return self._path_cached(b, a)[::-1]
+
+    # ------------------------------------------------------------------ decay
+    def _downstream_counts(self) -> np.ndarray:
+        """NICs below every switch: reachable by strictly descending tiers (NIC tier 0)."""
+        if self._sw_nics is not None:
+            return self._sw_nics
+        n = len(self._sw_ids)
+        if self._csr is None:
+            self._switch_graph()
+        nbrs = self._nbrs
+        assert nbrs is not None
+        tier = np.full(n, np.inf)
+        frontier = sorted({int(i) for i in self._nic_leaf if i >= 0})
+        tier[frontier] = 1
+        level = 1
+        while frontier:
+            nxt = []
+            for i in frontier:
+                for j in nbrs[i]:
+                    if tier[j] == np.inf:
+                        tier[j] = level + 1
+                        nxt.append(int(j))
+            frontier, level = nxt, level + 1
+        bits: list[int] = [0] * n
+        attached = self._nic_leaf >= 0
+        for i in np.unique(self._nic_leaf[attached]):
+            mask = np.zeros(self.num_gpus, dtype=bool)
+            mask[(self._nic_leaf == i)] = True
+            bits[int(i)] = int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")
+        for i in sorted((i for i in range(n) if np.isfinite(tier[i])), key=lambda i: tier[i]):
+            for j in nbrs[i]:
+                if tier[j] < tier[i]:
+                    bits[i] |= bits[int(j)]
+        self._sw_nics = np.array([b.bit_count() for b in bits], dtype=np.int64)
+        return self._sw_nics
+
+    def downstream_nics(self, device_id: str) -> int:
+        """The paper's C(d): number of NICs below a device.
+
+        gpu, nic and NIC cables -> 1; host and nvswitch -> GPUs on the host; a switch -> NICs
+        reachable from it by strictly descending tiers (tier = hop distance from the nearest NIC,
+        so a leaf counts its NICs and a spine every NIC under its leaves); a switch-switch cable
+        -> the smaller count of its two ends (the NICs under its lower end).
+
+        >>> from holmes.topology import rail_optimized
+        >>> t = rail_optimized(64, hosts_per_pod=4)
+        >>> [t.downstream_nics(d) for d in ("nic:3", "switch:leaf-3", "switch:spine-0", "nvswitch:0")]
+        [1, 4, 64, 8]
+        """
+        kind = self.kind_of(device_id)
+        if kind in ("gpu", "nic"):
+            return 1
+        if kind in ("host", "nvswitch"):
+            h = int(device_id.split(":")[1])
+            return min(self.gpus_per_host, self.num_gpus - h * self.gpus_per_host)
+        counts = self._downstream_counts()
+        if kind == "switch":
+            return int(counts[self._sw_index[device_id]])
+        a, b = device_id[5:].split("|")
+        return min(1 if x.startswith("nic:") else int(counts[self._sw_index[x]]) for x in (a, b))
+
+    def decay(self, device_id: str, eps: float = 1e-6) -> float:
+        """The topology decay H(d) in (0, 1]; see :func:`decay_factor` for the rule.
+
+        >>> from holmes.topology import rail_optimized
+        >>> t = rail_optimized(512)
+        >>> t.decay("nic:0"), t.decay("nvswitch:0"), round(t.decay("switch:leaf-0"), 3)
+        (1.0, 1.0, 0.464)
+        """
+        return decay_factor(self.downstream_nics(device_id), eps)
+
+    # ------------------------------------------------------------------ files
+    def to_dict(self) -> dict:
+        """The topology.json object (schema holmes.topology/1)."""
+        links = sorted(tuple(sorted((a, b))) for a, b in self.graph.edges())
+        return {
+            "schema": TOPOLOGY_SCHEMA,
+            "name": self.name,
+            "kind": self.kind,
+            "gpus_per_host": self.gpus_per_host,
+            "num_gpus": self.num_gpus,
+            "switches": list(self._sw_ids),
+            "links": [list(link) for link in links],
+        }
+
+    @classmethod
+    def from_dict(cls, data: object, source: str = "<dict>") -> ClusterTopology:
+        """Build a topology from a topology.json object; errors name ``source``.
+
+        >>> from holmes.topology import rail_optimized
+        >>> t = rail_optimized(16)
+        >>> ClusterTopology.from_dict(t.to_dict()) == t
+        True
+        """
+        if not isinstance(data, dict):
+            raise TopologyError(f"{source}: topology must be a JSON object, got {type(data).__name__}")
+        try:
+            spec = _TopologyFile.model_validate(data)
+        except ValidationError as exc:
+            raise TopologyError(f"{source}: invalid topology: {_validation_message(exc)}") from None
+        dup = len(spec.switches) != len(set(spec.switches))
+        if dup:
+            seen: set[str] = set()
+            first = next(s for s in spec.switches if s in seen or seen.add(s))  # type: ignore[func-returns-value]
+            raise TopologyError(f"{source}: key 'switches': duplicate switch {first!r}")
+        try:
+            return cls(
+                spec.num_gpus, spec.gpus_per_host, spec.switches, spec.links,
+                name=spec.name, kind=spec.kind,
+            )
+        except TopologyError as exc:
+            raise TopologyError(f"{source}: {exc}") from None
+
+    @classmethod
+    def from_graph(
+        cls, graph: nx.Graph, num_gpus: int, gpus_per_host: int = 8, *, name: str = "cluster"
+    ) -> ClusterTopology:
+        """Build a custom topology from a networkx graph whose nodes are ``nic:<g>`` and
+        ``switch:<name>`` ids and whose edges are cables.
+
+        >>> g = nx.Graph([("nic:0", "switch:s"), ("nic:1", "switch:s")])
+        >>> ClusterTopology.from_graph(g, 2, 1).path(0, 1)[2]
+        'switch:s'
+        """
+        switches = [n for n in graph.nodes if isinstance(n, str) and n.startswith("switch:")]
+        return cls(num_gpus, gpus_per_host, switches, list(graph.edges()), name=name, kind="custom")
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write topology.json."""
+        with open(path, "w", encoding="utf-8") as fh:
+            json.dump(self.to_dict(), fh, indent=1)
+            fh.write("\n")
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> ClusterTopology:
+        """Read a topology.json; any problem raises :class:`TopologyError` naming the file."""
+        try:
+            with open(path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except OSError as exc:
+            raise TopologyError(f"{path}: cannot read topology file: {exc.strerror or exc}") from None
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise TopologyError(f"{path}: not valid JSON: {exc}") from None
+        topo = cls.from_dict(data, source=str(path))
+        logger.debug("loaded topology %s from %s", topo, path)
+        return topo
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        for key in ("_path_cached", "_csr", "_nbrs", "_dist_rows", "_sw_nics", "_devices"):
+            state.pop(key, None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._nbrs, self._csr, self._sw_nics, self._devices = None, None, None, None
+        self._dist_rows = {}
+        self._path_cached = functools.lru_cache(maxsize=1 << 18)(self._compute_path)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ClusterTopology):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"ClusterTopology(name={self.name!r}, kind={self.kind!r}, num_gpus={self.num_gpus}, "
+            f"gpus_per_host={self.gpus_per_host}, switches={len(self._sw_ids)}, "
+            f"links={self.graph.number_of_edges()})"
+        )
+
+
+def load_topology(path: str | os.PathLike[str]) -> ClusterTopology:
+    """Read a topology.json (same as :meth:`ClusterTopology.load`)."""
+    return ClusterTopology.load(path)
