@@ -1,0 +1,251 @@
+"""What-if-analysis (WIA) per-op parquet traces -> CommOps job.
+
+The trace (``trace-<trial>.parquet``) has one row per op of each rank and step: ``dp_rank, stage,
+rank, step, optype, start_ts, duration, seq_id`` (+ ``mc, gmc, mb_id``); times are seconds from the
+step's start. ``meta-<trial>.yaml`` gives ``dp_size, pp_size, tp_size, world_size``.
+
+Mapping (see ``docs/converters.md``):
+
+=============================== =========================================================
+optype                          CommOps
+=============================== =========================================================
+forward-send / backward-send    ``send`` to stage+1 / stage-1 (same dp_rank), group pp
+forward-recv / backward-recv    ``recv`` from stage-1 / stage+1, group pp
+grads-reduce-scatter            ``reduce_scatter`` on the stage's data-parallel group
+params-all-gather               ``all_gather`` on the data-parallel group
+embedding-grads-all-reduce      ``all_reduce`` on the embedding group (first + last stage)
+layernorm-grads-all-reduce      ``all_reduce`` on the tensor-parallel group
+other ``*-all-reduce`` etc.     the data-parallel group (warned)
+compute, optimizer, gc          dropped (counted in ``job.json``)
+=============================== =========================================================
+
+Steps become iterations (their numbers kept). The trace has no wall clock, so steps are laid
+back to back (each lasting its longest rank's span) and ``iterations/`` records those spans;
+``nbytes`` is 0 (sizes are not in the trace).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from holmes.adapters.common import GroupRegistry, Notes, RankRows, build_job, check_output
+from holmes.errors import ConvertError, ParseError
+from holmes.io import iterations_table
+
+__all__ = ["convert_wia", "WIA_OPS"]
+
+log = logging.getLogger(__name__)
+
+REQUIRED = ("dp_rank", "stage", "rank", "step", "optype", "start_ts", "duration", "seq_id")
+# optype -> (op, group kind, stage step of the peer)
+WIA_OPS: dict[str, tuple[str, str, int]] = {
+    "forward-send": ("send", "pp", +1),
+    "forward-recv": ("recv", "pp", -1),
+    "backward-send": ("send", "pp", -1),
+    "backward-recv": ("recv", "pp", +1),
+    "grads-reduce-scatter": ("reduce_scatter", "dp", 0),
+    "params-all-gather": ("all_gather", "dp", 0),
+    "embedding-grads-all-reduce": ("all_reduce", "emb", 0),
+    "layernorm-grads-all-reduce": ("all_reduce", "tp", 0),
+}
+_COMPUTE = ("compute", "optimizer", "gc")
+
+
+def _find_files(src: Path) -> tuple[Path, Path | None]:
+    if src.is_file():
+        trace = src
+    elif src.is_dir():
+        cands = sorted(src.glob("trace-*.parquet")) or sorted(src.glob("*.parquet"))
+        if not cands:
+            raise ConvertError(f"{src}: no trace-*.parquet file")
+        if len(cands) > 1:
+            raise ConvertError(f"{src}: several traces {[c.name for c in cands]}; pass one file as SRC")
+        trace = cands[0]
+    else:
+        raise ConvertError(f"{src}: no such file or directory")
+    trial = trace.stem[len("trace-"):] if trace.stem.startswith("trace-") else trace.stem
+    for m in (trace.parent / f"meta-{trial}.yaml", trace.parent / f"meta-{trial}.yml"):
+        if m.is_file():
+            return trace, m
+    metas = sorted(trace.parent.glob("meta-*.y*ml"))
+    return trace, (metas[0] if len(metas) == 1 else None)
+
+
+def _read_meta(path: Path | None, notes: Notes) -> dict[str, Any]:
+    if path is None:
+        notes.warn("no meta-*.yaml next to the trace: parallel sizes inferred from the trace")
+        return {}
+    import yaml
+
+    try:
+        meta = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ParseError(f"{path}: not a readable YAML file: {exc}") from None
+    if not isinstance(meta, dict):
+        raise ParseError(f"{path}: expected a mapping of job settings")
+    return meta
+
+
+def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+    """Convert a what-if-analysis trace (parquet + meta yaml) to a CommOps job directory.
+
+    Parameters
+    ----------
+    src : path-like
+        The ``trace-<trial>.parquet`` file or the directory holding it and ``meta-<trial>.yaml``.
+    out : path-like
+        Job directory to create.
+    overwrite : bool, default False
+
+    Raises
+    ------
+    ParseError
+        The parquet or yaml file is unreadable / truncated.
+    ConvertError
+        A required column is missing, ranks contradict (dp_rank, stage), or sizes disagree.
+
+    Examples
+    --------
+    >>> import holmes
+    >>> from holmes.adapters import convert_wia
+    >>> job = holmes.read_job(convert_wia("../shared/data/wia", "/tmp/wia-job"))  # doctest: +SKIP
+    >>> job.world_size                                                          # doctest: +SKIP
+    8
+    """
+    src, out = Path(src), Path(out)
+    check_output(out, overwrite)
+    trace, meta_path = _find_files(src)
+    notes = Notes("wia", str(src))
+    meta = _read_meta(meta_path, notes)
+    try:
+        t = pq.read_table(trace)
+    except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
+        raise ParseError(f"{trace}: not a readable parquet file, truncated or corrupt: {exc}") from None
+    missing = [c for c in REQUIRED if c not in t.column_names]
+    if missing:
+        raise ConvertError(f"{trace}: missing column(s) {missing} of a WIA trace")
+    extra = sorted(set(t.column_names) - set(REQUIRED) - {"mc", "gmc", "mb_id"})
+    if extra:
+        notes.warn(f"{trace.name}: unknown column(s) {extra} ignored")
+    try:
+        cols = {c: t.column(c).to_numpy() for c in ("dp_rank", "stage", "rank", "step", "seq_id", "start_ts", "duration")}
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise ConvertError(f"{trace}: a required column holds nulls or a non-numeric type: {exc}") from None
+    optype = np.asarray(t.column("optype").cast(pa.string()).to_pylist(), dtype=object)
+    dp_rank, stage, rank = (cols[c].astype(np.int64) for c in ("dp_rank", "stage", "rank"))
+    step = cols["step"].astype(np.int64)
+    start_s = cols["start_ts"].astype(np.float64)
+    dur_s = cols["duration"].astype(np.float64)
+    if np.isnan(start_s).any() or np.isnan(dur_s).any() or (dur_s < 0).any():
+        raise ConvertError(f"{trace}: column 'start_ts'/'duration' holds NaN or negative values")
+    dp = int(meta.get("dp_size") or dp_rank.max() + 1)
+    pp = int(meta.get("pp_size") or stage.max() + 1)
+    tp = int(meta.get("tp_size") or 1)
+    ws = int(meta.get("world_size") or dp * pp * tp)
+    if tp > 1 or int(meta.get("dsp_size") or 1) > 1 or int(meta.get("vpp_size") or 1) > 1:
+        notes.warn("tp/dsp/vpp > 1: the trace holds one row per (dp_rank, stage); other dimensions are not modelled")
+    if dp_rank.max() >= dp or stage.max() >= pp or rank.max() >= ws or min(dp_rank.min(), stage.min(), rank.min()) < 0:
+        raise ConvertError(f"{trace}: dp_rank/stage/rank outside the meta sizes dp={dp} pp={pp} world_size={ws}")
+    grid = np.full((dp, pp), -1, dtype=np.int64)
+    grid[dp_rank, stage] = rank
+    if (grid[dp_rank, stage] != rank).any():
+        raise ConvertError(f"{trace}: column 'rank' is not a function of (dp_rank, stage)")
+    if (grid < 0).any():
+        notes.warn(f"{trace.name}: some (dp_rank, stage) cells have no rows")
+    notes.details.update({"dp": dp, "pp": pp, "tp": tp, "steps": int(len(np.unique(step)))})
+
+    # process groups
+    reg = GroupRegistry()
+    for d in range(dp):
+        if (grid[d] >= 0).all():
+            reg.add(f"pp{d}", grid[d].tolist(), "PIPELINE_MODEL_PARALLEL_GROUP", comm_id=f"pp-{d}")
+            reg.add(f"emb{d}", sorted({int(grid[d, 0]), int(grid[d, pp - 1])}), "EMBEDDING_GROUP", comm_id=f"emb-{d}")
+    for s in range(pp):
+        if (grid[:, s] >= 0).all():
+            reg.add(f"dp{s}", grid[:, s].tolist(), "DATA_PARALLEL_GROUP", comm_id=f"dp-{s}")
+    for r in np.unique(rank).tolist():
+        reg.add(f"tp{r}", [r], "TENSOR_MODEL_PARALLEL_GROUP", comm_id=f"tp-{r}")
+
+    # op mapping, vectorized over rows
+    kinds = np.array([WIA_OPS.get(o, (None, None, 0))[1] for o in optype.tolist()], dtype=object)
+    ops = np.array([WIA_OPS.get(o, (None, None, 0))[0] for o in optype.tolist()], dtype=object)
+    delta = np.array([WIA_OPS.get(o, (None, None, 0))[2] for o in optype.tolist()], dtype=np.int64)
+    unknown_coll = np.array([o not in WIA_OPS and any(k in o for k in ("all-reduce", "all-gather", "reduce-scatter"))
+                             for o in optype.tolist()])
+    if unknown_coll.any():
+        names = sorted(set(optype[unknown_coll].tolist()))
+        notes.warn(f"collective optype(s) {names} of unknown group: mapped to the data-parallel group")
+        ops[unknown_coll] = [("all_reduce" if "all-reduce" in o else "all_gather" if "all-gather" in o
+                              else "reduce_scatter") for o in optype[unknown_coll].tolist()]
+        kinds[unknown_coll] = "dp"
+    keep = ops != None  # noqa: E711 (object array)
+    dropped = optype[~keep]
+    if len(dropped):
+        vals, counts = np.unique(dropped.astype(str), return_counts=True)
+        vals, counts = vals.tolist(), counts.tolist()
+        compute = {v: int(c) for v, c in zip(vals, counts) if any(k in v for k in _COMPUTE)}
+        other = {v: int(c) for v, c in zip(vals, counts) if v not in compute}
+        if compute:
+            notes.infer(f"compute ops dropped (not communication): {compute}")
+            notes.details["dropped_compute"] = compute
+        for v, c in other.items():
+            notes.skip(v, c)
+    peer_stage = stage + delta
+    is_p2p = np.isin(ops, ("send", "recv"))
+    bad_peer = is_p2p & ((peer_stage < 0) | (peer_stage >= pp))
+    if bad_peer.any():
+        notes.warn(f"{int(bad_peer.sum())} send/recv row(s) point past the first/last stage; dropped")
+        keep &= ~bad_peer
+    peer = np.where(is_p2p, grid[dp_rank, np.clip(peer_stage, 0, pp - 1)], -1)
+    comm = np.empty(len(ops), dtype=object)
+    comm[kinds == "pp"] = np.char.add("pp", dp_rank[kinds == "pp"].astype(str)).astype(object)
+    comm[kinds == "emb"] = np.char.add("emb", dp_rank[kinds == "emb"].astype(str)).astype(object)
+    comm[kinds == "dp"] = np.char.add("dp", stage[kinds == "dp"].astype(str)).astype(object)
+    comm[kinds == "tp"] = np.char.add("tp", rank[kinds == "tp"].astype(str)).astype(object)
+    emb_bad = (kinds == "emb") & ~np.isin(stage, (0, pp - 1))
+    if emb_bad.any():
+        notes.warn(f"{int(emb_bad.sum())} embedding all-reduce row(s) on a middle stage; dropped")
+        keep &= ~emb_bad
+
+    # time: steps laid back to back, each as long as its longest rank span
+    steps, step_idx = np.unique(step, return_inverse=True)
+    span = np.zeros(len(steps))
+    np.maximum.at(span, step_idx, start_s + dur_s)
+    offset = np.r_[0.0, np.cumsum(span)[:-1]]
+    start_ns = np.round((offset[step_idx] + start_s) * 1e9).astype(np.int64)
+    end_ns = start_ns + np.round(dur_s * 1e9).astype(np.int64)
+    notes.infer("durations are seconds; steps laid back to back (no wall clock in the trace), each lasting its "
+                "longest rank's span; iterations/ holds those spans")
+    notes.infer("iteration = the trace's step number")
+    notes.infer("groups: pp per dp_rank, dp per stage, embedding = first+last stage, layernorm all-reduce on tp")
+    notes.warn("message sizes are not in WIA traces: nbytes = 0")
+
+    rows: dict[int, RankRows] = {}
+    iters: dict[int, pa.Table] = {}
+    idx = np.flatnonzero(keep)
+    order = idx[np.lexsort((cols["seq_id"][idx], start_ns[idx], rank[idx]))]
+    comm_ids = {k: reg.comm_id(k) for k in set(comm[order].tolist())}
+    bounds = np.r_[0, np.flatnonzero(np.diff(rank[order])) + 1, len(order)]
+    mb = t.column("mb_id").to_numpy().astype(np.int64) if "mb_id" in t.column_names else np.full(len(ops), -1)
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        sel = order[a:b]
+        r = int(rank[sel[0]])
+        rr = RankRows(r, ("wia_optype", "wia_seq_id", "mb_id"))
+        rr.cols.update(iteration=step[sel].tolist(), comm_id=[comm_ids[c] for c in comm[sel].tolist()],
+                       op=ops[sel].tolist(), peer=[int(p) if p >= 0 else None for p in peer[sel].tolist()],
+                       nbytes=[0] * len(sel), start_ns=start_ns[sel].tolist(), end_ns=end_ns[sel].tolist(),
+                       seq=[-1] * len(sel), wia_optype=optype[sel].tolist(),
+                       wia_seq_id=cols["seq_id"][sel].astype(np.int64).tolist(), mb_id=mb[sel].tolist())
+        rows[r] = rr
+        st = np.unique(step_idx[rank == r])
+        iters[r] = iterations_table(np.full(len(st), r, dtype=np.int32), steps[st],
+                                    np.round(offset[st] * 1e9).astype(np.int64),
+                                    np.round((offset[st] + span[st]) * 1e9).astype(np.int64))
+    return build_job(out, notes, reg, rows, world_size=ws, iterations=iters, overwrite=overwrite)

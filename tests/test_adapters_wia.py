@@ -1,0 +1,82 @@
+"""WIA converter on the real ByteDance trace (DP2 x PP4, 32 steps) and on broken inputs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pyarrow.parquet as pq
+import pytest
+
+import holmes
+from holmes.adapters import ConvertWarning, convert_wia
+from holmes.errors import ConvertError, ParseError
+
+
+@pytest.fixture(scope="module")
+def wia(tmp_path_factory):
+    from conftest import SHARED_DATA
+
+    src = SHARED_DATA / "wia"
+    if not (src / "trace-ST.parquet").is_file():
+        pytest.skip(f"real WIA trace not present at {src}")
+    out = tmp_path_factory.mktemp("wia") / "job"
+    with pytest.warns(ConvertWarning, match="nbytes = 0"):
+        convert_wia(src, out)
+    return src, holmes.read_job(out)
+
+
+def test_real_trace_groups_and_iterations(wia):
+    src, job = wia
+    assert job.world_size == 8 and job.available_ranks() == list(range(8))
+    c = job.communicators
+    assert c["pp-0"].ranks == (0, 2, 4, 6) and c["pp-0"].kind == "pp"
+    assert c["dp-3"].ranks == (6, 7) and c["dp-3"].kind == "dp" and c["emb-1"].ranks == (1, 7)
+    steps = json.loads((src / "result-ST.json").read_text())["step_t_base"]
+    for r in (0, 7):
+        it, dur = job.iteration_times(r)
+        assert len(it) == 32
+        # the step times laid out by the converter are the analyzer's own step times
+        for i, d in zip(it.tolist(), dur.tolist()):
+            assert abs(d / 1e9 - steps[str(i)]) < 1e-5
+    s = job.meta.source
+    assert s.details["dropped_compute"]["forward-compute"] == 1024
+
+
+def test_real_trace_p2p_pairs_match(wia):
+    _, job = wia
+    sends, recvs = {}, {}
+    for r in range(8):
+        for o in job.ops(r).to_pylist():
+            if o["op"] == "send":
+                sends[(o["comm_id"], r, o["peer"], o["seq"])] = o
+            elif o["op"] == "recv":
+                recvs[(o["comm_id"], o["peer"], r, o["seq"])] = o
+    assert len(sends) == 768 * 2 and set(sends) == set(recvs)
+    for k, o in sends.items():
+        stage_from, stage_to = k[1] // 2, k[2] // 2
+        assert abs(stage_from - stage_to) == 1 and k[1] % 2 == k[2] % 2  # adjacent stages, same dp rank
+        assert recvs[k]["iteration"] == o["iteration"]
+        direction = "forward" if stage_to > stage_from else "backward"
+        assert o["wia_optype"] == f"{direction}-send" and recvs[k]["wia_optype"] == f"{direction}-recv"
+
+
+def test_broken_wia_inputs(tmp_path, shared_data):
+    src = tmp_path / "wia"
+    src.mkdir()
+    shutil.copy(shared_data / "wia" / "meta-ST.yaml", src)
+    t = pq.read_table(shared_data / "wia" / "trace-ST.parquet")
+    pq.write_table(t.drop_columns(["seq_id"]), src / "trace-ST.parquet")
+    with pytest.raises(ConvertError, match=r"missing column\(s\) \['seq_id'\]"):
+        convert_wia(src, tmp_path / "j1")
+    data = (shared_data / "wia" / "trace-ST.parquet").read_bytes()
+    (src / "trace-ST.parquet").write_bytes(data[: len(data) // 2])
+    with pytest.raises(ParseError, match="trace-ST.parquet: not a readable parquet"):
+        convert_wia(src, tmp_path / "j2")
+    (src / "trace-ST.parquet").write_bytes(data)
+    (src / "meta-ST.yaml").write_text("dp_size: [unclosed\n")
+    with pytest.raises(ParseError, match="meta-ST.yaml"):
+        convert_wia(src, tmp_path / "j3")
+    (src / "meta-ST.yaml").write_text("dp_size: 1\npp_size: 4\nworld_size: 4\n")
+    with pytest.raises(ConvertError, match="outside the meta sizes"):
+        convert_wia(src, tmp_path / "j4")
