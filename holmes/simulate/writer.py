@@ -1,0 +1,113 @@
+"""Turn a :class:`~holmes.simulate.simulator.SimResult` into CommOps tables and a job directory.
+
+Rank files hold the CommOps v1 columns plus a boolean ``abnormal`` (the ground-truth label);
+``comm_id`` and ``op`` are dictionary-encoded, ``peer`` is null for collectives. Files are built
+and written one rank at a time (a thread pool overlaps building with pyarrow's compression,
+which releases the GIL), so memory stays bounded by the compact result, not the tables.
+
+The directory, ``job.json``, ``topology.json`` and ``truth.json`` go through
+:class:`holmes.io.JobWriter`. Rank files are written here with tuned parquet options
+(``DELTA_BINARY_PACKED`` for the monotone integer columns, dictionaries only for ``comm_id`` and
+``op``, no statistics) -- 2-3x faster and smaller than ``JobWriter.write_ops``' defaults. Tables
+are correct by construction; the first rank's table is still checked with
+:func:`holmes.io.validate_ops`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+import pyarrow.parquet as pq
+
+from holmes.io.job import JobWriter, rank_filename
+from holmes.io.schema import OP_NAMES, OPS_SCHEMA, validate_ops
+
+__all__ = ["rank_table", "write_result"]
+
+log = logging.getLogger(__name__)
+
+_OP_DICT = pa.array(list(OP_NAMES), pa.string())
+_FIELDS = [OPS_SCHEMA.field(n) for n in OPS_SCHEMA.names]
+
+
+def rank_table(res, rank: int) -> pa.Table:
+    """The ops of ``rank`` (all iterations) as a CommOps v1 table with ``abnormal``."""
+    prog = res.program
+    sl = res.rank_slice(rank)
+    n = sl.stop - sl.start
+    n_it = res.iterations
+    starts, ends = res.rank_times(rank)
+    comm = prog.comm[sl]
+    uniq, local = np.unique(comm, return_inverse=True)
+    names = pa.array([prog.comm_ids[c] for c in uniq], pa.string())
+    it = np.arange(n_it, dtype=np.int64)
+    seq = (prog.seq_base[sl][None, :] + it[:, None] * prog.seq_step[sl][None, :]).ravel()
+    peer = np.tile(prog.peer[sl], n_it)
+    cols = [
+        pa.array(np.full(n * n_it, rank, np.int32)),
+        pa.array(np.repeat(it, n)),
+        pa.array(np.tile(np.arange(n, dtype=np.int32), n_it)),
+        pa.DictionaryArray.from_arrays(pa.array(np.tile(local.astype(np.int32), n_it)), names),
+        pa.array(seq),
+        pa.DictionaryArray.from_arrays(pa.array(np.tile(prog.op[sl].astype(np.int32), n_it)), _OP_DICT),
+        pa.array(peer, type=pa.int32(), mask=peer < 0),
+        pa.array(np.tile(prog.nbytes[sl], n_it)),
+        pa.array(starts.ravel()),
+        pa.array(ends.ravel()),
+        pa.array(res.abnormal[:, sl].ravel()),
+    ]
+    fields = [pa.field(f.name, c.type, nullable=f.nullable) for f, c in zip(_FIELDS, cols)]
+    fields.append(pa.field("abnormal", pa.bool_(), nullable=False))
+    return pa.Table.from_arrays(cols, schema=pa.schema(fields))
+
+
+_DELTA = {c: "DELTA_BINARY_PACKED" for c in ("iteration", "op_index", "seq", "start_ns", "end_ns")}
+
+
+def write_result(res, out: str | os.PathLike[str], *, overwrite: bool = False, threads: int = 2,
+                 compression: str = "lz4") -> Path:
+    """Write ``res`` as a job directory: job.json, ranks/, iterations/, topology.json, truth.json.
+
+    ``compression`` is any parquet codec pyarrow knows (lz4: fastest; zstd: smallest).
+    """
+    meta = res.meta()
+    writer = JobWriter(out, meta, overwrite=overwrite)
+    it_dir = Path(out) / "iterations"
+    if it_dir.is_dir():
+        for p in it_dir.glob("rank-*.parquet"):
+            p.unlink()
+    ranks_dir = Path(out) / "ranks"
+    for p in ranks_dir.glob("rank-*.parquet"):
+        if int(p.name[5:10]) >= res.world_size:
+            p.unlink()  # left over from an overwritten, larger job
+
+    it_dir.mkdir(exist_ok=True)
+    validate_ops(rank_table(res, 0), "simulated rank 0", world_size=res.world_size, rank=0,
+                 comm_ids=meta.communicators)
+
+    def one(r: int) -> None:
+        name = rank_filename(r)
+        pq.write_table(rank_table(res, r), ranks_dir / name, compression=compression,
+                       use_dictionary=["comm_id", "op"], write_statistics=False, column_encoding=_DELTA)
+        pq.write_table(res.iterations_table(r), it_dir / name, compression=compression, use_dictionary=False,
+                       write_statistics=False)
+
+    W = res.world_size
+    if threads > 1 and W > 1:
+        with ThreadPoolExecutor(max_workers=threads) as ex:
+            for _ in ex.map(one, range(W), chunksize=64):
+                pass
+    else:
+        for r in range(W):
+            one(r)
+    writer.write_topology(res.topology)
+    writer.write_truth(res.truth())
+    path = writer.close()
+    log.info("wrote %s: %d ranks x %d iterations", path, W, res.iterations)
+    return path
