@@ -1,0 +1,38 @@
+"""``holmes train JOB... --out MODEL``: train a detector from labelled jobs (an ``abnormal`` column)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from holmes.errors import ConfigError
+
+
+def add_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument("jobs", nargs="+", metavar="JOB", help="labelled job directories (e.g. from holmes simulate)")
+    p.add_argument("--out", required=True, metavar="MODEL", help="model path: writes MODEL.json and MODEL.npz")
+    p.add_argument("--n-estimators", type=int, default=64)
+    p.add_argument("--criterion", choices=("gini", "entropy"), default="gini")
+    p.add_argument("--max-depth", type=int, default=14)
+    p.add_argument("--min-samples-leaf", type=int, default=8)
+    p.add_argument("--max-ranks", type=int, default=64, help="ranks sampled per job (default 64)")
+    p.add_argument("--threshold", type=float, default=0.5)
+    p.add_argument("--seed", type=int, default=0)
+
+
+def run(args: argparse.Namespace) -> int:
+    from holmes.detect import OperatorDetector
+    from holmes.detect.training import jobs_dataset
+
+    if args.n_estimators < 1 or args.max_depth < 1 or args.max_ranks < 1:
+        raise ConfigError("--n-estimators, --max-depth and --max-ranks must be >= 1")
+    X, y, _ = jobs_dataset(args.jobs, max_ranks=args.max_ranks, seed=args.seed)
+    if X.shape[0] == 0:
+        raise ConfigError("the jobs hold no operators")
+    det = OperatorDetector(n_estimators=args.n_estimators, criterion=args.criterion, max_depth=args.max_depth,
+                           min_samples_leaf=args.min_samples_leaf, threshold=args.threshold,
+                           max_samples=200_000, random_state=args.seed).fit(X, y)
+    path = det.save(args.out)
+    sys.stderr.write(f"holmes train: {X.shape[0]} ops ({int(y.sum())} abnormal) from {len(args.jobs)} job(s) "
+                     f"-> {path}\n")
+    return 0

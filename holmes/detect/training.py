@@ -1,0 +1,205 @@
+"""Training data from labelled jobs: feature matrices and ``abnormal`` labels per rank.
+
+A labelled job (e.g. from ``holmes simulate``) carries a boolean ``abnormal`` column in every rank
+file. :func:`rank_dataset` turns one rank's table into ``(X, y)``; :func:`jobs_dataset` stacks the
+ranks of many jobs, sampling at most ``max_ranks`` ranks per job (seeded) so that big jobs do not
+drown small ones.
+
+Examples
+--------
+>>> import numpy as np
+>>> from holmes.io.schema import ops_table
+>>> t = ops_table(rank=[0] * 4, iteration=[0, 1, 2, 3], op_index=[0] * 4, comm_id=["dp-0"] * 4,
+...               seq=[0, 1, 2, 3], op=["all_reduce"] * 4, peer=[None] * 4, nbytes=[8] * 4,
+...               start_ns=[0, 100, 200, 300], end_ns=[10, 110, 250, 310],
+...               abnormal=np.array([False, False, True, False]))
+>>> X, y = rank_dataset(t)
+>>> X.shape[0], y.tolist()
+(4, [False, False, True, False])
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from holmes.detect.features import DEFAULT_WINDOW, FEATURE_NAMES, operator_features
+from holmes.errors import SchemaError
+
+__all__ = ["rank_dataset", "job_dataset", "jobs_dataset", "labels"]
+
+log = logging.getLogger(__name__)
+
+
+def labels(ops: pa.Table, label: str = "abnormal", source: str = "ops") -> np.ndarray:
+    """The boolean label column of a rank table; :class:`SchemaError` if absent or null."""
+    if label not in ops.column_names:
+        raise SchemaError(f"{source}: no '{label}' label column (train on labelled jobs, e.g. simulated ones)")
+    col = ops.column(label)
+    if col.null_count:
+        raise SchemaError(f"{source}: column '{label}' holds {col.null_count} null value(s)")
+    if not (pa.types.is_boolean(col.type) or pa.types.is_integer(col.type)):
+        raise SchemaError(f"{source}: column '{label}' has type {col.type}, expected bool")
+    return np.asarray(col.to_numpy(zero_copy_only=False)).astype(bool)
+
+
+def rank_dataset(ops: pa.Table, *, iteration_times: Any = None, label: str = "abnormal",
+                 window: int = DEFAULT_WINDOW, source: str = "ops") -> tuple[np.ndarray, np.ndarray]:
+    """``(X, y)`` of one rank: full feature matrix and labels, in table order."""
+    y = labels(ops, label, source)
+    X = operator_features(ops, iteration_times=iteration_times, window=window)
+    return X, y
+
+
+def _open(job: Any) -> Any:
+    if isinstance(job, (str, os.PathLike)):
+        from holmes.io import read_job
+
+        return read_job(job)
+    return job
+
+
+def job_dataset(job: Any, *, ranks: Sequence[int] | None = None, max_ranks: int | None = 64,
+                label: str = "abnormal", window: int = DEFAULT_WINDOW, seed: int | None = 0,
+                use_iterations: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Stack :func:`rank_dataset` over ranks of one job (a path or a Job).
+
+    ``ranks`` None: every available rank, or a seeded sample of ``max_ranks`` of them.
+    """
+    j = _open(job)
+    rs = list(ranks) if ranks is not None else j.available_ranks()
+    if ranks is None and max_ranks is not None and len(rs) > max_ranks:
+        # half of the sample from ranks with labelled abnormal ops (when labels are known), so that
+        # faults that touch few ranks still give positives; the rest uniformly
+        rng = np.random.default_rng(seed)
+        pos: list[int] = []
+        try:
+            cnt = label_counts(j, label)
+            pos = [r for r in rs if cnt[r] > 0]
+        except (OSError, KeyError, pa.ArrowInvalid):
+            pos = []
+        k = min(len(pos), max_ranks // 2)
+        chosen = set(rng.choice(pos, size=k, replace=False).tolist()) if k else set()
+        rest = [r for r in rs if r not in chosen]
+        chosen |= set(rng.choice(rest, size=max_ranks - k, replace=False).tolist())
+        rs = sorted(chosen)
+    Xs, ys = [], []
+    for r in rs:
+        it = j.iteration_times(r) if use_iterations else None
+        X, y = rank_dataset(j.ops(r), iteration_times=it, label=label, window=window, source=f"{j!r} rank {r}")
+        Xs.append(X)
+        ys.append(y)
+    if not Xs:
+        return np.zeros((0, len(FEATURE_NAMES)), np.float32), np.zeros(0, bool)
+    return np.concatenate(Xs), np.concatenate(ys)
+
+
+def jobs_dataset(jobs: Iterable[Any], *, ranks: Sequence[int] | None = None, max_ranks: int | None = 64,
+                 label: str = "abnormal", window: int = DEFAULT_WINDOW, seed: int | None = 0
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(X, y, job_index)`` stacked over several jobs."""
+    Xs, ys, gs = [], [], []
+    for k, job in enumerate(jobs):
+        X, y = job_dataset(job, ranks=ranks, max_ranks=max_ranks, label=label, window=window,
+                           seed=None if seed is None else seed + k)
+        Xs.append(X)
+        ys.append(y)
+        gs.append(np.full(len(y), k, dtype=np.int32))
+        log.info("job %d: %d rows, %d abnormal", k, len(y), int(y.sum()))
+    if not Xs:
+        return np.zeros((0, len(FEATURE_NAMES)), np.float32), np.zeros(0, bool), np.zeros(0, np.int32)
+    return np.concatenate(Xs), np.concatenate(ys), np.concatenate(gs)
+
+
+# ---------------------------------------------------------------------------- simulated scenarios
+_KIND_P = {"gpu": 0.30, "host": 0.05, "nic": 0.25, "link": 0.12, "nvswitch": 0.05, "switch": 0.23}
+
+
+def random_scenario(seed: int, *, min_gpus: int = 32, max_gpus: int = 512, iterations: tuple[int, int] = (30, 80),
+                    p_fault_free: float = 0.1, p_two_faults: float = 0.25, p_drift: float = 0.3,
+                    factor: tuple[float, float] = (1.15, 4.0), gpus_per_host: int = 8) -> dict[str, Any]:
+    """Keyword arguments of :func:`holmes.simulate.simulate` for one random training scenario.
+
+    Deterministic in ``seed``: a hybrid-parallel shape with 2 to 6 parallel dimensions (counting
+    micro-batching as one, like the paper's 2D-6D) and ``min_gpus`` .. ``max_gpus`` ranks, 0-2 faults
+    on any device kind (gpu, host, nic, link, nvswitch, switch) with any pattern (spike,
+    fluctuation, persistent) and a log-uniform factor, and sometimes compute drift.
+
+    Examples
+    --------
+    >>> s = random_scenario(3)
+    >>> 32 <= s["tp"] * s["pp"] * s["dp"] * s["cp"] <= 512 and s["seed"] == 3
+    True
+    """
+    from holmes.topology import rail_optimized
+
+    rng = np.random.default_rng([seed, 7211])
+    while True:
+        tp = int(rng.choice([1, 2, 4, 8]))
+        pp = int(rng.choice([1, 2, 4, 8]))
+        cp = int(rng.choice([1, 1, 2]))
+        dp = int(rng.choice([1, 2, 4, 8, 16, 32]))
+        ep = int(rng.choice([e for e in (1, 1, 2, 4) if dp * cp * tp % e == 0 and e <= dp]))
+        world = tp * pp * dp * cp
+        dims = sum(x > 1 for x in (tp, pp, dp, cp, ep))
+        if min_gpus <= world <= max_gpus and dims >= 2 and tp * cp <= gpus_per_host * 2:
+            break
+    mb = int(max(pp, rng.choice([2, 4, 8])))
+    n_it = int(rng.integers(iterations[0], iterations[1] + 1))
+    u = rng.random()
+    n_faults = 0 if u < p_fault_free else (2 if u < p_fault_free + p_two_faults else 1)
+    topo = rail_optimized(-(-world // gpus_per_host) * gpus_per_host, gpus_per_host)
+    kinds, probs = list(_KIND_P), np.array(list(_KIND_P.values()))
+    faults = []
+    for _ in range(n_faults):
+        kind = str(rng.choice(kinds, p=probs / probs.sum()))
+        if kind in ("gpu", "nic"):
+            dev = f"{kind}:{int(rng.integers(world))}"
+        elif kind in ("host", "nvswitch"):
+            dev = f"{kind}:{int(rng.integers(-(-world // gpus_per_host)))}"
+        else:
+            devs = topo.devices(kind)
+            dev = str(devs[int(rng.integers(len(devs)))])
+        pat = str(rng.choice(["spike", "fluctuation", "persistent"]))
+        f = float(np.exp(rng.uniform(np.log(factor[0]), np.log(factor[1]))))
+        faults.append(f"{dev}@{pat}*{f:.3f}")
+    drift = float(rng.uniform(2e-4, 2e-3)) if rng.random() < p_drift else 0.0
+    return {"tp": tp, "pp": pp, "dp": dp, "ep": ep, "cp": cp, "micro_batches": mb, "iterations": n_it,
+            "seed": int(seed), "faults": tuple(faults), "drift": drift}
+
+
+def simulate_scenarios(root: str | os.PathLike[str], seeds: Iterable[int], *, reuse: bool = True,
+                       **scenario_kw: Any) -> list[Any]:
+    """Simulate :func:`random_scenario` jobs into ``root/job-<seed>``; returns their paths.
+
+    An existing complete job directory (``job.json`` present) is reused when ``reuse``.
+    """
+    from pathlib import Path
+
+    from holmes.simulate import simulate
+
+    out = []
+    for s in seeds:
+        d = Path(root) / f"job-{int(s):05d}"
+        if not (reuse and (d / "job.json").is_file()):
+            kw = random_scenario(int(s), **scenario_kw)
+            simulate(d, overwrite=True, **kw)
+        out.append(d)
+    return out
+
+
+def label_counts(job: Any, label: str = "abnormal") -> np.ndarray:
+    """Abnormal ops per rank of a labelled job directory (reads only the label column)."""
+    import pyarrow.parquet as pq
+
+    j = _open(job)
+    out = np.zeros(j.world_size, dtype=np.int64)
+    for r in j.available_ranks():
+        t = pq.read_table(j.rank_path(r), columns=[label]) if hasattr(j, "rank_path") else j.ops(r).select([label])
+        out[r] = int(np.count_nonzero(t.column(label).to_numpy(zero_copy_only=False)))
+    return out
