@@ -1,0 +1,209 @@
+"""Localization accuracy of Holmes on simulated jobs with every fault kind (paper Figs. 14c, 15, 24, 26).
+
+Jobs come from ``holmes.simulate`` (cached under ``--cache``; a job is simulated once per
+configuration and seed). Each job has one fault: its kind cycles over gpu, host, nic, nvswitch,
+switch (a leaf) and link (a leaf-spine cable: a NIC's own cable is indistinguishable from the NIC
+in any traffic, see the report), its pattern over spike, fluctuation and persistent, its device and
+timing are drawn from the job seed. Factors are chosen so the fault shows in the iteration time.
+
+Tables printed:
+
+* Fig. 15b: top-1 accuracy at 2,048 / 4,096 / 8,192 GPUs for Holmes, RW and the Seer-like learned
+  localizer, with ranks read;
+* Fig. 24: top-1 by fault pattern; per fault kind;
+* Fig. 15a: top-1 for delta in 1.02 .. 1.14 (2,048 GPUs);
+* Fig. 14c: per-iteration accuracy with 1-6 monitored GPUs (2,048 GPUs);
+* Fig. 15c: top-1 for 3D .. 6D parallelism (3D = tp/pp/dp, 4D + ep, 5D + cp, 6D + sequence parallel);
+* Fig. 26: MAP vs linear accumulation.
+
+The last line: ``top1_2048=<%> top1_8192=<%> top1_6d=<%>``.
+
+Usage::
+
+    python benchmarks/localize_accuracy.py            # full: 20 jobs per point (long: simulations)
+    python benchmarks/localize_accuracy.py --quick    # 6 jobs per point, fewer sweeps
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+import holmes
+from holmes.localize import localize
+from holmes.localize.baselines import RandomWalkLocalizer, SeerLikeLocalizer
+from holmes.simulate import simulate
+from holmes.topology import default_topology
+
+KINDS = ("gpu", "host", "nic", "nvswitch", "switch", "link")
+PATTERNS = ("spike", "fluctuation", "persistent")
+FACTOR = {"gpu": 4.0, "host": 3.0, "nic": 12.0, "nvswitch": 8.0, "switch": 16.0, "link": 60.0}
+SIZES = {2048: dict(tp=8, pp=8, dp=32), 4096: dict(tp=8, pp=8, dp=64), 8192: dict(tp=8, pp=8, dp=128)}
+DIMS = {"3D": dict(tp=4, pp=4, dp=32, sequence_parallel=False), "4D": dict(tp=4, pp=4, dp=32, ep=4, sequence_parallel=False),
+        "5D": dict(tp=4, pp=4, dp=16, ep=4, cp=2, sequence_parallel=False),
+        "6D": dict(tp=4, pp=4, dp=16, ep=4, cp=2, sequence_parallel=True)}
+ITERATIONS = 30
+
+
+def fault_spec(world: int, kind: str, pattern: str, seed: int) -> tuple[str, str]:
+    """(spec, device id) of the job's fault."""
+    rng = np.random.default_rng(seed)
+    topo = default_topology(world)
+    if kind in ("gpu", "nic"):
+        dev = f"{kind}:{int(rng.integers(world))}"
+    elif kind in ("host", "nvswitch"):
+        dev = f"{kind}:{int(rng.integers(topo.num_hosts))}"
+    elif kind == "switch":
+        leaves = [s for s in topo.switches if "leaf" in s]
+        dev = leaves[int(rng.integers(len(leaves)))]
+    else:
+        links = [d for d in topo.devices("link") if d.count("switch:") == 2]
+        dev = links[int(rng.integers(len(links)))]
+    return f"{dev}@{pattern}*{FACTOR[kind]}", dev
+
+
+def make_job(cache: Path, cfg: dict, kind: str, pattern: str, seed: int) -> tuple[Path, str]:
+    world = cfg["tp"] * cfg["pp"] * cfg["dp"] * cfg.get("cp", 1)
+    spec, dev = fault_spec(world, kind, pattern, seed)
+    name = "_".join(f"{k}{v}" for k, v in sorted(cfg.items())) + f"_{kind}_{pattern}_s{seed}"
+    out = cache / name
+    if not (out / "job.json").is_file():
+        simulate(out, micro_batches=2, iterations=ITERATIONS, seed=seed, faults=[spec], overwrite=True, **cfg)
+    return out, dev
+
+
+def job_set(cache: Path, cfg: dict, n: int, seed0: int) -> list[tuple[Path, str, str, str]]:
+    out = []
+    for i in range(n):
+        kind, pattern = KINDS[i % len(KINDS)], PATTERNS[(i // len(KINDS) + i) % len(PATTERNS)]
+        path, dev = make_job(cache, cfg, kind, pattern, seed0 + i)
+        out.append((path, dev, kind, pattern))
+    return out
+
+
+def pct(xs: list[bool]) -> float:
+    return 100.0 * sum(xs) / max(1, len(xs))
+
+
+def run_holmes(jobs, **kw) -> tuple[list[bool], list[int], list[float]]:
+    ok, reads, secs = [], [], []
+    for path, dev, _, _ in jobs:
+        t0 = time.perf_counter()
+        r = localize(path, **kw)
+        secs.append(time.perf_counter() - t0)
+        ok.append(r.top is not None and r.top.id == dev)
+        reads.append(len(r.fetched))
+    return ok, reads, secs
+
+
+def per_iteration_accuracy(jobs, monitors: int, seed: int) -> float:
+    """Fig. 14c: per irregular iteration, is the truth among the devices of the earliest root cause?"""
+    from holmes.localize.ranking import cause_devices
+
+    hits = []
+    rng = np.random.default_rng(seed)
+    for path, dev, _, _ in jobs:
+        job = holmes.read_job(path)
+        extra = rng.choice(np.arange(1, job.world_size), size=monitors - 1, replace=False).tolist()
+        r = localize(job, monitors=extra)
+        topo = job.topology
+        by_it = defaultdict(list)
+        for c in r.root_causes:
+            by_it[c.iteration].append(c)
+        truth_its = set(job.truth.faults[0].iterations)
+        for it in r.irregular_iterations:
+            if it not in truth_its:
+                continue
+            cs = by_it.get(it)
+            hits.append(bool(cs) and dev in cause_devices(cs[0].cause, cs[0].ranks, topo))
+    return pct(hits)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="6 jobs per point, reduced sweeps")
+    ap.add_argument("--jobs", type=int, default=None, help="jobs per point (default 20, quick 6)")
+    ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "holmes-bench-jobs"))
+    ap.add_argument("--detector", default="auto", help="detector for Holmes (auto, robust, label, model)")
+    ap.add_argument("--seed", type=int, default=5000, help="first job seed")
+    ap.add_argument("--baseline-ranks", type=int, default=512,
+                    help="ranks the RW and Seer-like baselines read per job (a random sample plus the pivot)")
+    ap.add_argument("--sizes", default=None, help="comma-separated GPU counts (default 2048,4096,8192)")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    n = args.jobs or (6 if args.quick else 20)
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else ([2048, 8192] if args.quick else [2048, 4096, 8192])
+    det = args.detector
+    t_start = time.time()
+
+    print(f"# jobs per point: {n}; detector: {det}; cache: {cache}")
+    print("\n## Fig. 15b: top-1 accuracy vs GPUs")
+    print(f"{'GPUs':>6} {'Holmes':>8} {'RW':>8} {'Seer':>8} {'ranks read (median)':>20} {'s/job (median)':>15}")
+    top1: dict[int, float] = {}
+    all_sets = {}
+    for size in sizes:
+        jobs = job_set(cache, SIZES[size], n, args.seed + size)
+        all_sets[size] = jobs
+        ok, reads, secs = run_holmes(jobs, detector=det)
+        top1[size] = pct(ok)
+        train = job_set(cache, SIZES[size], 6, args.seed + 100_000 + size)
+        seer = SeerLikeLocalizer(max_ranks=args.baseline_ranks).fit([p for p, *_ in train])
+        rw = RandomWalkLocalizer(max_ranks=args.baseline_ranks)
+        rw_ok = [bool(s := rw.rank(p)) and s[0][0] == d for p, d, *_ in jobs]
+        seer_ok = [bool(s := seer.rank(p)) and s[0][0] == d for p, d, *_ in jobs]
+        print(f"{size:>6} {top1[size]:>7.1f}% {pct(rw_ok):>7.1f}% {pct(seer_ok):>7.1f}% "
+              f"{statistics.median(reads):>20.0f} {statistics.median(secs):>15.2f}", flush=True)
+
+    base = all_sets[sizes[0]]
+    print(f"\n## Fig. 24 and per kind: top-1 at {sizes[0]} GPUs")
+    for label, key in (("pattern", 3), ("kind", 2)):
+        groups = defaultdict(list)
+        ok, _, _ = run_holmes(base, detector=det)
+        for job, hit in zip(base, ok):
+            groups[job[key]].append(hit)
+        for g, hits in sorted(groups.items()):
+            print(f"{label:>8} {g:<12} {pct(hits):6.1f}%  ({len(hits)} jobs)")
+
+    print(f"\n## Fig. 15a: top-1 vs delta ({sizes[0]} GPUs)")
+    deltas = [1.02, 1.06, 1.1, 1.14] if args.quick else [1.02, 1.04, 1.06, 1.08, 1.1, 1.12, 1.14]
+    for d in deltas:
+        ok, _, _ = run_holmes(base, detector=det, delta=d)
+        print(f"delta={d:.2f} top1={pct(ok):6.1f}%")
+
+    print(f"\n## Fig. 14c: per-iteration accuracy vs monitored GPUs ({sizes[0]} GPUs)")
+    for m in ([1, 3, 6] if args.quick else [1, 2, 3, 4, 5, 6]):
+        print(f"monitors={m} per_iteration={per_iteration_accuracy(base, m, args.seed):6.1f}%")
+
+    print("\n## Fig. 15c: top-1 vs parallelism dimensions (256-512 GPUs)")
+    dims = {}
+    for name, cfg in DIMS.items():
+        jobs = job_set(cache, cfg, n, args.seed + 7000 + len(name) * 31 + sum(cfg.values()))
+        ok, _, _ = run_holmes(jobs, detector=det)
+        dims[name] = pct(ok)
+        print(f"{name} top1={dims[name]:6.1f}%", flush=True)
+
+    print("\n## Fig. 26: MAP vs linear accumulation")
+    for size in sizes:
+        jobs = all_sets[size]
+        ok_map, _, _ = run_holmes(jobs, detector=det)
+        ok_lin, _, _ = run_holmes(jobs, detector=det, method="linear")
+        print(f"{size:>6} GPUs  MAP={pct(ok_map):6.1f}%  linear={pct(ok_lin):6.1f}%")
+    print(f"\n# total {time.time() - t_start:.0f} s")
+    t2048 = top1.get(2048, float("nan"))
+    t8192 = top1.get(8192, float("nan"))
+    print(f"top1_2048={t2048:.1f} top1_8192={t8192:.1f} top1_6d={dims['6D']:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+"""Time one Holmes localization at 2,048-8,192 GPUs against a full scan of every rank (paper §5.2).
+
+For each size a job with one slow GPU (persistent, from iteration 6) is simulated once and cached
+(``--cache``). Then, in the same run:
+
+* **Holmes**: ``holmes.localize(path)`` end to end on a freshly opened job directory (reading
+  job.json, the pivot's log, the ranks the search visits, detection, search, ranking);
+  median of ``--repeats`` runs;
+* **Full scan** (the paper's "Traditional"): read every rank's log and flag abnormal operators
+  with the 3-sigma rule per operator position on all of them (``--scan-repeats`` runs).
+
+The last line: ``localize_s_median=<s> ranks_read_pct=<%> full_scan_ratio=<x> peak_rss_mb=<MB>``
+for the largest size.
+
+Usage::
+
+    python benchmarks/localize_scale.py --gpus 8192
+    python benchmarks/localize_scale.py            # 2048, 4096 and 8192
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+import holmes
+from holmes.localize import localize
+from holmes.simulate import simulate
+
+LAYOUT = {2048: dict(tp=8, pp=8, dp=32), 4096: dict(tp=8, pp=8, dp=64), 8192: dict(tp=8, pp=8, dp=128)}
+
+
+def three_sigma(table) -> np.ndarray:
+    """Abnormal flags by the 3-sigma rule over each operator position's durations."""
+    d = (table.column("end_ns").to_numpy() - table.column("start_ns").to_numpy()).astype(float)
+    idx = table.column("op_index").to_numpy()
+    order = np.argsort(idx, kind="stable")
+    ks = idx[order]
+    cuts = np.flatnonzero(np.diff(ks)) + 1
+    out = np.zeros(len(d), dtype=bool)
+    for seg in np.split(order, cuts):
+        x = d[seg]
+        out[seg] = np.abs(x - x.mean()) > 3 * x.std()
+    return out
+
+
+def full_scan(path: Path) -> tuple[float, int]:
+    t0 = time.perf_counter()
+    job = holmes.read_job(path, cache_size=1)
+    flagged = 0
+    for r in range(job.world_size):
+        flagged += int(three_sigma(job.ops(r)).sum())
+    return time.perf_counter() - t0, flagged
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", default="2048,4096,8192", help="comma-separated sizes (2048, 4096, 8192)")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--scan-repeats", type=int, default=1)
+    ap.add_argument("--iterations", type=int, default=20)
+    ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "holmes-bench-scale"))
+    ap.add_argument("--detector", default="auto")
+    ap.add_argument("--quick", action="store_true", help="3 repeats")
+    args = ap.parse_args(argv)
+    sizes = [int(s) for s in args.gpus.split(",")]
+    for s in sizes:
+        if s not in LAYOUT:
+            ap.error(f"--gpus: {s} is not one of {sorted(LAYOUT)}")
+    reps = 3 if args.quick else args.repeats
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    print(f"{'GPUs':>6} {'holmes s (median)':>18} {'ranks read':>11} {'% ranks':>8} {'MB read':>8} "
+          f"{'full scan s':>12} {'ratio':>7} {'top-1':>10}")
+    last = None
+    for size in sizes:
+        fault_rank = size // 2 + 5
+        out = cache / f"scale{size}_it{args.iterations}"
+        if not (out / "job.json").is_file():
+            simulate(out, micro_batches=2, iterations=args.iterations, seed=size, overwrite=True,
+                     faults=[f"gpu:{fault_rank}@persistent:6*4"], **LAYOUT[size])
+        times, report = [], None
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            report = localize(out, detector=args.detector)
+            times.append(time.perf_counter() - t0)
+        assert report is not None
+        scan = [full_scan(out)[0] for _ in range(max(1, args.scan_repeats))]
+        med, scan_med = statistics.median(times), statistics.median(scan)
+        pct = 100.0 * len(report.fetched) / size
+        top = report.top.id if report.top else "-"
+        print(f"{size:>6} {med:>18.3f} {len(report.fetched):>11} {pct:>7.2f}% {report.bytes_read / 1e6:>8.2f} "
+              f"{scan_med:>12.2f} {scan_med / med:>6.1f}x {top:>10}", flush=True)
+        last = (med, pct, scan_med / med)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    assert last is not None
+    print(f"localize_s_median={last[0]:.3f} ranks_read_pct={last[1]:.2f} full_scan_ratio={last[2]:.1f} "
+          f"peak_rss_mb={peak:.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,52 @@
+"""``holmes localize JOB [--pivot R] [--window N] [--top K] [--delta D] [--format text|json]``.
+
+Prints the ranked devices, root causes and what was read; JSON on stdout with ``--format json``
+(keys of DESIGN.md plus evidence, missing ranks, bytes read).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+__all__ = ["add_parser", "run"]
+
+
+def _ranks(text: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated ranks, got {text!r}") from None
+
+
+def add_parser(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("job", metavar="JOB", help="CommOps job directory")
+    parser.add_argument("--pivot", type=int, default=0, metavar="R", help="monitored rank (default 0)")
+    parser.add_argument("--monitors", type=_ranks, default=None, metavar="R,...",
+                        help="extra monitored ranks the search also starts from")
+    parser.add_argument("--window", type=int, default=100, metavar="N", help="iterations analysed (default 100)")
+    parser.add_argument("--top", type=int, default=2, metavar="K", help="devices reported (default 2)")
+    parser.add_argument("--delta", type=float, default=1.1, metavar="D",
+                        help="an iteration is irregular above D times the reference (default 1.1)")
+    parser.add_argument("--detector", default="auto", metavar="NAME",
+                        help="auto (default), model, robust, or label (ground truth of generated jobs)")
+    parser.add_argument("--method", choices=("map", "linear"), default="map", help="device accumulation")
+    parser.add_argument("--alpha", type=float, default=1.0, help="strength of the Beta prior (default 1)")
+    parser.add_argument("--max-iterations", type=int, default=None, metavar="N",
+                        help="search at most N irregular iterations (the most irregular)")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--no-evidence", action="store_true", help="omit the evidence paths from JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    from holmes.localize import localize
+
+    report = localize(args.job, pivot=args.pivot, window=args.window, top_k=args.top, delta=args.delta,
+                      detector=args.detector, monitors=args.monitors, method=args.method, alpha=args.alpha,
+                      max_iterations=args.max_iterations)
+    if args.format == "json":
+        sys.stdout.write(json.dumps(report.to_json(evidence=not args.no_evidence), indent=2) + "\n")
+    else:
+        sys.stdout.write(report.to_text() + "\n")
+    return 0

@@ -1,0 +1,255 @@
+"""``holmes.localize``: iteration monitor -> detector -> COG search -> cross-iteration ranking.
+
+Examples
+--------
+>>> import holmes
+>>> report = holmes.localize("fixtures/gpu64-3d-slow-gpu")      # doctest: +SKIP
+>>> report.top.id                                                 # doctest: +SKIP
+'gpu:5'
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import numpy as np
+
+from holmes.errors import ConfigError, JobError
+from holmes.localize.detectors import resolve_detector
+from holmes.localize.ranking import (DeviceRanking, cause_devices, device_kind, irregularity_rate,
+                                     network_devices)
+from holmes.localize.probe import NetworkProbe
+from holmes.localize.report import DeviceScore, Report
+from holmes.localize.search import COMPUTE, GraphSearch, RootCause
+from holmes.localize.sources import open_source
+
+__all__ = ["localize", "irregular_mask"]
+
+log = logging.getLogger(__name__)
+
+
+def irregular_mask(durations: np.ndarray, delta: float = 1.1, quantile: float = 10.0) -> np.ndarray:
+    """Iterations whose duration exceeds ``delta`` times a robust reference.
+
+    The reference is a low percentile (default the 10th) of the durations in the window: unlike
+    the median it stays on the fault-free level even when a persistent slowdown covers most of
+    the window.
+
+    >>> irregular_mask(np.array([10., 10.2, 9.9, 13., 10.1]), 1.1).tolist()
+    [False, False, False, True, False]
+    """
+    d = np.asarray(durations, dtype=float)
+    if d.size == 0:
+        return np.zeros(0, dtype=bool)
+    ref = np.percentile(d, quantile)
+    return d > delta * ref
+
+
+def localize(job: Any, *, pivot: int = 0, window: int = 100, top_k: int = 2, delta: float = 1.1,
+             detector: Any = None, topology: Any = None, prior: Mapping[str, float] | None = None,
+             alpha: float = 1.0, monitors: Iterable[int] | None = None, max_iterations: int | None = None,
+             max_starts: int | None = 4, method: str = "map", include_host: bool = True,
+             exonerate: bool = True, exonerate_bytes: float = 1 / 16, probe_reads: int = 64) -> Report:
+    """Rank the devices most likely making a job slow.
+
+    Parameters
+    ----------
+    job : path, Job, MemoryJob or JobSource
+    pivot : int, default 0
+        The monitored rank whose iteration times define the irregular iterations.
+    window : int, default 100
+        T: the last ``window`` iterations of the pivot are analysed.
+    top_k : int, default 2
+    delta : float, default 1.1
+        An iteration is irregular when it lasts more than ``delta`` times the reference.
+    detector : str or object, optional
+        ``"auto"`` (default: the shipped model, else the robust rule), ``"model"``, ``"label"``
+        (ground truth, for evaluation), ``"robust"``, or any object with ``predict_ops``.
+    topology : ClusterTopology, optional
+        Defaults to the job's ``topology.json``, else ``default_topology(world_size)`` (recorded in
+        the assumptions).
+    prior : mapping, optional
+        p(d) per device kind (gpu, nic, link, switch, cpu, other).
+    alpha : float, default 1.0
+        Strength of the Beta prior.
+    monitors : iterable of int, optional
+        Extra monitored ranks; the search also starts from their abnormal operators.
+    max_iterations : int, optional
+        Search at most this many irregular iterations (the most irregular ones).
+    max_starts : int or None, default 4
+        Start operators per monitored rank and iteration (earliest abnormal ones first).
+    method : {"map", "linear"}
+    include_host : bool, default True
+        Compute causes also implicate the host.
+    exonerate : bool, default True
+        Leave out of a network cause the devices crossed, in the same iteration, by operators
+        that ran normally on the ranks already fetched (a normal transfer through a device shows
+        the device was healthy then). Only operators moving at least ``exonerate_bytes`` times
+        the cause operator's bytes (default 1/16) count, so latency-bound small messages do not clear a device.
+    probe_reads : int, default 64
+        Extra ranks the network probes may read to tell the devices of a network cause apart
+        (:mod:`holmes.localize.probe`); 0 turns the probes off.
+
+    Returns
+    -------
+    Report
+
+    Raises
+    ------
+    JobError, ConfigError
+        Bad job or arguments (the pivot's log missing, a rank outside the world, ...).
+    """
+    if window < 2:
+        raise ConfigError(f"window={window} must be >= 2")
+    if top_k < 1:
+        raise ConfigError(f"top={top_k} must be >= 1")
+    if not delta > 1.0:
+        raise ConfigError(f"delta={delta} must be > 1")
+    src = open_source(job)
+    world = src.world_size
+    pivots = [int(pivot)] + [int(m) for m in (monitors or []) if int(m) != int(pivot)]
+    for p in pivots:
+        if not 0 <= p < world:
+            raise ConfigError(f"pivot rank {p} is outside world_size {world}")
+    assumptions: list[str] = []
+    topo = topology if topology is not None else src.topology
+    if topo is None:
+        from holmes.topology import default_topology
+
+        topo = default_topology(world)
+        assumptions.append(f"no topology.json: default rail-optimized two-tier Clos, "
+                           f"{topo.gpus_per_host} GPUs per host ({world} GPUs)")
+    elif topo.num_gpus < world:
+        raise ConfigError(f"topology has {topo.num_gpus} GPUs, the job {world} ranks")
+    det = resolve_detector(detector)
+    assumptions.append("abnormal operators flagged by " + " ".join(repr(det).split()))
+    search = GraphSearch(src, det)
+    if search.rank_ops(pivots[0]) is None:
+        raise JobError(f"pivot rank {pivots[0]}: {src.missing.get(pivots[0], 'log unavailable')}")
+    it_all, dur_all = _iteration_times(src, pivots[0])
+    its, durs = it_all[-window:], dur_all[-window:].astype(float)
+    irregular = its[irregular_mask(durs, delta)]
+    if len(its) < 5:
+        assumptions.append(f"only {len(its)} iteration(s) in the window: irregularity rates are unreliable")
+    chosen = irregular
+    if max_iterations is not None and len(irregular) > max_iterations:
+        sev = durs[np.isin(its, irregular)]
+        chosen = np.sort(irregular[np.argsort(-sev, kind="stable")[:max_iterations]])
+        assumptions.append(f"searched the {max_iterations} most irregular of {len(irregular)} irregular iterations")
+    causes: list[RootCause] = []
+    without: list[int] = []
+    for it in chosen.tolist():
+        starts = []
+        for p in pivots:
+            ro = search.rank_ops(p)
+            if ro is None:
+                continue
+            lo, hi = ro.iteration_rows(it)
+            rows = np.arange(lo, hi)
+            assert ro.abnormal is not None
+            rows = rows[ro.abnormal[rows]]
+            rows = rows[np.argsort(ro.start[rows], kind="stable")]
+            if max_starts is not None:
+                rows = rows[:max_starts]
+            starts += [(p, int(r)) for r in rows]
+        found = search.search(it, starts) if starts else []
+        if not found:
+            without.append(it)
+        causes += found
+    ranking = DeviceRanking(method=method, prior=prior, alpha=alpha, decay=topo.decay)
+    piv_series = durs
+    healthy = _HealthyPaths(search.graph, topo) if exonerate else None
+    probe = NetworkProbe(search, topo, max_reads=probe_reads) if probe_reads > 0 else None
+    for c in causes:
+        ro = search.graph.ranks[c.rank]
+        series = ro.position_series(int(ro.op_index[c.row]), its, gap=c.cause == COMPUTE)
+        c.rate = irregularity_rate(series, piv_series)
+        ex = None
+        if healthy is not None and c.cause != COMPUTE:
+            ex = healthy.devices(c.iteration, int(ro.nbytes[c.row]) * exonerate_bytes)
+        devs = cause_devices(c.cause, c.ranks, topo, include_host=include_host, exonerated=ex)
+        if probe is not None and c.cause != COMPUTE:
+            t0, t1 = int(ro.start[c.row]), int(ro.end[c.row])
+            t0 -= 2 * (t1 - t0)
+            devs = probe.refine(int(ro.iteration[c.row]), c.ranks, devs, window=(t0, t1),
+                                min_fine_bytes=int(ro.nbytes[c.row]) * exonerate_bytes)
+            c.devices = devs
+        ranking.add(devs, c.rate)
+    index = ranking.index()
+    ranked = [DeviceScore(d, device_kind(d), s, index.get(d, 0.0), ranking.counts.get(d, 0))
+              for d, s in ranking.ranked()]
+    if not len(irregular):
+        assumptions.append(f"no irregular iteration (delta={delta}) on pivot rank {pivots[0]}: nothing to localize")
+    if src.missing:
+        assumptions.append(f"{len(src.missing)} rank(s) missing or unreadable; the search went around them")
+    log.info("localize: %d irregular iterations, %d causes, %d ranks read", len(irregular), len(causes),
+             len(src.ranks_read))
+    return Report(devices=ranked[:top_k], all_devices=ranked, root_causes=causes,
+                  irregular_iterations=[int(i) for i in irregular], world_size=world, fetched=src.ranks_read,
+                  missing=dict(src.missing), assumptions=assumptions, pivots=pivots,
+                  window=[int(i) for i in its], bytes_read=src.bytes_read,
+                  params={"pivot": pivots[0], "window": window, "top_k": top_k, "delta": delta, "method": method,
+                          "alpha": alpha}, iterations_without_cause=without)
+
+
+class _HealthyPaths:
+    """Network devices crossed by normally-running operators of the fetched ranks, per iteration."""
+
+    def __init__(self, graph: Any, topology: Any) -> None:
+        self.graph = graph
+        self.topology = topology
+        self._by_iter: dict[int, list[tuple[int, frozenset[str]]]] = {}
+        self._paths: dict[tuple[int, ...], frozenset[str]] = {}
+
+    def _devs(self, ranks: tuple[int, ...]) -> frozenset[str]:
+        got = self._paths.get(ranks)
+        if got is None:
+            got = frozenset(network_devices(ranks, self.topology))
+            self._paths[ranks] = got
+        return got
+
+    def _collect(self, iteration: int) -> list[tuple[int, frozenset[str]]]:
+        got = self._by_iter.get(iteration)
+        if got is not None:
+            return got
+        best: dict[tuple[int, ...], int] = {}
+        for r, ro in self.graph.ranks.items():
+            lo, hi = ro.iteration_rows(iteration)
+            if hi <= lo or ro.abnormal is None:
+                continue
+            rows = np.arange(lo, hi)[~ro.abnormal[lo:hi]]
+            if rows.size == 0:
+                continue
+            key = ro.comm[rows].astype(np.int64) * (self.graph_world + 1) + (ro.peer[rows].astype(np.int64) + 1)
+            order = np.lexsort((-ro.nbytes[rows], key))
+            uk, first = np.unique(key[order], return_index=True)
+            for k, i in zip(uk.tolist(), first.tolist()):
+                row = int(rows[order[i]])
+                peer = int(ro.peer[row])
+                members = tuple(sorted((r, peer))) if peer >= 0 else self.graph.members[int(ro.comm[row])]
+                nb = int(ro.nbytes[row])
+                if best.get(members, -1) < nb:
+                    best[members] = nb
+        got = [(nb, self._devs(m)) for m, nb in best.items() if len(m) > 1]
+        self._by_iter[iteration] = got
+        return got
+
+    @property
+    def graph_world(self) -> int:
+        return int(self.topology.num_gpus)
+
+    def devices(self, iteration: int, min_bytes: float) -> set[str]:
+        out: set[str] = set()
+        for nb, devs in self._collect(iteration):
+            if nb >= min_bytes:
+                out |= devs
+        return out
+
+
+def _iteration_times(src: Any, rank: int) -> tuple[np.ndarray, np.ndarray]:
+    got = src.iteration_times(rank)
+    if got is None or len(got[0]) == 0:
+        raise JobError(f"pivot rank {rank}: no iterations in its log")
+    return np.asarray(got[0]), np.asarray(got[1])

@@ -1,0 +1,240 @@
+"""Narrowing a network cause down to devices: corroborating and clearing probes.
+
+Algorithm 1 ends a branch with NETWORK over a P2P pair or a group's ring, which implicates every
+device on the paths among those GPUs (NICs, cables, leaves, spines, NVSwitches). A single
+cause cannot tell them apart, and the same cause repeats in every irregular iteration. Following
+the paper's remark that operator-to-node correlations can be integrated further (Appendix C),
+Holmes checks a few *neighbouring transfers* of the same iteration. A transfer is judged by
+the copy of the member that entered it last (it did not wait, so its duration is the transfer
+itself): abnormal -> slow transfer, normal -> the transfer ran fine. Copies that waited say
+nothing about the transfer, whatever their label.
+
+* the other communicators and P2P peers of the cause's members (small groups only, or groups
+  already fetched);
+* for a switch on the path, a P2P pair of another GPU below that switch.
+
+A transfer that ran fine clears every device on its path; a slow one supports the devices on
+it. The cause keeps its devices not cleared, and among them those with the most support. Probes
+read at most ``max_reads`` more ranks in a whole localization.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import numpy as np
+
+from holmes.cog.graph import RECV, SEND
+from holmes.localize.ranking import network_devices
+
+__all__ = ["NetworkProbe"]
+
+log = logging.getLogger(__name__)
+
+SLOW, FINE = "slow", "fine"
+
+
+class NetworkProbe:
+    """Refines the device sets of network causes with a bounded number of extra reads.
+
+    Parameters
+    ----------
+    search : GraphSearch
+        Gives fetched ranks (``rank_ops``) and the COG.
+    topology : ClusterTopology
+    max_reads : int, default 64
+        Ranks the probes may fetch in total.
+    max_group : int, default 8
+        Largest group a probe reads in full (larger ones only when already fetched).
+    """
+
+    def __init__(self, search: Any, topology: Any, *, max_reads: int = 64, max_group: int = 8) -> None:
+        self.search = search
+        self.graph = search.graph
+        self.topology = topology
+        self.max_reads = max_reads
+        self.max_group = max_group
+        self.reads = 0
+        self._verdicts: dict[tuple[int, tuple[int, ...]], str | None] = {}
+        self._refined: dict[tuple[int, frozenset[str]], list[str]] = {}
+        self._pp_peers: dict[int, list[int]] | None = None
+        self._under: dict[str, list[int]] | None = None
+        self.log: list[dict[str, Any]] = []
+
+    # ------------------------------------------------------------------ reads
+    def _ops(self, rank: int, allow_read: bool = True) -> Any:
+        ro = self.graph.ranks.get(rank)
+        if ro is not None:
+            return ro
+        if not allow_read or self.reads >= self.max_reads or rank in self.search.source.missing:
+            return None
+        self.reads += 1
+        return self.search.rank_ops(rank)
+
+    # ------------------------------------------------------------------ verdicts
+    def _pair_verdict(self, iteration: int, a: int, b: int, row: int | None = None) -> str | None:
+        """Was the P2P transfer between ``a`` and ``b`` slow in ``iteration`` (or at ``row`` of ``a``)?"""
+        ra = self._ops(a)
+        key = (iteration, (min(a, b), max(a, b)))
+        if key in self._verdicts:
+            return self._verdicts[key]
+        verdict = None
+        rb = self._ops(b) if ra is not None else None
+        if ra is not None and rb is not None:
+            lo, hi = ra.iteration_rows(iteration)
+            rows = np.arange(lo, hi)
+            rows = rows[(ra.op[rows] >= SEND) & (ra.peer[rows] == b)]
+            slow = fine = 0
+            for row in rows.tolist():
+                opp = RECV if ra.op[row] == SEND else SEND
+                prow = rb.find_p2p(int(ra.comm[row]), int(ra.seq[row]), opp, a, iteration)
+                if prow is None:
+                    continue
+                # the side that arrived last did not wait: its duration is the transfer itself
+                late_abnormal = ra.abnormal[row] if ra.start[row] >= rb.start[prow] else rb.abnormal[prow]
+                if late_abnormal:
+                    slow += 1
+                else:
+                    fine += 1
+            if slow or fine:
+                verdict = SLOW if slow > fine else FINE
+        self._verdicts[key] = verdict
+        return verdict
+
+    def _group_verdict(self, iteration: int, comm: int, seq: int, own: Any = None, row: int | None = None) -> str | None:
+        members = self.graph.members[comm]
+        key = (iteration, (-1 - comm, seq))
+        if key in self._verdicts:
+            return self._verdicts[key]
+        verdict: str | None = None
+        allow = len(members) <= self.max_group
+        latest: tuple[int, bool] | None = None
+        for m in members:
+            ro = self._ops(m, allow_read=allow)
+            mrow = None if ro is None else ro.find_collective(comm, seq, iteration)
+            if mrow is None:
+                latest = None
+                break
+            if latest is None or ro.start[mrow] > latest[0]:
+                latest = (int(ro.start[mrow]), bool(ro.abnormal[mrow]))
+        if latest is not None:
+            # the member that entered last did not wait: its copy times the transfer itself
+            verdict = SLOW if latest[1] else FINE
+        self._verdicts[key] = verdict
+        return verdict
+
+    # ------------------------------------------------------------------ probes
+    def _neighbour_probes(self, ranks: tuple[int, ...], skip: tuple[int, ...], t0: int, t1: int,
+                          min_fine_bytes: float, iteration: int):
+        """(verdict, group) of the other transfers of the cause's fetched members around [t0, t1]."""
+        seen: set[Any] = set()
+        for r in ranks:
+            ro = self.graph.ranks.get(r)
+            if ro is None:
+                continue
+            lo, hi = ro.iteration_rows(iteration)
+            sl = slice(lo, hi)
+            rows = lo + np.flatnonzero((ro.end[sl] >= t0) & (ro.start[sl] <= t1) & (ro.nbytes[sl] > 0))
+            for row in rows.tolist():
+                it = int(ro.iteration[row])
+                if ro.op[row] >= SEND:
+                    peer = int(ro.peer[row])
+                    grp = tuple(sorted((r, peer)))
+                    if peer < 0 or grp == skip or (grp, it) in seen:
+                        continue
+                    seen.add((grp, it))
+                    v = self._pair_verdict(it, r, peer, row)
+                else:
+                    comm = int(ro.comm[row])
+                    grp = self.graph.members[comm]
+                    if len(grp) < 2 or grp == skip or (comm, it) in seen:
+                        continue
+                    seen.add((comm, it))
+                    v = self._group_verdict(it, comm, int(ro.seq[row]), ro, row)
+                if v == FINE and ro.nbytes[row] < min_fine_bytes:
+                    continue  # a small message may pass a slow device unnoticed
+                if v is not None:
+                    yield v, grp
+
+    def _leaf_probes(self, iteration: int, switch: str, avoid: set[int], count: int = 3):
+        """Verdicts of up to ``count`` P2P pairs of other GPUs below ``switch`` (one pair per GPU)."""
+        found = 0
+        for r in self._ranks_under(switch):
+            if r in avoid:
+                continue
+            for peer in self._peers(r):
+                if peer in avoid or self.topology.host_of(peer) == self.topology.host_of(r):
+                    continue
+                v = self._pair_verdict(iteration, r, peer)
+                if v is not None:
+                    yield v, (min(r, peer), max(r, peer))
+                    found += 1
+                    avoid = avoid | {r, peer}
+                    break
+            if found >= count or self.reads >= self.max_reads:
+                return
+
+    def _peers(self, rank: int) -> list[int]:
+        if self._pp_peers is None:
+            peers: dict[int, list[int]] = {}
+            for code, kind in enumerate(self.graph.kinds):
+                if kind != "pp":
+                    continue
+                m = self.graph.members[code]
+                for a, b in zip(m, m[1:]):
+                    peers.setdefault(a, []).append(b)
+                    peers.setdefault(b, []).append(a)
+            self._pp_peers = peers
+        return self._pp_peers.get(rank, [])
+
+    def _ranks_under(self, switch: str) -> list[int]:
+        if self._under is None:
+            under: dict[str, list[int]] = {}
+            leaf_of = getattr(self.topology, "leaf_of", None)
+            if leaf_of is not None:
+                for r in range(self.topology.num_gpus):
+                    try:
+                        under.setdefault(leaf_of(r), []).append(r)
+                    except Exception:  # noqa: BLE001 - single-host topologies have no leaves
+                        break
+            self._under = under
+        return self._under.get(switch, [])
+
+    # ------------------------------------------------------------------ refine
+    def refine(self, iteration: int, ranks: tuple[int, ...], candidates: list[str], *, window: tuple[int, int],
+               min_fine_bytes: float = 0.0) -> list[str]:
+        """The devices of a network cause that survive the probes (never empty).
+
+        ``iteration`` is the cause operator's iteration and ``window`` a time span (ns) around it:
+        neighbouring transfers are those of the members in that iteration overlapping the span; a transfer that ran fine only clears devices when it moved
+        at least ``min_fine_bytes``.
+        """
+        if len(candidates) <= 1:
+            return candidates
+        prior = self._refined.get((-1, frozenset(candidates)))
+        if prior is not None:
+            return prior
+        cand = set(candidates)
+        support = dict.fromkeys(candidates, 1)
+        cleared: set[str] = set()
+        results: list[tuple[str, tuple[int, ...]]] = list(
+            self._neighbour_probes(ranks, ranks, window[0], window[1], min_fine_bytes, iteration))
+        for sw in [c for c in candidates if c.startswith("switch:")]:
+            results += list(self._leaf_probes(iteration, sw, set(ranks)))
+        for verdict, grp in results:
+            devs = set(network_devices(grp, self.topology)) & cand
+            if not devs:
+                continue
+            if verdict == FINE:
+                cleared |= devs
+            else:
+                for d in devs:
+                    support[d] += 1
+        left = [c for c in candidates if c not in cleared] or list(candidates)
+        best = max(support[c] for c in left)
+        out = [c for c in left if support[c] == best]
+        self.log.append({"iteration": iteration, "ranks": list(ranks[:16]), "candidates": len(candidates),
+                         "probes": len(results), "kept": out[:16]})
+        self._refined[(-1, frozenset(candidates))] = out
+        return out

@@ -1,0 +1,233 @@
+"""Cross-iteration device ranking (§4.4 and Appendix D of the paper).
+
+* :func:`irregularity_rate` -- R(x): Pearson correlation of a root cause's operator series with
+  the iteration-time series over the window, negatives clipped to 0, NaN -> 0.
+* :func:`cause_devices` -- which devices a root cause implicates: a compute cause its GPU (and,
+  with the CPU prior, its host); a network cause every network device on the paths among the
+  involved GPUs (for a group: the ring of its members in rank order).
+* :class:`DeviceRanking` -- accumulates R into I(d) with the topology decay H(d), then either the
+  MAP estimate with a Beta prior per device kind (``a = alpha*p(d)``, ``b = alpha*(1-p(d))``) or
+  plain linear accumulation, and ranks the devices.
+
+Examples
+--------
+>>> r = DeviceRanking()
+>>> r.add(["gpu:3"], 0.9); r.add(["nic:3", "switch:leaf-0"], 0.2)
+>>> [d for d, _ in r.ranked()][:2]
+['gpu:3', 'nic:3']
+>>> round(sum(s for _, s in r.ranked()), 6)
+1.0
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from holmes.errors import ConfigError
+
+__all__ = ["DEFAULT_PRIOR", "irregularity_rate", "cause_devices", "network_devices", "DeviceRanking", "device_kind", "prior_kind"]
+
+#: p(d) per device kind, from Table 1 of the paper (GPU, NIC, link, switch, CPU, other).
+DEFAULT_PRIOR: dict[str, float] = {"gpu": 0.587, "nic": 0.183, "link": 0.095, "switch": 0.048, "cpu": 0.032,
+                                   "other": 0.055}
+# device-id kind -> prior kind
+_PRIOR_KIND = {"gpu": "gpu", "nic": "nic", "link": "link", "switch": "switch", "host": "cpu", "nvswitch": "other"}
+
+
+def device_kind(device_id: str) -> str:
+    """The kind part of a device id (``"switch:leaf-2"`` -> ``"switch"``)."""
+    return device_id.split(":", 1)[0]
+
+
+def prior_kind(device_id: str) -> str:
+    """The key of :data:`DEFAULT_PRIOR` that applies to a device (host -> cpu, nvswitch -> other)."""
+    return _PRIOR_KIND.get(device_kind(device_id), "other")
+
+
+def irregularity_rate(op_series: np.ndarray, iteration_times: np.ndarray) -> float:
+    """R(x): Pearson correlation of two aligned series, negatives clipped to 0, NaN -> 0.
+
+    Iterations missing from either series (NaN) are dropped; fewer than 3 common points, or a
+    constant series, give 0.
+
+    >>> round(irregularity_rate(np.array([1., 1, 5, 1]), np.array([10., 10, 20, 11])), 3)
+    0.995
+    >>> irregularity_rate(np.array([1., 2, 3]), np.array([3., 2, 1]))
+    0.0
+    """
+    x = np.asarray(op_series, dtype=float)
+    y = np.asarray(iteration_times, dtype=float)
+    ok = np.isfinite(x) & np.isfinite(y)
+    if ok.sum() < 3:
+        return 0.0
+    x, y = x[ok] - x[ok].mean(), y[ok] - y[ok].mean()
+    den = np.sqrt((x * x).sum() * (y * y).sum())
+    if den <= 0 or not np.isfinite(den):
+        return 0.0
+    r = float((x * y).sum() / den)
+    return max(0.0, min(1.0, r)) if np.isfinite(r) else 0.0
+
+
+def network_devices(ranks: Sequence[int], topology: Any) -> list[str]:
+    """Network devices on the paths among GPUs: the pair's path, or the ring of a group's members
+    in rank order (hops ``r_i -> r_(i+1)``, cyclic), each device once, in path order.
+
+    >>> from holmes.topology import default_topology
+    >>> network_devices([0, 1, 2], default_topology(16))
+    ['nvswitch:0']
+    """
+    ranks = sorted(set(int(r) for r in ranks))
+    if len(ranks) < 2:
+        return []
+    pairs = list(zip(ranks, ranks[1:]))
+    if len(ranks) > 2:
+        pairs.append((ranks[-1], ranks[0]))
+    seen: dict[str, None] = {}
+    for a, b in pairs:
+        for d in topology.path(a, b):
+            seen.setdefault(d, None)
+    return list(seen)
+
+
+def cause_devices(cause: str, ranks: Sequence[int], topology: Any, *, include_host: bool = True,
+                  exonerated: Any = None) -> list[str]:
+    """Devices a root cause implicates.
+
+    Parameters
+    ----------
+    cause : {"compute", "network"}
+    ranks : sequence of int
+        The involved GPUs.
+    topology : ClusterTopology
+        Gives ``path(a, b)`` and ``host_of(rank)``.
+    include_host : bool, default True
+        Compute causes also implicate the GPU's host (the CPU side), with its own prior.
+    exonerated : set of str, optional
+        Network devices known healthy at the time (crossed by operators that ran normally in
+        the same iteration); they are left out of a network cause unless that would leave
+        nothing.
+
+    Examples
+    --------
+    >>> from holmes.topology import default_topology
+    >>> t = default_topology(16)
+    >>> cause_devices("compute", [9], t)
+    ['gpu:9', 'host:1']
+    >>> cause_devices("network", [0, 1], t)
+    ['nvswitch:0']
+    """
+    ranks = sorted(set(int(r) for r in ranks))
+    if cause == "compute":
+        out = [f"gpu:{r}" for r in ranks]
+        if include_host and topology is not None:
+            out += sorted({f"host:{topology.host_of(r)}" for r in ranks})
+        return out
+    if cause != "network":
+        raise ConfigError(f"unknown cause {cause!r}")
+    if len(ranks) < 2 or topology is None:
+        return [f"nic:{r}" for r in ranks]
+    devs = network_devices(ranks, topology)
+    if exonerated:
+        kept = [d for d in devs if d not in exonerated]
+        if kept:
+            return kept
+    return devs
+
+
+class DeviceRanking:
+    """Accumulates irregularity rates into devices and ranks them.
+
+    Parameters
+    ----------
+    method : {"map", "linear"}, default "map"
+        ``"map"``: the paper's MAP estimate with a Beta prior; ``"linear"``: the plain sum of
+        decayed rates (Fig. 26's baseline).
+    prior : mapping, optional
+        p(d) per prior kind (keys of :data:`DEFAULT_PRIOR`); missing kinds keep their default.
+    alpha : float, default 1.0
+        Strength of the prior (``a = alpha*p``, ``b = alpha*(1-p)``).
+    decay : callable, optional
+        H(d) for a device id (e.g. ``topology.decay``); 1 for every device when omitted.
+
+    Notes
+    -----
+    ``index(d)`` is the paper's I(d) = (sum_x R(x)H(d) + a(d)) / sum_d' (sum_x R(x)H(d') + a(d') + b(d'))
+    over the devices implicated by at least one cause. ``ranked()`` reports scores normalised to
+    sum to one over those devices (``(S(d)H(d) + a(d)) / sum_d' (S(d')H(d') + a(d'))``), which orders
+    devices exactly as I(d) does.
+    """
+
+    def __init__(self, method: str = "map", prior: Mapping[str, float] | None = None, alpha: float = 1.0,
+                 decay: Callable[[str], float] | None = None) -> None:
+        if method not in ("map", "linear"):
+            raise ConfigError(f"ranking method {method!r} must be 'map' or 'linear'")
+        if alpha < 0:
+            raise ConfigError(f"alpha={alpha} must be >= 0")
+        self.method = method
+        self.prior = dict(DEFAULT_PRIOR)
+        for k, v in (prior or {}).items():
+            if k not in DEFAULT_PRIOR:
+                raise ConfigError(f"unknown prior kind {k!r}; expected one of {', '.join(DEFAULT_PRIOR)}")
+            if not 0.0 <= float(v) <= 1.0:
+                raise ConfigError(f"prior p({k})={v} must lie in [0, 1]")
+            self.prior[k] = float(v)
+        self.alpha = float(alpha)
+        self.decay = decay
+        self.sums: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+        self._h: dict[str, float] = {}
+
+    def add(self, devices: Iterable[str], rate: float) -> None:
+        """Accumulate one cause's rate into each of its devices (each device once per cause)."""
+        for d in dict.fromkeys(devices):
+            self.sums[d] = self.sums.get(d, 0.0) + float(rate)
+            self.counts[d] = self.counts.get(d, 0) + 1
+
+    def _H(self, d: str) -> float:
+        h = self._h.get(d)
+        if h is None:
+            h = 1.0 if self.decay is None else float(self.decay(d))
+            self._h[d] = h
+        return h
+
+    def _ab(self, d: str) -> tuple[float, float]:
+        p = self.prior[prior_kind(d)]
+        return self.alpha * p, self.alpha * (1.0 - p)
+
+    def numerators(self) -> dict[str, float]:
+        """S(d)H(d) + a(d) (MAP) or S(d)H(d) (linear) per implicated device."""
+        out = {}
+        for d, s in self.sums.items():
+            v = s * self._H(d)
+            if self.method == "map":
+                v += self._ab(d)[0]
+            out[d] = v
+        return out
+
+    def index(self) -> dict[str, float]:
+        """The paper's I(d) for every implicated device."""
+        num = self.numerators()
+        if self.method == "linear":
+            return num
+        den = sum(num[d] + self._ab(d)[1] for d in num)
+        return {d: (v / den if den > 0 else 0.0) for d, v in num.items()}
+
+    def ranked(self) -> list[tuple[str, float]]:
+        """(device, score) best first; scores sum to 1 (empty when nothing was accumulated).
+
+        Ties are broken by the prior (more likely kinds first), then by the number of causes, then
+        by id, so the order is deterministic.
+        """
+        num = self.numerators()
+        total = sum(num.values())
+        if not num:
+            return []
+        if total <= 0:
+            scores = {d: 1.0 / len(num) for d in num}
+        else:
+            scores = {d: v / total for d, v in num.items()}
+        return sorted(scores.items(), key=lambda kv: (-kv[1], -self.prior[prior_kind(kv[0])],
+                                                       -self.counts.get(kv[0], 0), kv[0]))

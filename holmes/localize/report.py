@@ -1,0 +1,137 @@
+"""The result of a localization: ranked devices, root causes, evidence, what was read.
+
+:meth:`Report.to_json` returns the dict ``holmes localize --format json`` prints (DESIGN.md keys
+``devices``, ``root_causes``, ``irregular_iterations``, ``fetched_ranks``, ``world_size``,
+``assumptions``, plus ``missing_ranks``, ``bytes_read``, ``pivots`` and others); :meth:`Report.to_text`
+a readable summary.
+
+Examples
+--------
+>>> r = Report(devices=[DeviceScore("gpu:3", "gpu", 0.8)], world_size=8, fetched=[0, 3])
+>>> r.top.id, r.to_json()["fetched_ranks"]
+('gpu:3', 2)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from holmes.localize.search import RootCause
+
+__all__ = ["DeviceScore", "Report"]
+
+
+@dataclass(frozen=True)
+class DeviceScore:
+    """One ranked device: its id, kind, normalised score, the paper's I(d) and how many causes implicated it."""
+
+    id: str
+    kind: str
+    score: float
+    index: float = 0.0
+    causes: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "score": round(self.score, 6), "index": round(self.index, 6),
+                "causes": self.causes}
+
+
+@dataclass
+class Report:
+    """What :func:`holmes.localize` found.
+
+    Attributes
+    ----------
+    devices : list of DeviceScore
+        The top-K devices, best first.
+    all_devices : list of DeviceScore
+        Every implicated device, best first.
+    root_causes : list of RootCause
+    irregular_iterations : list of int
+    world_size : int
+    fetched : list of int
+        Ranks whose logs were read.
+    missing : dict
+        rank -> reason, ranks whose logs were absent or unreadable.
+    assumptions : list of str
+    """
+
+    devices: list[DeviceScore] = field(default_factory=list)
+    root_causes: list[RootCause] = field(default_factory=list)
+    irregular_iterations: list[int] = field(default_factory=list)
+    world_size: int = 0
+    fetched: list[int] = field(default_factory=list)
+    missing: dict[int, str] = field(default_factory=dict)
+    assumptions: list[str] = field(default_factory=list)
+    all_devices: list[DeviceScore] = field(default_factory=list)
+    pivots: list[int] = field(default_factory=list)
+    window: list[int] = field(default_factory=list)
+    bytes_read: int = 0
+    params: dict[str, Any] = field(default_factory=dict)
+    iterations_without_cause: list[int] = field(default_factory=list)
+
+    @property
+    def top(self) -> DeviceScore | None:
+        """The most likely device, or None when nothing was found."""
+        return self.devices[0] if self.devices else None
+
+    def to_json(self, *, evidence: bool = True) -> dict[str, Any]:
+        """The JSON object of ``holmes localize --format json``."""
+        causes = []
+        for c in self.root_causes:
+            d = c.to_json()
+            if not evidence:
+                d.pop("evidence", None)
+            causes.append(d)
+        return {
+            "devices": [d.to_json() for d in self.devices],
+            "root_causes": causes,
+            "irregular_iterations": list(self.irregular_iterations),
+            "fetched_ranks": len(self.fetched),
+            "world_size": self.world_size,
+            "assumptions": list(self.assumptions),
+            "missing_ranks": {str(r): why for r, why in sorted(self.missing.items())},
+            "fetched": list(self.fetched),
+            "bytes_read": self.bytes_read,
+            "pivots": list(self.pivots),
+            "window": [self.window[0], self.window[-1]] if self.window else [],
+            "iterations_without_cause": list(self.iterations_without_cause),
+            "params": dict(self.params),
+        }
+
+    def dumps(self, **kw: Any) -> str:
+        return json.dumps(self.to_json(**kw), indent=2)
+
+    def to_text(self, max_causes: int = 10) -> str:
+        """A readable summary (what the CLI prints with ``--format text``)."""
+        lines = []
+        n_it = len(self.window)
+        lines.append(f"Holmes localization: {len(self.irregular_iterations)} irregular iteration(s) of {n_it} "
+                     f"in the window; read {len(self.fetched)} of {self.world_size} ranks"
+                     f" ({self.bytes_read / 1e6:.1f} MB)")
+        if not self.devices:
+            lines.append("No anomalous device found" + (" (no irregular iteration)" if not self.irregular_iterations
+                                                          else " (no root cause could be attributed)") + ".")
+        else:
+            lines.append("Most likely anomalous devices:")
+            for i, d in enumerate(self.devices, 1):
+                lines.append(f"  {i}. {d.id:<28} score {d.score:.3f}  ({d.causes} cause(s))")
+        if self.root_causes:
+            lines.append("Root causes:")
+            for c in self.root_causes[:max_causes]:
+                ranks = ",".join(map(str, c.ranks[:8])) + (",..." if len(c.ranks) > 8 else "")
+                hops = " -> ".join(f"{s['op']}@{s['rank']}" for s in c.evidence)
+                lines.append(f"  iter {c.iteration}: {c.cause} on rank(s) {ranks} at {c.op.get('op')} "
+                             f"[{c.op.get('comm_id')}] R={c.rate:.2f}; path {hops}")
+            if len(self.root_causes) > max_causes:
+                lines.append(f"  ... {len(self.root_causes) - max_causes} more")
+        if self.missing:
+            lines.append(f"Missing or unreadable ranks: {sorted(self.missing)}")
+        for a in self.assumptions:
+            lines.append(f"Assumption: {a}")
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.to_text()

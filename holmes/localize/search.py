@@ -1,0 +1,276 @@
+"""Algorithm 1 of Holmes: root-cause search on the communication-operator graph.
+
+Starting from abnormal operators of a pivot rank in one iteration, the search walks the COG:
+
+* **collective** ``o`` (BFS over its group): read the members' copies of ``o`` (matched by
+  ``(comm_id, seq)``). If some member's copy is *normal*, that member entered last and everybody
+  waited for it: follow it back through its earlier operators of the same iteration (latest
+  first). The latest abnormal one is searched next; if none is abnormal the member's own
+  computation delayed it: cause **COMPUTE** on that GPU. If every copy is abnormal the
+  communication itself is slow: cause **NETWORK** over the group's members.
+* **P2P** ``o`` (DFS along peers): read the peer's matching operator (``(comm_id, sender,
+  receiver, seq)``). Both abnormal, or no peer: **NETWORK** between the pair. Peer normal: the
+  peer was late; follow its earlier operators as above (COMPUTE on the peer if none is abnormal).
+
+The search is iterative (an explicit stack, no recursion limit), keeps a visited set per
+iteration (cycles end), handles several start operators at once and records the evidence path
+of every cause. Ranks are fetched and run through the detector only when the search needs them;
+members of a group are read in a useful order (a member found normal in an earlier iteration,
+then members already fetched, then the rest) and reading stops at the first normal copy.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from holmes.cog.graph import RECV, SEND, CommOpGraph, RankOps
+
+__all__ = ["COMPUTE", "NETWORK", "RootCause", "GraphSearch"]
+
+log = logging.getLogger(__name__)
+
+COMPUTE = "compute"
+NETWORK = "network"
+
+
+@dataclass
+class RootCause:
+    """One root cause found by the search.
+
+    Attributes
+    ----------
+    iteration : int
+    cause : str
+        ``"compute"`` or ``"network"``.
+    ranks : tuple of int
+        The involved GPUs: the straggler (compute), or the group members / the P2P pair (network).
+    rank, row : int
+        Where the root operator was found (rank and row of its :class:`~holmes.cog.RankOps`).
+    op : dict
+        Description of the root operator (op, comm_id, seq, op_index, duration_ns, ...).
+    evidence : list of dict
+        The search path: one step per operator visited, from the start operator to the cause.
+    note : str or None
+        Why the verdict is less certain (e.g. a member's log was missing).
+    rate : float
+        Irregularity rate R, filled in by the ranking.
+    """
+
+    iteration: int
+    cause: str
+    ranks: tuple[int, ...]
+    rank: int
+    row: int
+    op: dict[str, Any]
+    evidence: list[dict[str, Any]] = field(default_factory=list)
+    note: str | None = None
+    rate: float = 0.0
+    devices: list[str] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"iteration": self.iteration, "ranks": list(self.ranks), "cause": self.cause,
+                             "op": self.op.get("op"), "operator": self.op, "irregularity_rate": round(self.rate, 6),
+                             "evidence": self.evidence}
+        if self.note:
+            d["note"] = self.note
+        if self.devices is not None:
+            d["devices"] = list(self.devices[:32])
+        return d
+
+
+class GraphSearch:
+    """Progressive Algorithm-1 search over a :class:`~holmes.cog.CommOpGraph`.
+
+    Parameters
+    ----------
+    source : JobSource
+        Gives ranks' tables (None when missing).
+    detector : object with ``predict_ops(table) -> bool array``
+    graph : CommOpGraph, optional
+        Built from ``source.communicators`` when omitted.
+    max_steps : int, default 100000
+        Safety bound on operators visited per search.
+    """
+
+    def __init__(self, source: Any, detector: Any, graph: CommOpGraph | None = None, *,
+                 max_steps: int = 100_000) -> None:
+        self.source = source
+        self.detector = detector
+        self.graph = graph if graph is not None else CommOpGraph(source.communicators)
+        self.max_steps = max_steps
+        self.hints: dict[int, int] = {}  # group node -> member whose copy was normal last time
+        self._groups_of: dict[int, list[int]] | None = None
+        self.steps = 0
+
+    # ------------------------------------------------------------------ fetching
+    def rank_ops(self, rank: int) -> RankOps | None:
+        """The rank's operators with detector flags (fetched and detected once), or None if missing."""
+        ro = self.graph.ranks.get(rank)
+        if ro is not None:
+            return ro
+        t = self.source.fetch(rank)
+        if t is None:
+            return None
+        ro = self.graph.add_rank(rank, t)
+        flags = np.asarray(self.detector.predict_ops(t), dtype=bool)
+        if flags.shape != (len(ro),):
+            from holmes.errors import ConfigError
+
+            raise ConfigError(f"detector returned {flags.shape} flags for {len(ro)} rows of rank {rank}")
+        ro.abnormal = flags
+        log.debug("fetched rank %d: %d ops, %d abnormal", rank, len(ro), int(flags.sum()))
+        return ro
+
+    def _member_order(self, comm: int, me: int) -> list[int]:
+        members = self.graph.members[comm]
+        gnode = self.graph.group_of[comm]
+        hint = self.hints.get(gnode)
+        fetched = [m for m in members if m != me and m in self.graph.ranks]
+        rest = [m for m in members if m != me and m not in self.graph.ranks and m not in self.source.missing]
+        order = fetched + rest
+        if hint is not None and hint in order:
+            order.remove(hint)
+            order.insert(0, hint)
+        return order
+
+    # ------------------------------------------------------------------ search
+    def search(self, iteration: int, starts: list[tuple[int, int]]) -> list[RootCause]:
+        """Root causes of the given start operators ``(rank, row)`` of one iteration."""
+        causes: list[RootCause] = []
+        visited: set[tuple[int, int]] = set()
+        names = self.graph.comm_ids
+        for start in starts:
+            stack: list[tuple[int, int, list[dict[str, Any]]]] = [(start[0], start[1], [])]
+            while stack:
+                rank, row, path = stack.pop()
+                if (rank, row) in visited:
+                    continue
+                visited.add((rank, row))
+                self.steps += 1
+                if self.steps > self.max_steps:
+                    log.warning("search stopped after %d steps", self.max_steps)
+                    return causes
+                ro = self.graph.ranks[rank]
+                step = ro.describe(row, names)
+                path = path + [step]
+                if ro.op[row] >= SEND:
+                    nxt = self._p2p(iteration, ro, row, path, causes)
+                else:
+                    nxt = self._collective(iteration, ro, row, path, causes)
+                if nxt is not None and nxt[:2] not in visited:
+                    stack.append(nxt)
+                elif nxt is not None:
+                    step["merged"] = True
+        return causes
+
+    def _follow(self, ro: RankOps, row: int, path: list[dict[str, Any]], iteration: int,
+                causes: list[RootCause], note: str | None = None) -> tuple[int, int, list[dict[str, Any]]] | None:
+        """``ro`` entered ``row`` late: search its latest earlier abnormal op, or blame its compute."""
+        assert ro.abnormal is not None
+        earlier = ro.earlier_rows(row)
+        abn = earlier[ro.abnormal[earlier]] if earlier.size else earlier
+        normal_step = ro.describe(row, self.graph.comm_ids)
+        if abn.size:
+            return ro.rank, int(abn[0]), path + [normal_step]
+        causes.append(RootCause(iteration, COMPUTE, (ro.rank,), ro.rank, row, normal_step,
+                                path + [normal_step], note))
+        return None
+
+    def _collective(self, iteration: int, ro: RankOps, row: int, path: list[dict[str, Any]],
+                    causes: list[RootCause]) -> tuple[int, int, list[dict[str, Any]]] | None:
+        comm, seq = int(ro.comm[row]), int(ro.seq[row])
+        members = self.graph.members[comm]
+        desc = path[-1]
+        if not members:
+            causes.append(RootCause(iteration, NETWORK, (ro.rank,), ro.rank, row, desc, path,
+                                    f"communicator {self.graph.comm_ids[comm]} is not in job.json"))
+            return None
+        missing: list[int] = []
+        read = 0
+        for m in self._member_order(comm, ro.rank):
+            mo = self.rank_ops(m)
+            if mo is None:
+                missing.append(m)
+                continue
+            read += 1
+            mrow = mo.find_collective(comm, seq, iteration)
+            if mrow is None:
+                missing.append(m)
+                continue
+            assert mo.abnormal is not None
+            if not mo.abnormal[mrow]:
+                self.hints[self.graph.group_of[comm]] = m
+                desc["normal_member"] = m
+                desc["members_read"] = read
+                note = f"ranks {missing} of the group unreadable" if missing else None
+                return self._follow(mo, mrow, path, iteration, causes, note)
+        self.hints.pop(self.graph.group_of[comm], None)
+        missing += [m for m in members if m in self.source.missing and m != ro.rank and m not in missing]
+        if missing:
+            around = self._around_missing(iteration, missing, comm, int(ro.end[row]))
+            if around is not None:
+                desc["unreadable_members"] = sorted(missing)
+                desc["around_missing"] = around[0]
+                return around[0], around[1], path
+        involved = tuple(m for m in members if m not in missing)
+        note = f"ranks {sorted(set(missing))} of the group could not be checked" if missing else None
+        desc["members_read"] = read
+        causes.append(RootCause(iteration, NETWORK, involved, ro.rank, row, desc, path, note))
+        return None
+
+    def _around_missing(self, iteration: int, missing: list[int], comm: int, t_end: int) -> tuple[int, int] | None:
+        """A missing member may be the late one: continue from an abnormal operator, before
+        ``t_end``, of one of its other groups (read from another member of that group)."""
+        if self._groups_of is None:
+            idx: dict[int, list[int]] = {}
+            for code, members in enumerate(self.graph.members):
+                if self.graph.kinds[code] != "pp":
+                    for m in members:
+                        idx.setdefault(m, []).append(code)
+            self._groups_of = idx
+        for m in missing:
+            for code in self._groups_of.get(m, []):
+                if code == comm or self.graph.group_of[code] == self.graph.group_of[comm]:
+                    continue
+                for x in self.graph.members[code]:
+                    if x == m or x in self.source.missing:
+                        continue
+                    xo = self.rank_ops(x)
+                    if xo is None:
+                        continue
+                    lo, hi = xo.iteration_rows(iteration)
+                    rows = np.arange(lo, hi)
+                    rows = rows[(xo.comm[rows] == code) & xo.abnormal[rows] & (xo.start[rows] < t_end)]
+                    if rows.size:
+                        return x, int(rows[-1])
+        return None
+
+    def _p2p(self, iteration: int, ro: RankOps, row: int, path: list[dict[str, Any]],
+             causes: list[RootCause]) -> tuple[int, int, list[dict[str, Any]]] | None:
+        comm, seq, peer = int(ro.comm[row]), int(ro.seq[row]), int(ro.peer[row])
+        desc = path[-1]
+        pair = tuple(sorted({ro.rank, peer})) if peer >= 0 else (ro.rank,)
+        if peer < 0:
+            causes.append(RootCause(iteration, NETWORK, pair, ro.rank, row, desc, path, "P2P op without a peer"))
+            return None
+        po = self.rank_ops(peer)
+        if po is None:
+            causes.append(RootCause(iteration, NETWORK, pair, ro.rank, row, desc, path,
+                                    f"log of peer rank {peer} unavailable"))
+            return None
+        opposite = RECV if ro.op[row] == SEND else SEND
+        prow = po.find_p2p(comm, seq, opposite, ro.rank, iteration)
+        if prow is None:
+            causes.append(RootCause(iteration, NETWORK, pair, ro.rank, row, desc, path,
+                                    f"no matching {'recv' if opposite == RECV else 'send'} on rank {peer}"))
+            return None
+        assert po.abnormal is not None
+        if po.abnormal[prow]:
+            peer_step = po.describe(prow, self.graph.comm_ids)
+            causes.append(RootCause(iteration, NETWORK, pair, ro.rank, row, desc, path + [peer_step]))
+            return None
+        return self._follow(po, prow, path, iteration, causes)

@@ -1,0 +1,144 @@
+"""Where the localizer gets ranks' logs from: progressive fetching with accounting.
+
+A :class:`RankSource` hands out one rank's CommOps table at a time. :class:`JobSource` wraps any
+job (a directory read rank by rank, or an in-memory :class:`~holmes.io.MemoryJob`); it counts the
+ranks and bytes it read and turns a missing or unreadable rank into a recorded entry of
+:attr:`JobSource.missing` (the search then goes on around it) instead of an exception.
+
+Examples
+--------
+>>> from holmes.io import MemoryJob
+>>> from holmes.io.schema import ops_table
+>>> t = ops_table(rank=[0], iteration=[0], op_index=[0], comm_id=["dp-0"], seq=[0],
+...               op=["all_reduce"], peer=[None], nbytes=[4], start_ns=[0], end_ns=[9])
+>>> job = MemoryJob({"world_size": 2, "communicators": {"dp-0": {"kind": "dp", "ranks": [0, 1]}}}, {0: t})
+>>> src = JobSource(job)
+>>> src.fetch(0).num_rows, src.fetch(1), src.missing
+(1, None, {1: 'log of rank 1 is missing'})
+>>> src.ranks_read
+[0]
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+import pyarrow as pa
+
+from holmes.errors import JobError, MissingRankError, ParseError, SchemaError
+
+__all__ = ["RankSource", "JobSource", "open_source"]
+
+log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class RankSource(Protocol):
+    """What the localizer needs from a job."""
+
+    world_size: int
+    communicators: Any
+    missing: dict[int, str]
+
+    def fetch(self, rank: int) -> pa.Table | None: ...
+
+    def iteration_times(self, rank: int) -> tuple[np.ndarray, np.ndarray] | None: ...
+
+    @property
+    def ranks_read(self) -> list[int]: ...
+
+    @property
+    def bytes_read(self) -> int: ...
+
+
+class JobSource:
+    """Progressive, accounted access to a job's per-rank logs.
+
+    Parameters
+    ----------
+    job : Job or MemoryJob
+        Anything with ``world_size``, ``communicators``, ``ops(rank)`` and ``iteration_times(rank)``.
+
+    Attributes
+    ----------
+    missing : dict
+        rank -> one-line reason, for every rank whose log was absent or unreadable.
+    """
+
+    def __init__(self, job: Any) -> None:
+        self.job = job
+        self.world_size = int(job.world_size)
+        self.communicators = job.communicators
+        self.missing: dict[int, str] = {}
+        self._fetched: dict[int, pa.Table] = {}
+        self._bytes = 0
+
+    def fetch(self, rank: int) -> pa.Table | None:
+        """The rank's table, or None (recorded in :attr:`missing`) when absent or unreadable."""
+        r = int(rank)
+        hit = self._fetched.get(r)
+        if hit is not None:
+            return hit
+        if r in self.missing:
+            return None
+        if not 0 <= r < self.world_size:
+            self.missing[r] = f"rank {r} is outside world_size {self.world_size}"
+            return None
+        before = self._job_bytes()
+        try:
+            t = self.job.ops(r)
+        except (MissingRankError, ParseError, SchemaError) as exc:
+            msg = " ".join(str(exc).split())
+            log.warning("rank %d skipped: %s", r, msg)
+            self.missing[r] = msg
+            return None
+        after = self._job_bytes()
+        self._bytes += (after - before) if after is not None and before is not None else t.nbytes
+        self._fetched[r] = t
+        return t
+
+    def _job_bytes(self) -> int | None:
+        st = getattr(self.job, "stats", None)
+        return None if st is None else int(st.bytes_read)
+
+    def iteration_times(self, rank: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """``(iterations, durations_ns)`` of ``rank`` or None if its logs are unusable."""
+        try:
+            return self.job.iteration_times(int(rank))
+        except (MissingRankError, ParseError, SchemaError) as exc:
+            self.missing.setdefault(int(rank), " ".join(str(exc).split()))
+            return None
+
+    @property
+    def ranks_read(self) -> list[int]:
+        """Ranks whose logs were fetched, ascending."""
+        return sorted(self._fetched)
+
+    @property
+    def bytes_read(self) -> int:
+        return self._bytes
+
+    @property
+    def topology(self) -> Any:
+        return getattr(self.job, "topology", None)
+
+    @property
+    def layout(self) -> Any:
+        try:
+            return getattr(self.job, "layout", None)
+        except JobError:
+            return None
+
+
+def open_source(job: Any) -> JobSource:
+    """A :class:`JobSource` for a path, a Job/MemoryJob, or an existing source (returned as is)."""
+    if isinstance(job, JobSource):
+        return job
+    if isinstance(job, (str, os.PathLike)):
+        from holmes.io import read_job
+
+        job = read_job(job)
+    return JobSource(job)

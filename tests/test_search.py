@@ -1,0 +1,127 @@
+"""Algorithm 1 on hand-built tiny jobs whose answer is known."""
+
+from __future__ import annotations
+
+from holmes.io import MemoryJob
+from holmes.io.schema import ops_table
+from holmes.localize import COMPUTE, NETWORK, GraphSearch, JobSource, LabelDetector
+
+
+def _t(rank, rows):
+    """rows: (op_index, comm, seq, op, peer, start, end, abnormal) of iteration 0."""
+    cols = list(zip(*rows))
+    n = len(rows)
+    return ops_table(rank=[rank] * n, iteration=[0] * n, op_index=list(cols[0]), comm_id=list(cols[1]),
+                     seq=list(cols[2]), op=list(cols[3]), peer=list(cols[4]), nbytes=[8] * n,
+                     start_ns=list(cols[5]), end_ns=list(cols[6]), abnormal=list(cols[7]))
+
+
+def _job(comms, tables):
+    meta = {"world_size": max(max(r) for _, r in comms.values()) + 1,
+            "communicators": {c: {"kind": k, "ranks": list(r)} for c, (k, r) in comms.items()}}
+    return MemoryJob(meta, tables)
+
+
+def _search(job, starts):
+    s = GraphSearch(JobSource(job), LabelDetector())
+    for r, _ in starts:
+        s.rank_ops(r)
+    return s, s.search(0, starts)
+
+
+TP = {"tp-0": ("tp", (0, 1, 2, 3))}
+
+
+def test_slow_compute_gpu_in_tp_group_is_compute_on_that_gpu():
+    tables = {r: _t(r, [(0, "tp-0", 0, "all_reduce", None, 0, 10, False),
+                        (1, "tp-0", 1, "all_reduce", None, 20, 90, r != 2)]) for r in range(4)}
+    s, causes = _search(_job(TP, tables), [(0, 1)])
+    assert len(causes) == 1
+    c = causes[0]
+    assert c.cause == COMPUTE and c.ranks == (2,)
+    assert [step["rank"] for step in c.evidence] == [0, 2]
+    assert s.source.ranks_read == [0, 1, 2]       # stopped at the first normal copy
+
+
+def test_normal_member_with_earlier_abnormal_op_is_followed():
+    comms = {"tp-0": ("tp", (0, 1)), "tp-1": ("tp", (2, 3)), "dp-0": ("dp", (1, 3))}
+    tables = {
+        0: _t(0, [(0, "tp-0", 0, "all_reduce", None, 0, 100, True)]),
+        1: _t(1, [(0, "dp-0", 0, "all_reduce", None, 0, 90, True), (1, "tp-0", 0, "all_reduce", None, 95, 100, False)]),
+        2: _t(2, [(0, "tp-1", 0, "all_reduce", None, 0, 80, True)]),
+        3: _t(3, [(0, "tp-1", 0, "all_reduce", None, 70, 80, False), (1, "dp-0", 0, "all_reduce", None, 85, 90, False)]),
+    }
+    _, causes = _search(_job(comms, tables), [(0, 0)])
+    assert [(c.cause, c.ranks) for c in causes] == [(COMPUTE, (3,))]
+    assert [s["rank"] for s in causes[0].evidence] == [0, 1, 1, 3]
+
+
+def test_both_p2p_ops_abnormal_is_network_between_the_pair():
+    comms = {"pp-0": ("pp", (0, 1))}
+    tables = {0: _t(0, [(0, "pp-0", 0, "send", 1, 0, 100, True)]), 1: _t(1, [(0, "pp-0", 0, "recv", 0, 0, 100, True)])}
+    _, causes = _search(_job(comms, tables), [(0, 0)])
+    assert [(c.cause, c.ranks) for c in causes] == [(NETWORK, (0, 1))]
+
+
+def test_p2p_peer_normal_then_compute_on_peer():
+    comms = {"pp-0": ("pp", (0, 1))}
+    tables = {0: _t(0, [(0, "pp-0", 0, "recv", 1, 0, 100, True)]), 1: _t(1, [(0, "pp-0", 0, "send", 0, 95, 100, False)])}
+    _, causes = _search(_job(comms, tables), [(0, 0)])
+    assert [(c.cause, c.ranks) for c in causes] == [(COMPUTE, (1,))]
+
+
+def test_collective_all_abnormal_is_network_over_members():
+    tables = {r: _t(r, [(0, "tp-0", 0, "all_reduce", None, r, 100, True)]) for r in range(4)}
+    s, causes = _search(_job(TP, tables), [(1, 0)])
+    assert [(c.cause, c.ranks) for c in causes] == [(NETWORK, (0, 1, 2, 3))]
+    assert s.source.ranks_read == [0, 1, 2, 3]
+
+
+def test_cycle_terminates_without_cause():
+    comms = {"a": ("tp", (0, 1)), "b": ("dp", (0, 1))}
+    tables = {0: _t(0, [(0, "a", 0, "all_reduce", None, 0, 50, True), (1, "b", 0, "all_reduce", None, 60, 70, False)]),
+              1: _t(1, [(0, "b", 0, "all_reduce", None, 0, 50, True), (1, "a", 0, "all_reduce", None, 60, 70, False)])}
+    s, causes = _search(_job(comms, tables), [(0, 0)])
+    assert causes == []
+    assert s.steps == 2
+
+
+def test_missing_member_is_reported_and_search_goes_on():
+    tables = {r: _t(r, [(0, "tp-0", 0, "all_reduce", None, 0, 90, r != 2)]) for r in (0, 2, 3)}
+    s, causes = _search(_job(TP, tables), [(0, 0)])
+    assert [(c.cause, c.ranks) for c in causes] == [(COMPUTE, (2,))]
+    assert list(s.source.missing) == [1]
+    assert "rank 1" in s.source.missing[1]
+
+
+def test_missing_member_in_all_abnormal_group_narrows_network_set():
+    tables = {r: _t(r, [(0, "tp-0", 0, "all_reduce", None, 0, 90, True)]) for r in (0, 1, 3)}
+    _, causes = _search(_job(TP, tables), [(0, 0)])
+    assert causes[0].cause == NETWORK and causes[0].ranks == (0, 1, 3)
+    assert "could not be checked" in causes[0].note
+
+
+def test_several_start_operators_share_visited_set():
+    tables = {r: _t(r, [(0, "tp-0", 0, "all_reduce", None, 0, 10, r != 3),
+                        (1, "tp-0", 1, "all_reduce", None, 20, 90, r != 2)]) for r in range(4)}
+    s, causes = _search(_job(TP, tables), [(0, 0), (0, 1), (0, 0)])
+    # start 2 reaches rank 2 (normal copy), whose earlier abnormal op leads to rank 3 as well;
+    # the repeated start is not searched again
+    assert [(c.cause, c.ranks) for c in causes] == [(COMPUTE, (3,)), (COMPUTE, (3,))]
+    assert s.hints  # the normal member is remembered for the next iteration
+
+
+def test_deep_chain_has_no_recursion_limit():
+    n = 3000
+    comms = {f"pp-{i}": ("pp", (i, i + 1)) for i in range(n - 1)}
+    tables = {}
+    for r in range(n):
+        rows = []
+        if r > 0:
+            rows.append((0, f"pp-{r - 1}", 0, "recv", r - 1, 0, 100, True))
+        if r < n - 1:
+            rows.append((len(rows), f"pp-{r}", 0, "send", r + 1, 0, 100, r == 0))
+        tables[r] = _t(r, rows)
+    # every rank waits on its successor's recv... chain: 0.send -> 1.recv normal? build: send abnormal, recv abnormal
+    _, causes = _search(_job(comms, tables), [(0, 0)])
+    assert len(causes) == 1 and causes[0].cause == NETWORK
