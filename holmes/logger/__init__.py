@@ -1,0 +1,21 @@
+"""The CommOps logger: capture a training job's communication operators as a Holmes job directory.
+
+Install the extra ``holmes[torch]`` to hook PyTorch. ``import holmes.logger`` does not import
+PyTorch; :meth:`CommOpsLogger.enable` does.
+
+* :class:`CommOpsRecorder` (framework-free): bounded buffer, ``seq``/``op_index`` numbering,
+  periodic flush to ``ranks/rank-XXXXX.parquet``, step marks to ``iterations/``.
+* :class:`CommOpsLogger` / :func:`enable`: wraps ``torch.distributed`` collectives and P2P.
+* :func:`finalize_job`: merges the ranks' communicator sidecars into ``job.json``.
+
+See ``docs/logger.md``.
+"""
+
+from __future__ import annotations
+
+from holmes.logger.finalize import finalize_job
+from holmes.logger.recorder import COMMS_DIR, CommOpsRecorder, PendingOp
+from holmes.logger.torch_hooks import WRAPPED_FUNCTIONS, CommOpsLogger, active_logger, enable
+
+__all__ = ["CommOpsRecorder", "PendingOp", "CommOpsLogger", "enable", "finalize_job", "active_logger",
+           "WRAPPED_FUNCTIONS", "COMMS_DIR"]

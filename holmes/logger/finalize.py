@@ -1,0 +1,148 @@
+"""Merge the per-rank communicator sidecars of a captured job into ``job.json``.
+
+Every rank's :class:`~holmes.logger.recorder.CommOpsRecorder` writes ``comms/rank-XXXXX.json``
+(the communicators that rank used) when it closes. :func:`finalize_job` waits for all of them,
+merges them, writes ``job.json`` and checks the result with :func:`holmes.read_job`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from holmes.errors import JobError
+from holmes.io.job import read_job
+from holmes.io.models import JobMeta
+from holmes.logger.recorder import COMMS_DIR
+
+__all__ = ["finalize_job"]
+
+log = logging.getLogger(__name__)
+
+
+def _sidecars(out: Path) -> dict[int, Path]:
+    d = out / COMMS_DIR
+    found: dict[int, Path] = {}
+    if d.is_dir():
+        for name in os.listdir(d):
+            if name.startswith("rank-") and name.endswith(".json"):
+                try:
+                    found[int(name[5:-5])] = d / name
+                except ValueError:
+                    continue
+    return found
+
+
+def finalize_job(out_dir: str | os.PathLike[str], world_size: int | None = None, *,
+                 communicators: Mapping[str, Mapping[str, Any]] | None = None,
+                 parallel: Any = None, name: str | None = None, timeout: float = 0.0,
+                 validate: bool = True) -> Path:
+    """Write ``job.json`` for a job directory captured by :class:`~holmes.logger.CommOpsLogger`.
+
+    Parameters
+    ----------
+    out_dir : path-like
+        The job directory the ranks wrote into.
+    world_size : int, optional
+        Number of ranks; by default the largest ``world_size`` any sidecar reports (or the
+        number of sidecars).
+    communicators : mapping, optional
+        Extra or overriding entries ``comm_id -> {"kind", "ranks"}``.
+    parallel : ParallelLayout or mapping, optional
+        Written as job.json's ``parallel`` entry.
+    name : str, optional
+        Job name for job.json.
+    timeout : float, default 0
+        Seconds to wait for the sidecars of all ``world_size`` ranks to appear.
+    validate : bool, default True
+        Open the result with :func:`holmes.read_job` and validate every rank file.
+
+    Returns
+    -------
+    pathlib.Path
+        The path of ``job.json``.
+
+    Raises
+    ------
+    JobError
+        No sidecar at all, a rank's sidecar missing after ``timeout``, two ranks disagreeing on a
+        communicator's members, or a rank file failing validation.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from holmes.logger import CommOpsRecorder
+    >>> d = tempfile.mkdtemp()
+    >>> for r in (0, 1):
+    ...     rec = CommOpsRecorder(d, rank=r, world_size=2)
+    ...     rec.add_communicator("dp-0", [0, 1], kind="dp")
+    ...     rec.record("dp-0", "all_reduce", nbytes=8, start_ns=0, end_ns=5)
+    ...     _ = rec.close()
+    >>> finalize_job(d).name
+    'job.json'
+    """
+    out = Path(out_dir)
+    deadline = time.monotonic() + max(0.0, float(timeout))
+    while True:
+        found = _sidecars(out)
+        sides = {}
+        for r, p in found.items():
+            try:
+                sides[r] = json.loads(p.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                raise JobError(f"{p}: unreadable communicator sidecar of rank {r}: {exc}") from None
+        ws = world_size
+        if ws is None:
+            reported = [int(s["world_size"]) for s in sides.values() if s.get("world_size")]
+            ws = max(reported) if reported else (max(sides) + 1 if sides else None)
+        missing = [] if ws is None else [r for r in range(int(ws)) if r not in sides]
+        if sides and not missing:
+            break
+        if time.monotonic() >= deadline:
+            if not sides:
+                raise JobError(f"{out / COMMS_DIR}: no rank sidecar found; did the ranks close their loggers?")
+            raise JobError(f"{out / COMMS_DIR}: sidecar of rank(s) {missing[:8]} missing "
+                           f"({len(missing)} of {ws}); a rank did not close its logger")
+        time.sleep(0.05)
+    assert ws is not None
+    merged: dict[str, dict[str, Any]] = {}
+    for r in sorted(sides):
+        for cid, info in (sides[r].get("communicators") or {}).items():
+            prev = merged.get(cid)
+            if prev is None:
+                merged[cid] = dict(info)
+            elif sorted(prev["ranks"]) != sorted(info["ranks"]):
+                raise JobError(f"{found[r]}: rank {r} sees communicator '{cid}' with ranks {info['ranks'][:8]}, "
+                               f"another rank with {prev['ranks'][:8]}")
+            elif prev.get("kind") == "other" and info.get("kind") != "other":
+                prev["kind"] = info["kind"]
+    for cid, info in (communicators or {}).items():
+        merged[str(cid)] = {"kind": info.get("kind", "other"), "ranks": sorted(int(x) for x in info["ranks"])}
+    meta: dict[str, Any] = {"schema": "holmes.commops/1", "world_size": int(ws), "communicators": merged,
+                            "source": {"format": "holmes.logger", "details": {
+                                "rows": {str(r): int(s.get("rows", 0)) for r, s in sorted(sides.items())}}}}
+    if parallel is not None:
+        meta["parallel"] = parallel.to_dict() if hasattr(parallel, "to_dict") else dict(parallel)
+    if name:
+        meta["name"] = name
+    try:
+        model = JobMeta.model_validate(meta)
+    except Exception as exc:  # pydantic ValidationError
+        raise JobError(f"{out / 'job.json'}: merged metadata is invalid: {exc}") from None
+    path = out / "job.json"
+    tmp = path.with_name(".job.json.partial")
+    tmp.write_text(json.dumps(model.to_json_dict(), indent=1, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, path)
+    if validate:
+        job = read_job(out)
+        for r in range(job.world_size):
+            if job.has_rank(r):
+                job.ops(r)
+                job.iterations(r)
+    log.info("%s: job.json written for %d ranks, %d communicators", out, ws, len(merged))
+    return path

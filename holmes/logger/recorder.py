@@ -1,0 +1,403 @@
+"""A framework-free CommOps recorder: a bounded row buffer flushed to a per-rank CommOps v1 file.
+
+:class:`CommOpsRecorder` knows nothing about PyTorch. A framework hook tells it that an operator
+started (:meth:`CommOpsRecorder.begin`) and finished (:meth:`PendingOp.finish`) or hands it a
+finished operator (:meth:`CommOpsRecorder.record`); the recorder numbers the operators (``seq``
+per communicator, ``op_index`` per iteration, as ``DESIGN.md`` defines them), keeps at most
+``flush_every`` rows in numpy arrays and appends them as a row group to
+``JOB/ranks/rank-XXXXX.parquet`` whenever the buffer fills. Step marks
+(:meth:`CommOpsRecorder.step`) give iteration boundaries, written to
+``JOB/iterations/rank-XXXXX.parquet``. Each rank also writes ``JOB/comms/rank-XXXXX.json``, the
+communicators it saw; :func:`holmes.logger.finalize_job` merges those into ``job.json``.
+
+Files are written under a temporary name and renamed on :meth:`CommOpsRecorder.close`, so a job
+directory never holds a truncated parquet file under its final name.
+
+Examples
+--------
+>>> import tempfile, holmes
+>>> d = tempfile.mkdtemp()
+>>> rec = CommOpsRecorder(d, rank=0, flush_every=2)
+>>> rec.add_communicator("tp-0", [0, 1], kind="tp")
+>>> for it in range(3):
+...     _ = rec.step(it)
+...     rec.record("tp-0", "all_reduce", nbytes=64, start_ns=100 * it, end_ns=100 * it + 10)
+>>> _ = rec.close()
+>>> import pyarrow.parquet as pq
+>>> pq.read_table(f"{d}/ranks/rank-00000.parquet").column("seq").to_pylist()
+[0, 1, 2]
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from holmes.errors import ConfigError
+from holmes.io.schema import ITERATIONS_SCHEMA, OP_NAMES, OPS_SCHEMA, P2P_OPS
+
+__all__ = ["CommOpsRecorder", "PendingOp", "COMMS_DIR"]
+
+log = logging.getLogger(__name__)
+
+#: Sub-directory of the job directory holding each rank's communicator sidecar JSON.
+COMMS_DIR = "comms"
+_KINDS = ("dp", "tp", "pp", "ep", "cp", "other")
+_OP_CODE = {name: i for i, name in enumerate(OP_NAMES)}
+_P2P_CODES = frozenset(_OP_CODE[o] for o in P2P_OPS)
+_OP_NAMES_ARR = np.array(OP_NAMES, dtype=object)
+
+
+class PendingOp:
+    """An operator that has started and not yet finished; returned by :meth:`CommOpsRecorder.begin`.
+
+    Call :meth:`finish` once (from any thread) when it completes. An optional ``resolver`` lets a
+    hook defer the timestamps (e.g. CUDA events): it is called at flush time and returns
+    ``(start_ns, end_ns)`` or ``None`` while the operator is still running.
+    """
+
+    __slots__ = ("_rec", "pos", "done", "resolver", "poll")
+
+    def __init__(self, rec: "CommOpsRecorder", pos: int) -> None:
+        self._rec = rec
+        self.pos = pos
+        self.done = False
+        self.resolver: Callable[[bool], tuple[int, int] | None] | None = None
+        self.poll: Callable[[], bool] | None = None
+
+    def finish(self, end_ns: int | None = None, start_ns: int | None = None) -> None:
+        """Mark the operator complete at ``end_ns`` (default: now). A second call is ignored."""
+        self._rec._finish(self, time.time_ns() if end_ns is None else int(end_ns), start_ns)
+
+
+class CommOpsRecorder:
+    """Buffer the communication operators of one rank and write them as CommOps v1 files.
+
+    Parameters
+    ----------
+    out_dir : path-like
+        The job directory; ``ranks/``, ``iterations/`` and ``comms/`` are created inside it.
+    rank : int
+        Global rank of this process.
+    world_size : int, optional
+        Recorded in the sidecar so :func:`~holmes.logger.finalize_job` can check completeness.
+    flush_every : int, default 8192
+        Buffer capacity in rows; a full buffer is appended to the rank file as one row group.
+        Memory stays bounded by about ``flush_every * 60`` bytes plus the open operators.
+    start_iteration : int, default 0
+        Iteration number of operators recorded before the first :meth:`step`.
+
+    Notes
+    -----
+    Thread-safe: operators may finish on a backend's completion thread.
+    """
+
+    def __init__(self, out_dir: str | os.PathLike[str], rank: int, *, world_size: int | None = None,
+                 flush_every: int = 8192, start_iteration: int = 0) -> None:
+        if int(rank) < 0:
+            raise ConfigError(f"rank must be >= 0, got {rank}")
+        if int(flush_every) < 1:
+            raise ConfigError(f"flush_every must be >= 1, got {flush_every}")
+        if world_size is not None and not 0 <= int(rank) < int(world_size):
+            raise ConfigError(f"rank {rank} is outside world_size {world_size}")
+        self.out_dir = Path(out_dir)
+        self.rank = int(rank)
+        self.world_size = None if world_size is None else int(world_size)
+        self.flush_every = int(flush_every)
+        n = self.flush_every
+        self._iteration = np.empty(n, np.int64)
+        self._op_index = np.empty(n, np.int32)
+        self._comm = np.empty(n, np.int32)
+        self._seq = np.empty(n, np.int64)
+        self._op = np.empty(n, np.int8)
+        self._peer = np.empty(n, np.int32)
+        self._nbytes = np.empty(n, np.int64)
+        self._start = np.empty(n, np.int64)
+        self._end = np.empty(n, np.int64)
+        self._n = 0
+        self._pending: list[PendingOp] = []
+        self._lock = threading.RLock()
+        self._comm_ids: dict[str, int] = {}
+        self._comm_names: list[str] = []
+        self._comm_info: dict[str, dict[str, Any]] = {}
+        self._seq_coll: dict[int, int] = {}
+        self._seq_p2p: dict[tuple[int, int, int], int] = {}
+        self._cur_iter = int(start_iteration)
+        self._cur_index = 0
+        self._iter_start: int | None = None
+        self._iter_ops = 0
+        self._first_start = 0
+        self._iters: list[tuple[int, int, int]] = []
+        self._writer: pq.ParquetWriter | None = None
+        self._iter_writer: pq.ParquetWriter | None = None
+        self.rows_written = 0
+        self.closed = False
+        for sub in ("ranks", "iterations", COMMS_DIR):
+            (self.out_dir / sub).mkdir(parents=True, exist_ok=True)
+        name = f"rank-{self.rank:05d}"
+        self.ops_path = self.out_dir / "ranks" / f"{name}.parquet"
+        self.iterations_path = self.out_dir / "iterations" / f"{name}.parquet"
+        self.comms_path = self.out_dir / COMMS_DIR / f"{name}.json"
+        self._tmp_ops = self.ops_path.with_name(f".{name}.parquet.partial")
+        self._tmp_iters = self.iterations_path.with_name(f".{name}.parquet.partial")
+
+    # ------------------------------------------------------------------ communicators and steps
+
+    @property
+    def iteration(self) -> int:
+        """The iteration new operators are attributed to."""
+        return self._cur_iter
+
+    @property
+    def communicators(self) -> dict[str, dict[str, Any]]:
+        """comm_id -> ``{"kind", "ranks", "name"}`` of every communicator registered so far."""
+        return {k: dict(v) for k, v in self._comm_info.items()}
+
+    def add_communicator(self, comm_id: str, ranks: Iterable[int], kind: str = "other",
+                         name: str | None = None) -> None:
+        """Register a communicator (its global ranks and kind) for the sidecar and ``job.json``."""
+        if kind not in _KINDS:
+            raise ConfigError(f"communicator '{comm_id}': kind {kind!r} is not one of {', '.join(_KINDS)}")
+        info: dict[str, Any] = {"kind": kind, "ranks": sorted(int(r) for r in ranks)}
+        if name:
+            info["name"] = str(name)
+        with self._lock:
+            self._comm_info[str(comm_id)] = info
+            self._comm_code(str(comm_id))
+
+    def _comm_code(self, comm_id: str) -> int:
+        code = self._comm_ids.get(comm_id)
+        if code is None:
+            code = self._comm_ids[comm_id] = len(self._comm_names)
+            self._comm_names.append(comm_id)
+        return code
+
+    def step(self, iteration: int | None = None, now_ns: int | None = None) -> int:
+        """Start iteration ``iteration`` (default: the current one + 1) and close the current one.
+
+        Call it at the top of every training step (``step(i)``) or at the end of every step
+        (``step()``); the current iteration's boundary ``(start, now)`` goes to the iterations file
+        if it saw any operator. ``step(i)`` with ``i`` the current iteration changes nothing
+        (operators issued before the first mark belong to ``start_iteration``). Returns the new
+        iteration number.
+        """
+        now = time.time_ns() if now_ns is None else int(now_ns)
+        with self._lock:
+            if iteration is not None and int(iteration) == self._cur_iter:
+                if self._iter_start is None:  # ops issued before the first mark stay in it
+                    self._iter_start = self._first_start if self._iter_ops else now
+                return self._cur_iter
+            if self._iter_start is not None or self._iter_ops:
+                new = self._cur_iter + 1 if iteration is None else int(iteration)
+                if self._iter_ops:
+                    start = self._iter_start if self._iter_start is not None else self._first_start
+                    self._iters.append((self._cur_iter, int(start), now))
+            else:  # nothing open yet: the first mark just names the iteration
+                new = self._cur_iter if iteration is None else int(iteration)
+            self._cur_iter = new
+            self._cur_index = 0
+            self._iter_start = now
+            self._iter_ops = 0
+        return new
+
+    # ------------------------------------------------------------------ recording
+
+    def _append(self, comm_id: str, op: str, peer: int | None, nbytes: int, start_ns: int,
+                end_ns: int) -> int:
+        # caller holds the lock
+        code = _OP_CODE.get(op)
+        if code is None:
+            raise ConfigError(f"unknown operator {op!r}; expected one of {list(OP_NAMES)}")
+        if self._n >= self.flush_every:
+            self._flush_locked(final=False)
+            if self._n >= self.flush_every:  # every buffered row is still running: grow
+                self._grow()
+        c = self._comm_code(comm_id)
+        p = -1 if peer is None else int(peer)
+        if code in _P2P_CODES:
+            key = (c, code, p)
+            s = self._seq_p2p.get(key, 0)
+            self._seq_p2p[key] = s + 1
+        else:
+            s = self._seq_coll.get(c, 0)
+            self._seq_coll[c] = s + 1
+        i = self._n
+        self._iteration[i] = self._cur_iter
+        self._op_index[i] = self._cur_index
+        self._comm[i] = c
+        self._seq[i] = s
+        self._op[i] = code
+        self._peer[i] = p
+        self._nbytes[i] = nbytes
+        self._start[i] = start_ns
+        self._end[i] = end_ns
+        self._n = i + 1
+        if not self._iter_ops:
+            self._first_start = start_ns
+        self._cur_index += 1
+        self._iter_ops += 1
+        return i
+
+    def record(self, comm_id: str, op: str, *, peer: int | None = None, nbytes: int = 0,
+               start_ns: int, end_ns: int) -> None:
+        """Record a finished operator (``op`` one of the CommOps v1 operator names)."""
+        with self._lock:
+            self._append(comm_id, op, peer, int(nbytes), int(start_ns), max(int(end_ns), int(start_ns)))
+
+    def begin(self, comm_id: str, op: str, *, peer: int | None = None, nbytes: int = 0,
+              start_ns: int | None = None) -> PendingOp:
+        """Record an operator that started now (or at ``start_ns``); finish it with :meth:`PendingOp.finish`."""
+        start = time.time_ns() if start_ns is None else int(start_ns)
+        with self._lock:
+            i = self._append(comm_id, op, peer, int(nbytes), start, -1)
+            h = PendingOp(self, i)
+            self._pending.append(h)
+        return h
+
+    def _finish(self, h: PendingOp, end_ns: int, start_ns: int | None) -> None:
+        with self._lock:
+            if h.done:
+                return
+            h.done = True
+            if start_ns is not None:
+                self._start[h.pos] = start_ns
+            self._end[h.pos] = max(end_ns, int(self._start[h.pos]))
+            try:
+                self._pending.remove(h)
+            except ValueError:  # pragma: no cover - already removed
+                pass
+
+    def _grow(self) -> None:
+        n = self.flush_every
+        for name in ("_iteration", "_op_index", "_comm", "_seq", "_op", "_peer", "_nbytes", "_start", "_end"):
+            a = getattr(self, name)
+            b = np.empty(len(a) + n, a.dtype)
+            b[: len(a)] = a
+            setattr(self, name, b)
+        log.warning("rank %d: %d operators still running at flush; buffer grown to %d rows",
+                    self.rank, len(self._pending), len(self._end))
+
+    # ------------------------------------------------------------------ flushing
+
+    @property
+    def buffered(self) -> int:
+        """Rows held in memory (not yet written)."""
+        return self._n
+
+    def _resolve_pending(self, final: bool) -> None:
+        now = time.time_ns()
+        for h in list(self._pending):
+            got = None
+            if h.resolver is not None:
+                got = h.resolver(final)
+                if got is not None:
+                    self._finish(h, got[1], got[0])
+                    continue
+            if h.poll is not None:
+                try:
+                    if h.poll():
+                        self._finish(h, now, None)
+                        continue
+                except Exception:  # noqa: BLE001 - a failed op counts as completed
+                    self._finish(h, now, None)
+                    continue
+            if final:
+                log.debug("rank %d: operator still running at close; end_ns set to now", self.rank)
+                self._finish(h, now, None)
+
+    def _flush_locked(self, final: bool) -> None:
+        self._resolve_pending(final)
+        n = self._n
+        if n:
+            ready = self._end[:n] >= 0
+            idx = np.flatnonzero(ready)
+            if len(idx):
+                self._write_rows(idx)
+            keep = np.flatnonzero(~ready)
+            if len(keep):  # compact the still-running rows to the front
+                old_pos = {int(p): j for j, p in enumerate(keep)}
+                for name in ("_iteration", "_op_index", "_comm", "_seq", "_op", "_peer", "_nbytes", "_start", "_end"):
+                    a = getattr(self, name)
+                    a[: len(keep)] = a[keep]
+                for h in self._pending:
+                    h.pos = old_pos[h.pos]
+            self._n = len(keep)
+        if self._iters:
+            self._write_iterations()
+
+    def _write_rows(self, idx: np.ndarray) -> None:
+        names = np.array(self._comm_names, dtype=object)
+        peer = self._peer[idx]
+        cols = [
+            pa.array(np.full(len(idx), self.rank, np.int32)),
+            pa.array(self._iteration[idx]),
+            pa.array(self._op_index[idx]),
+            pa.array(names[self._comm[idx]], type=pa.string()),
+            pa.array(self._seq[idx]),
+            pa.array(_OP_NAMES_ARR[self._op[idx]], type=pa.string()),
+            pa.array(peer, mask=peer < 0, type=pa.int32()),
+            pa.array(self._nbytes[idx]),
+            pa.array(self._start[idx]),
+            pa.array(self._end[idx]),
+        ]
+        table = pa.Table.from_arrays(cols, schema=OPS_SCHEMA)
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self._tmp_ops, OPS_SCHEMA)
+        self._writer.write_table(table)
+        self.rows_written += table.num_rows
+
+    def _write_iterations(self) -> None:
+        a = np.array(self._iters, dtype=np.int64).reshape(-1, 3)
+        t = pa.Table.from_arrays([pa.array(np.full(len(a), self.rank, np.int32)), pa.array(a[:, 0]),
+                                  pa.array(a[:, 1]), pa.array(a[:, 2])], schema=ITERATIONS_SCHEMA)
+        if self._iter_writer is None:
+            self._iter_writer = pq.ParquetWriter(self._tmp_iters, ITERATIONS_SCHEMA)
+        self._iter_writer.write_table(t)
+        self._iters.clear()
+
+    def flush(self) -> None:
+        """Append every finished buffered row to the rank file (still-running rows stay buffered)."""
+        with self._lock:
+            if not self.closed:
+                self._flush_locked(final=False)
+
+    def close(self, *, end_iteration: bool = True) -> Path:
+        """Flush everything, close the files, rename them into place and write the sidecar.
+
+        With ``end_iteration`` the current iteration (if it saw operators) ends now. Returns the
+        rank file's path. Calling it twice is harmless.
+        """
+        with self._lock:
+            if self.closed:
+                return self.ops_path
+            if end_iteration and self._iter_ops:
+                start = self._iter_start if self._iter_start is not None else self._first_start
+                self._iters.append((self._cur_iter, int(start), time.time_ns()))
+                self._iter_ops = 0
+            self._flush_locked(final=True)
+            if self._writer is None:  # no operator at all: an empty but valid file
+                self._writer = pq.ParquetWriter(self._tmp_ops, OPS_SCHEMA)
+                self._writer.write_table(OPS_SCHEMA.empty_table())
+            self._writer.close()
+            os.replace(self._tmp_ops, self.ops_path)
+            if self._iter_writer is not None:
+                self._iter_writer.close()
+                os.replace(self._tmp_iters, self.iterations_path)
+            side = {"rank": self.rank, "world_size": self.world_size, "rows": self.rows_written,
+                    "communicators": self._comm_info}
+            tmp = self.comms_path.with_name(f".{self.comms_path.name}.partial")
+            tmp.write_text(json.dumps(side, sort_keys=True), encoding="utf-8")
+            os.replace(tmp, self.comms_path)
+            self.closed = True
+            log.info("rank %d: wrote %d operators to %s", self.rank, self.rows_written, self.ops_path)
+        return self.ops_path

@@ -1,0 +1,635 @@
+"""Capture a PyTorch job's communication operators by wrapping ``torch.distributed``.
+
+:class:`CommOpsLogger` replaces the collective and point-to-point functions of the
+``torch.distributed`` namespace with thin wrappers while it is enabled, and restores the very same
+function objects when disabled. Each wrapped call is handed to a
+:class:`~holmes.logger.recorder.CommOpsRecorder` (communicator id and members, ``seq``,
+``nbytes``, entry and completion time). Training code changes only by enabling the logger and
+marking steps::
+
+    logger = CommOpsLogger("job-dir", layout=ParallelLayout(tp=2, pp=2, dp=2)).enable()
+    for it in range(n):
+        logger.step(it)
+        train_step()
+    logger.close()          # rank 0 then writes job.json (see finalize_job)
+
+Timing: on CPU tensors (gloo) a synchronous call ends when it returns; an asynchronous one
+(``async_op=True``, ``isend``/``irecv``, ``batch_isend_irecv``) ends in a completion callback of
+the work's future when the backend supports one, else when the returned work's ``wait()`` (or a
+true ``is_completed()``) is seen; such works are returned wrapped in a thin proxy. On CUDA tensors
+CUDA events are recorded around the call on the current stream and resolved lazily at flush
+(asynchronous CUDA work ends at ``wait()``).
+
+PyTorch is imported lazily: importing this module does not need it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from holmes.errors import ConfigError
+from holmes.logger.recorder import CommOpsRecorder, PendingOp
+
+__all__ = ["CommOpsLogger", "enable", "WRAPPED_FUNCTIONS", "active_logger"]
+
+log = logging.getLogger(__name__)
+
+_tls = threading.local()
+_ACTIVE: "CommOpsLogger | None" = None
+_ENABLE_LOCK = threading.Lock()
+
+
+def _nb(t: Any) -> int:
+    try:
+        return int(t.numel()) * int(t.element_size())
+    except AttributeError:
+        return 0
+
+
+def _nb_list(ts: Any) -> int:
+    try:
+        return sum(int(t.numel()) * int(t.element_size()) for t in ts)
+    except (AttributeError, TypeError):
+        return 0
+
+
+def _arg(args: tuple, kwargs: dict, pos: int, name: str, default: Any = None) -> Any:
+    if len(args) > pos:
+        return args[pos]
+    return kwargs.get(name, default)
+
+
+# name -> (CommOps op, position/name of the group, position/name of async_op,
+#          position/name of the sized tensor (argument), "one"|"list" sizing, position of the tensor
+#          that tells the device)
+_COLL_SPECS: dict[str, tuple[str, tuple[int, str], tuple[int, str] | None, tuple[int, str] | None, str]] = {
+    "all_reduce": ("all_reduce", (2, "group"), (3, "async_op"), (0, "tensor"), "one"),
+    "all_gather": ("all_gather", (2, "group"), (3, "async_op"), (0, "tensor_list"), "list"),
+    "all_gather_into_tensor": ("all_gather", (2, "group"), (3, "async_op"), (0, "output_tensor"), "one"),
+    "all_gather_single": ("all_gather", (2, "group"), (3, "async_op"), (0, "output_tensor"), "one"),
+    "reduce_scatter": ("reduce_scatter", (3, "group"), (4, "async_op"), (1, "input_list"), "list"),
+    "reduce_scatter_tensor": ("reduce_scatter", (3, "group"), (4, "async_op"), (1, "input"), "one"),
+    "reduce_scatter_single": ("reduce_scatter", (3, "group"), (4, "async_op"), (1, "input"), "one"),
+    "all_to_all": ("all_to_all", (2, "group"), (3, "async_op"), (1, "input_tensor_list"), "list"),
+    "all_to_all_single": ("all_to_all", (4, "group"), (5, "async_op"), (1, "input"), "one"),
+    "broadcast": ("broadcast", (2, "group"), (3, "async_op"), (0, "tensor"), "one"),
+    "reduce": ("reduce", (3, "group"), (4, "async_op"), (0, "tensor"), "one"),
+    "barrier": ("barrier", (0, "group"), (1, "async_op"), None, "none"),
+}
+# name -> (CommOps op, async?, name of the peer argument, name of the group-rank peer argument)
+_P2P_SPECS = {
+    "send": ("send", False, "dst", "group_dst"),
+    "recv": ("recv", False, "src", "group_src"),
+    "isend": ("send", True, "dst", "group_dst"),
+    "irecv": ("recv", True, "src", "group_src"),
+}
+#: The ``torch.distributed`` functions the logger wraps (those the installed torch has).
+WRAPPED_FUNCTIONS = tuple(_COLL_SPECS) + tuple(_P2P_SPECS) + ("batch_isend_irecv",)
+
+
+def active_logger() -> "CommOpsLogger | None":
+    """The enabled :class:`CommOpsLogger` of this process, if any."""
+    return _ACTIVE
+
+
+class _Wrapper:
+    """A callable standing in for a ``torch.distributed`` function; compares equal to it (so
+    ``P2POp(dist.isend, ...)`` passes torch's own check) and passes calls through when no logger is
+    active or when called from inside another wrapped call."""
+
+    def __init__(self, orig: Callable, name: str, handler: Callable) -> None:
+        self.__wrapped__ = orig
+        self._name = name
+        self._handler = handler
+        self.__doc__ = getattr(orig, "__doc__", None)
+
+    @property
+    def __name__(self) -> str:
+        return self._name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        lg = _ACTIVE
+        if lg is None or getattr(_tls, "depth", 0):
+            return self.__wrapped__(*args, **kwargs)
+        return self._handler(lg, self.__wrapped__, args, kwargs)
+
+    def __eq__(self, other: object) -> bool:
+        return other is self or other is self.__wrapped__
+
+    def __hash__(self) -> int:
+        return hash(self.__wrapped__)
+
+    def __repr__(self) -> str:
+        return f"<holmes logger wrapper of torch.distributed.{self._name}>"
+
+
+class _TimedWork:
+    """Proxy of a ``torch.distributed.Work`` that finishes its operators when completion is seen."""
+
+    __slots__ = ("_work", "_handles", "_end_event")
+
+    def __init__(self, work: Any, handles: list[PendingOp], end_event: Callable[[], Any] | None = None) -> None:
+        self._work = work
+        self._handles = handles
+        self._end_event = end_event
+
+    def _done(self) -> None:
+        if self._end_event is not None:
+            self._end_event()
+            self._end_event = None
+            return
+        now = time.time_ns()
+        for h in self._handles:
+            h.finish(now)
+
+    def wait(self, *args: Any, **kwargs: Any) -> Any:
+        r = self._work.wait(*args, **kwargs)
+        self._done()
+        return r
+
+    def is_completed(self) -> bool:
+        r = self._work.is_completed()
+        if r:
+            self._done()
+        return r
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._work, name)
+
+    def __repr__(self) -> str:
+        return f"<timed {self._work!r}>"
+
+
+class _CudaClock:
+    """Maps CUDA event times to wall-clock ns through one anchor event per logger."""
+
+    def __init__(self) -> None:
+        self.anchor: Any = None
+        self.anchor_ns = 0
+
+    def event(self) -> Any:
+        import torch
+
+        if self.anchor is None:
+            a = torch.cuda.Event(enable_timing=True)
+            a.record()
+            a.synchronize()
+            self.anchor_ns = time.time_ns()
+            self.anchor = a
+        ev = torch.cuda.Event(enable_timing=True)
+        ev.record()
+        return ev
+
+    def to_ns(self, ev: Any) -> int:
+        return self.anchor_ns + int(self.anchor.elapsed_time(ev) * 1e6)
+
+    def resolver(self, ev0: Any, box: list) -> Callable[[bool], tuple[int, int] | None]:
+        def resolve(final: bool) -> tuple[int, int] | None:
+            ev1 = box[0] if box else None
+            if ev1 is None:
+                return None
+            if final:
+                ev1.synchronize()
+            elif not ev1.query():
+                return None
+            return self.to_ns(ev0), self.to_ns(ev1)
+
+        return resolve
+
+
+def _default_rank_world() -> tuple[int | None, int | None]:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except ImportError:  # pragma: no cover - torch missing
+        pass
+    r, w = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    return (int(r) if r is not None else None), (int(w) if w is not None else None)
+
+
+class CommOpsLogger:
+    """Record every ``torch.distributed`` communication operator of this rank as CommOps v1.
+
+    Parameters
+    ----------
+    out_dir : path-like
+        The job directory (shared by all ranks, or one per node merged later).
+    rank, world_size : int, optional
+        Default: from the initialized default process group, else ``RANK`` / ``WORLD_SIZE``.
+    flush_every : int, default 8192
+        Rows buffered in memory before they are appended to the rank's parquet file.
+    layout : holmes.topology.ParallelLayout, optional
+        When given, a group whose members equal one of the layout's communicators takes that
+        communicator's id and kind (``tp-0``, ``pp-3``...), point-to-point operators on another
+        group (e.g. the world) are attributed to the pp communicator holding both ends, and
+        ``job.json`` gets the layout as ``parallel``.
+    groups : mapping, optional
+        ``kind -> iterable of groups``, each a ``ProcessGroup`` or a list of global ranks, e.g.
+        ``{"tp": tp_groups, "dp": dp_groups}``. Otherwise the kind comes from the group's
+        description (``group_desc``, Megatron names understood) or is ``"other"``.
+    start_iteration : int, default 0
+        Iteration number of operators issued before the first :meth:`step`.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> lg = CommOpsLogger(tempfile.mkdtemp(), rank=0, world_size=1)
+    >>> lg.enabled
+    False
+    """
+
+    def __init__(self, out_dir: str | os.PathLike[str], rank: int | None = None, world_size: int | None = None, *,
+                 flush_every: int = 8192, layout: Any = None,
+                 groups: Mapping[str, Iterable[Any]] | None = None, start_iteration: int = 0) -> None:
+        self.out_dir = Path(out_dir)
+        self._rank = None if rank is None else int(rank)
+        self._world_size = None if world_size is None else int(world_size)
+        self.flush_every = int(flush_every)
+        self.layout = layout
+        self.groups = dict(groups) if groups else {}
+        self.start_iteration = int(start_iteration)
+        self._rec: CommOpsRecorder | None = None
+        self._saved: dict[str, Any] = {}
+        self._saved_p2pop_init: Any = None
+        self._group_cache: dict[int, tuple[Any, str, tuple[int, ...]]] = {}
+        self._kind_by_ranks: dict[tuple[int, ...], str] | None = None
+        self._layout_ids: dict[tuple[int, ...], tuple[str, str]] | None = None
+        self._cuda = _CudaClock()
+        self._atexit = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def enabled(self) -> bool:
+        return _ACTIVE is self
+
+    @property
+    def recorder(self) -> CommOpsRecorder:
+        """The underlying recorder (created on first use)."""
+        if self._rec is None:
+            r, w = _default_rank_world()
+            rank = self._rank if self._rank is not None else r
+            ws = self._world_size if self._world_size is not None else w
+            if rank is None:
+                raise ConfigError("CommOpsLogger: rank unknown; initialize torch.distributed first or pass rank=")
+            self._rank, self._world_size = rank, ws
+            self._rec = CommOpsRecorder(self.out_dir, rank, world_size=ws, flush_every=self.flush_every,
+                                        start_iteration=self.start_iteration)
+        return self._rec
+
+    @property
+    def rank(self) -> int:
+        return self.recorder.rank
+
+    def enable(self) -> "CommOpsLogger":
+        """Wrap the ``torch.distributed`` functions (see :data:`WRAPPED_FUNCTIONS`); returns self."""
+        global _ACTIVE
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d as c10d
+
+        with _ENABLE_LOCK:
+            if _ACTIVE is self:
+                return self
+            if _ACTIVE is not None:
+                raise ConfigError("another CommOpsLogger is enabled in this process; disable it first")
+            if self._rec is not None and self._rec.closed:
+                raise ConfigError(f"CommOpsLogger for {self.out_dir} is closed")
+            _ = self.recorder
+            for name in WRAPPED_FUNCTIONS:
+                orig = getattr(dist, name, None)
+                if orig is None:  # not in this torch version
+                    continue
+                self._saved[name] = orig
+                base = orig.__wrapped__ if isinstance(orig, _Wrapper) else orig
+                if name in _COLL_SPECS:
+                    handler = _collective_handler(name)
+                elif name in _P2P_SPECS:
+                    handler = _p2p_handler(name)
+                else:
+                    handler = _batch_handler
+                setattr(dist, name, _Wrapper(base, name, handler))
+            cls = c10d.P2POp
+            self._saved_p2pop_init = cls.__dict__.get("__init__")
+            orig_init = cls.__init__
+
+            def _init(p2p: Any, op: Any, *args: Any, **kwargs: Any) -> None:
+                orig_init(p2p, op.__wrapped__ if isinstance(op, _Wrapper) else op, *args, **kwargs)
+
+            cls.__init__ = _init
+            _ACTIVE = self
+            if not self._atexit:
+                atexit.register(self._atexit_close)
+                self._atexit = True
+        log.debug("rank %d: torch.distributed wrapped", self.rank)
+        return self
+
+    def disable(self) -> None:
+        """Restore the original ``torch.distributed`` functions (the same objects)."""
+        global _ACTIVE
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d as c10d
+
+        with _ENABLE_LOCK:
+            if _ACTIVE is not self:
+                return
+            for name, orig in self._saved.items():
+                cur = getattr(dist, name)
+                if isinstance(cur, _Wrapper):
+                    setattr(dist, name, orig)
+                else:
+                    log.warning("torch.distributed.%s was replaced by someone else while logging; left as is", name)
+            self._saved.clear()
+            if self._saved_p2pop_init is not None:
+                c10d.P2POp.__init__ = self._saved_p2pop_init
+            self._saved_p2pop_init = None
+            _ACTIVE = None
+
+    def __enter__(self) -> "CommOpsLogger":
+        return self.enable()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close(finalize=exc[0] is None)
+
+    def step(self, iteration: int | None = None) -> int:
+        """Mark the start of iteration ``iteration`` (default: next); see :meth:`CommOpsRecorder.step`."""
+        return self.recorder.step(iteration)
+
+    def mark_step(self) -> int:
+        """End the current iteration and start the next one (call at the end of each step)."""
+        return self.recorder.step()
+
+    def flush(self) -> None:
+        """Write the buffered, finished operators now."""
+        self.recorder.flush()
+
+    def _atexit_close(self) -> None:
+        try:
+            self.close(finalize=False)
+        except Exception:  # noqa: BLE001 - never fail interpreter exit
+            log.exception("closing the CommOps logger at exit failed")
+
+    def close(self, *, finalize: bool = True, timeout: float = 120.0) -> Path:
+        """Disable, flush and close this rank's files; with ``finalize`` rank 0 writes ``job.json``.
+
+        With ``finalize`` and an initialized process group, all ranks meet in a barrier first (so
+        call ``close`` on every rank); rank 0 then runs :func:`~holmes.logger.finalize_job`,
+        waiting up to ``timeout`` seconds for the other ranks' sidecars. Returns the rank file.
+        """
+        self.disable()
+        rec = self.recorder
+        path = rec.close()
+        if self._atexit:
+            atexit.unregister(self._atexit_close)
+            self._atexit = False
+        if finalize:
+            try:
+                import torch.distributed as dist
+
+                if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+                    dist.barrier()
+            except ImportError:  # pragma: no cover
+                pass
+            if rec.rank == 0:
+                from holmes.logger.finalize import finalize_job
+
+                finalize_job(self.out_dir, rec.world_size, parallel=self.layout, timeout=timeout)
+        return path
+
+    # ------------------------------------------------------------------ communicators
+
+    def _explicit_kind(self, pg: Any, ranks: tuple[int, ...]) -> str | None:
+        """Kind from ``groups``: a ProcessGroup listed there (by identity) or a listed rank list."""
+        if self._kind_by_ranks is None:
+            self._kind_by_pg: dict[int, tuple[Any, str]] = {}
+            m: dict[tuple[int, ...], str] = {}
+            for kind, gs in self.groups.items():
+                for g in gs:
+                    if g is None:
+                        continue
+                    if isinstance(g, (list, tuple, range)):
+                        m[tuple(sorted(int(x) for x in g))] = kind
+                    else:
+                        self._kind_by_pg[id(g)] = (g, kind)
+            self._kind_by_ranks = m
+        hit = self._kind_by_pg.get(id(pg))
+        if hit is not None and hit[0] is pg:
+            return hit[1]
+        return self._kind_by_ranks.get(ranks)
+
+    def _layout_id(self, ranks: tuple[int, ...]) -> tuple[str, str] | None:
+        if self.layout is None:
+            return None
+        if self._layout_ids is None:
+            self._layout_ids = {tuple(sorted(c.ranks)): (cid, c.kind) for cid, c in self.layout.communicators().items()}
+        return self._layout_ids.get(ranks)
+
+    def comm_of(self, group: Any) -> tuple[str, tuple[int, ...]]:
+        """``(comm_id, sorted global ranks)`` of a process group (``None``: the world).
+
+        Ids are identical on every member: the layout's id when the members match a layout
+        communicator, else ``f"{kind}-g{group_name}"`` (torch names groups by a creation counter
+        shared by all ranks, or by a hash of the members), and ``"world"`` for the default group.
+        """
+        key = id(group)
+        hit = self._group_cache.get(key)
+        if hit is not None and hit[0] is group:
+            return hit[1], hit[2]
+        import torch.distributed as dist
+        from torch.distributed import distributed_c10d as c10d
+
+        pg = group if group is not None else c10d._get_default_group()
+        ranks = tuple(sorted(int(r) for r in dist.get_process_group_ranks(pg)))
+        is_world = pg is c10d._get_default_group()
+        desc = getattr(pg, "group_desc", None)
+        kind = self._explicit_kind(pg, ranks) if self.groups else None
+        found = self._layout_id(ranks)
+        if found is not None:
+            cid, lkind = found
+            kind = kind or lkind
+        else:
+            if kind is None and desc and desc not in ("undefined", "default_pg"):
+                from holmes.topology.infer import kind_from_group_name
+
+                kind = kind_from_group_name(desc)
+            kind = kind or "other"
+            cid = "world" if is_world else f"{kind}-g{pg.group_name}"
+        self.recorder.add_communicator(cid, ranks, kind=kind,
+                                       name=desc if desc and desc != "undefined" else None)
+        self._group_cache[key] = (group, cid, ranks)
+        return cid, ranks
+
+    def _p2p_comm(self, group: Any, peer: int | None) -> str:
+        cid, ranks = self.comm_of(group)
+        if self.layout is not None and peer is not None and self._layout_id(ranks) is None:
+            me = self.recorder.rank
+            try:
+                pid = self.layout.comm_id_of(me, "pp")
+            except Exception:  # noqa: BLE001 - no pp dimension
+                return cid
+            prs = tuple(self.layout.group_of(me, "pp"))
+            if peer in prs:
+                self.recorder.add_communicator(pid, prs, kind="pp")
+                return pid
+        return cid
+
+
+# ---------------------------------------------------------------------- handlers
+
+
+def _finish_on_completion(work: Any, handles: list[PendingOp], cuda_end: Callable[[], Any] | None) -> Any:
+    """Arrange for ``handles`` to finish when ``work`` completes; returns what the caller gets back."""
+    if work is None:
+        for h in handles:
+            h.finish()
+        return work
+    if cuda_end is None:
+        try:
+            fut = work.get_future()
+        except (RuntimeError, AttributeError):
+            fut = None
+        if fut is not None:
+            def _cb(_f: Any, hs: list[PendingOp] = handles) -> None:
+                now = time.time_ns()
+                for h in hs:
+                    h.finish(now)
+
+            fut.then(_cb)
+            return work
+        for h in handles:
+            h.poll = work.is_completed
+    return _TimedWork(work, handles, cuda_end)
+
+
+def _run(orig: Callable, args: tuple, kwargs: dict) -> Any:
+    _tls.depth = getattr(_tls, "depth", 0) + 1
+    try:
+        return orig(*args, **kwargs)
+    finally:
+        _tls.depth -= 1
+
+
+def _issue(lg: CommOpsLogger, orig: Callable, args: tuple, kwargs: dict, cuda: bool, is_async: bool,
+           entries: list[tuple[str, str, int | None, int]]) -> Any:
+    """Call ``orig`` and record ``entries`` = [(comm_id, op, peer, nbytes)] issued together."""
+    rec = lg.recorder
+    if cuda:
+        ev0 = lg._cuda.event()
+    start = time.time_ns()
+    out = _run(orig, args, kwargs)
+    if not cuda and not is_async:
+        end = time.time_ns()
+        for cid, op, peer, nbytes in entries:
+            rec.record(cid, op, peer=peer, nbytes=nbytes, start_ns=start, end_ns=end)
+        return out
+    handles = [rec.begin(cid, op, peer=peer, nbytes=nbytes, start_ns=start) for cid, op, peer, nbytes in entries]
+    if cuda:
+        box: list = []
+        for h in handles:
+            h.resolver = lg._cuda.resolver(ev0, box)
+        if not is_async:
+            box.append(lg._cuda.event())
+            return out
+        end_fn = lambda: box.append(lg._cuda.event())  # noqa: E731 - first wait() wins
+        if isinstance(out, list):
+            return [_TimedWork(w, handles, end_fn) for w in out]
+        return _finish_on_completion(out, handles, end_fn)
+    if isinstance(out, list):  # batch_isend_irecv: one work per operator unless coalesced
+        if len(out) == len(handles):
+            return [_finish_on_completion(w, [h], None) for w, h in zip(out, handles)]
+        if len(out) == 1:
+            return [_finish_on_completion(out[0], handles, None)]
+        return [_finish_on_completion(w, handles if i == len(out) - 1 else [], None) for i, w in enumerate(out)]
+    return _finish_on_completion(out, handles, None)
+
+
+def _is_cuda(t: Any) -> bool:
+    if isinstance(t, (list, tuple)):
+        t = t[0] if t else None
+    return bool(getattr(t, "is_cuda", False))
+
+
+def _collective_handler(name: str) -> Callable:
+    op, gpos, apos, tpos, sizing = _COLL_SPECS[name]
+
+    gi, gname = gpos
+    ai, aname = apos if apos else (10**6, "")
+    ti, tname = tpos if tpos else (10**6, "")
+
+    def handler(lg: CommOpsLogger, orig: Callable, args: tuple, kwargs: dict) -> Any:
+        n = len(args)
+        group = args[gi] if n > gi else kwargs.get(gname)
+        is_async = bool(args[ai] if n > ai else kwargs.get(aname, False))
+        t = args[ti] if n > ti else kwargs.get(tname)
+        nbytes = _nb(t) if sizing == "one" else _nb_list(t) if sizing == "list" else 0
+        cid, _ = lg.comm_of(group)
+        return _issue(lg, orig, args, kwargs, _is_cuda(t), is_async, [(cid, op, None, nbytes)])
+
+    return handler
+
+
+def _global_peer(group: Any, peer: Any, group_peer: Any) -> int | None:
+    if group_peer is not None and group is not None:
+        import torch.distributed as dist
+
+        return int(dist.get_global_rank(group, int(group_peer)))
+    if peer is not None:
+        return int(peer)
+    if group_peer is not None:
+        return int(group_peer)
+    return None
+
+
+def _p2p_handler(name: str) -> Callable:
+    op, is_async, peer_name, gpeer_name = _P2P_SPECS[name]
+
+    def handler(lg: CommOpsLogger, orig: Callable, args: tuple, kwargs: dict) -> Any:
+        t = _arg(args, kwargs, 0, "tensor")
+        group = _arg(args, kwargs, 2, "group")
+        peer = _global_peer(group, _arg(args, kwargs, 1, peer_name), _arg(args, kwargs, 4, gpeer_name))
+        if op == "recv" and peer is None and not is_async:  # recv from any source: peer known after
+            start = time.time_ns()
+            src = _run(orig, args, kwargs)
+            end = time.time_ns()
+            cid = lg._p2p_comm(group, src)
+            lg.recorder.record(cid, op, peer=src, nbytes=_nb(t), start_ns=start, end_ns=end)
+            return src
+        cid = lg._p2p_comm(group, peer)
+        return _issue(lg, orig, args, kwargs, _is_cuda(t), is_async, [(cid, op, peer, _nb(t))])
+
+    return handler
+
+
+def _batch_handler(lg: CommOpsLogger, orig: Callable, args: tuple, kwargs: dict) -> Any:
+    ops = _arg(args, kwargs, 0, "p2p_op_list")
+    try:
+        entries = []
+        for p in ops:
+            f = p.op.__wrapped__ if isinstance(p.op, _Wrapper) else p.op
+            p.op = f  # torch tests `p.op is isend` against the original function
+            kind = "send" if getattr(f, "__name__", "") == "isend" else "recv"
+            peer = int(p.peer) if p.peer is not None else None
+            entries.append((lg._p2p_comm(p.group, peer), kind, peer, _nb(p.tensor)))
+        cuda = _is_cuda(ops[0].tensor) if ops else False
+    except (AttributeError, TypeError, IndexError):
+        return _run(orig, args, kwargs)  # let torch report the malformed list
+    return _issue(lg, orig, args, kwargs, cuda, True, entries)
+
+
+def enable(out_dir: str | os.PathLike[str], **kwargs: Any) -> CommOpsLogger:
+    """Create a :class:`CommOpsLogger` for ``out_dir`` and enable it (keyword arguments as there).
+
+    Examples
+    --------
+    >>> import holmes.logger                                 # doctest: +SKIP
+    >>> lg = holmes.logger.enable("job-dir", layout=layout)  # doctest: +SKIP
+    """
+    return CommOpsLogger(out_dir, **kwargs).enable()
