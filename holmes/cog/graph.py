@@ -76,7 +76,7 @@ class RankOps:
     """
 
     __slots__ = ("rank", "iteration", "op_index", "comm", "seq", "op", "peer", "start", "end", "duration", "nbytes",
-                 "abnormal", "_iters", "_iter_lo", "_iter_hi", "table")
+                 "abnormal", "_iters", "_iter_lo", "_iter_hi", "table", "_excess")
 
     def __init__(self, rank: int, table: pa.Table, comm_code: Any) -> None:
         self.rank = int(rank)
@@ -98,6 +98,7 @@ class RankOps:
         peer = table.column("peer")
         self.peer = peer.fill_null(-1).to_numpy().astype(np.int32, copy=False) if n else np.zeros(0, np.int32)
         self.abnormal: np.ndarray | None = None
+        self._excess: tuple[np.ndarray, np.ndarray] | None = None
         self._iters, first = np.unique(self.iteration, return_index=True)
         self._iter_lo = first
         self._iter_hi = np.append(first[1:], n)
@@ -172,6 +173,33 @@ class RankOps:
         out[pos[ok]] = vals[ok]
         return out
 
+    @property
+    def gap(self) -> np.ndarray:
+        """Per row, the time between the previous row's end and this row's start (0 for row 0):
+        the rank's own work (compute, data loading, optimizer) before it issued the op."""
+        g = np.zeros(len(self), dtype=np.int64)
+        if len(self) > 1:
+            g[1:] = self.start[1:] - self.end[:-1]
+        return g
+
+    def excess(self, quantile: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
+        """Per row, how much longer than usual its compute gap and its duration were.
+
+        "Usual" is the ``quantile`` (default the 10th percentile) of the same operator position
+        (``op_index``) over every iteration of the rank: like the iteration monitor's reference it
+        stays on the healthy level even when a persistent slowdown covers most iterations. Both
+        are measured on the rank's own clock, so clock skew between hosts plays no part.
+
+        Returns
+        -------
+        gap_excess, duration_excess : int64 arrays, >= 0
+        """
+        if self._excess is None:
+            gap = self.gap
+            self._excess = (_excess_over_reference(gap, self.op_index, quantile),
+                            _excess_over_reference(self.duration, self.op_index, quantile))
+        return self._excess
+
     def describe(self, row: int, comm_ids: list[str]) -> dict[str, Any]:
         """A small JSON-able description of one row."""
         d: dict[str, Any] = {"rank": self.rank, "iteration": int(self.iteration[row]),
@@ -183,6 +211,26 @@ class RankOps:
         if self.abnormal is not None:
             d["abnormal"] = bool(self.abnormal[row])
         return d
+
+
+def _excess_over_reference(values: np.ndarray, groups: np.ndarray, quantile: float) -> np.ndarray:
+    """``max(0, values - ref[group])`` with ``ref`` the lower ``quantile`` of each group's values.
+
+    >>> _excess_over_reference(np.array([5, 7, 1, 9, 5]), np.array([0, 0, 1, 1, 0]), 0.0).tolist()
+    [0, 2, 0, 8, 0]
+    """
+    n = len(values)
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    order = np.lexsort((values, groups))
+    g = groups[order]
+    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    sizes = np.diff(np.r_[starts, n])
+    pick = starts + np.floor(quantile * (sizes - 1)).astype(np.int64)
+    ref_sorted = np.repeat(values[order][pick], sizes)
+    ref = np.empty(n, dtype=values.dtype)
+    ref[order] = ref_sorted
+    return np.maximum(values - ref, 0).astype(np.int64)
 
 
 class CommOpGraph:

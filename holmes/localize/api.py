@@ -51,7 +51,8 @@ def localize(job: Any, *, pivot: int = 0, window: int = 100, top_k: int = 2, del
              detector: Any = None, topology: Any = None, prior: Mapping[str, float] | None = None,
              alpha: float = 1.0, monitors: Iterable[int] | None = None, max_iterations: int | None = None,
              max_starts: int | None = 4, method: str = "map", include_host: bool = True,
-             exonerate: bool = True, exonerate_bytes: float = 1 / 16, probe_reads: int = 64) -> Report:
+             exonerate: bool = True, exonerate_bytes: float = 1 / 16, probe_reads: int = 64,
+             late_ratio: float = 0.5) -> Report:
     """Rank the devices most likely making a job slow.
 
     Parameters
@@ -79,10 +80,12 @@ def localize(job: Any, *, pivot: int = 0, window: int = 100, top_k: int = 2, del
     max_iterations : int, optional
         Search at most this many irregular iterations (the most irregular ones).
     max_starts : int or None, default 4
-        Start operators per monitored rank and iteration (earliest abnormal ones first).
+        Start operators per monitored rank and iteration: the abnormal ones that lasted longest
+        beyond their usual duration (:meth:`holmes.cog.RankOps.excess`), searched in start order.
     method : {"map", "linear"}
     include_host : bool, default True
-        Compute causes also implicate the host.
+        Compute causes also implicate the host; a host keeps only the evidence its most-blamed GPU
+        has no lead over the runner-up for (:meth:`DeviceRanking.explain_away`).
     exonerate : bool, default True
         Leave out of a network cause the devices crossed, in the same iteration, by operators
         that ran normally on the ranks already fetched (a normal transfer through a device shows
@@ -91,6 +94,10 @@ def localize(job: Any, *, pivot: int = 0, window: int = 100, top_k: int = 2, del
     probe_reads : int, default 64
         Extra ranks the network probes may read to tell the devices of a network cause apart
         (:mod:`holmes.localize.probe`); 0 turns the probes off.
+    late_ratio : float, default 0.5
+        A group member's (or P2P peer's) copy lasting at most this fraction of the operator being
+        searched marks that member as the late arriver even when the detector flagged it
+        (:class:`~holmes.localize.search.GraphSearch`); 0 trusts the detector's labels alone.
 
     Returns
     -------
@@ -125,7 +132,7 @@ def localize(job: Any, *, pivot: int = 0, window: int = 100, top_k: int = 2, del
         raise ConfigError(f"topology has {topo.num_gpus} GPUs, the job {world} ranks")
     det = resolve_detector(detector)
     assumptions.append("abnormal operators flagged by " + " ".join(repr(det).split()))
-    search = GraphSearch(src, det)
+    search = GraphSearch(src, det, late_ratio=late_ratio)
     if search.rank_ops(pivots[0]) is None:
         raise JobError(f"pivot rank {pivots[0]}: {src.missing.get(pivots[0], 'log unavailable')}")
     it_all, dur_all = _iteration_times(src, pivots[0])
@@ -150,9 +157,11 @@ def localize(job: Any, *, pivot: int = 0, window: int = 100, top_k: int = 2, del
             rows = np.arange(lo, hi)
             assert ro.abnormal is not None
             rows = rows[ro.abnormal[rows]]
+            if max_starts is not None and rows.size > max_starts:
+                # the abnormal operators that stretched the iteration most: largest duration excess
+                dur_x = ro.excess()[1]
+                rows = rows[np.argsort(-dur_x[rows], kind="stable")[:max_starts]]
             rows = rows[np.argsort(ro.start[rows], kind="stable")]
-            if max_starts is not None:
-                rows = rows[:max_starts]
             starts += [(p, int(r)) for r in rows]
         found = search.search(it, starts) if starts else []
         if not found:
@@ -177,6 +186,12 @@ def localize(job: Any, *, pivot: int = 0, window: int = 100, top_k: int = 2, del
                                 min_fine_bytes=int(ro.nbytes[c.row]) * exonerate_bytes)
             c.devices = devs
         ranking.add(devs, c.rate)
+    if include_host:
+        gpus_of: dict[str, list[str]] = {}
+        for d in ranking.sums:
+            if device_kind(d) == "gpu":
+                gpus_of.setdefault(f"host:{topo.host_of(int(d.split(':', 1)[1]))}", []).append(d)
+        ranking.explain_away(gpus_of)
     index = ranking.index()
     ranked = [DeviceScore(d, device_kind(d), s, index.get(d, 0.0), ranking.counts.get(d, 0))
               for d, s in ranking.ranked()]

@@ -186,6 +186,27 @@ class DeviceRanking:
             self.sums[d] = self.sums.get(d, 0.0) + float(rate)
             self.counts[d] = self.counts.get(d, 0) + 1
 
+    def explain_away(self, members: Mapping[str, Iterable[str]]) -> None:
+        """Take from each aggregate device the evidence its most-blamed member explains alone.
+
+        ``S(agg) -= S(m1) - S(m2)`` where ``m1``, ``m2`` are the members with the largest and
+        second-largest sums (floored at 0). A host collects the compute causes of all its GPUs, so
+        a single slow GPU plus a little noise on its neighbours would lift the host above the GPU.
+        A host fault slows *several* of its GPUs, which then share the causes: their evidence is
+        left to the host, only the top GPU's lead over the runner-up is not.
+
+        >>> r = DeviceRanking()
+        >>> for g in ("gpu:1", "gpu:1", "gpu:1", "gpu:2"):
+        ...     r.add([g, "host:0"], 1.0)
+        >>> r.explain_away({"host:0": ["gpu:1", "gpu:2"]})
+        >>> r.sums["host:0"], r.sums["gpu:1"]
+        (2.0, 3.0)
+        """
+        for agg, ms in members.items():
+            if agg in self.sums:
+                top = sorted((self.sums.get(m, 0.0) for m in ms), reverse=True)[:2] + [0.0, 0.0]
+                self.sums[agg] = max(0.0, self.sums[agg] - (top[0] - top[1]))
+
     def _H(self, d: str) -> float:
         h = self._h.get(d)
         if h is None:

@@ -12,6 +12,13 @@ Starting from abnormal operators of a pivot rank in one iteration, the search wa
   receiver, seq)``). Both abnormal, or no peer: **NETWORK** between the pair. Peer normal: the
   peer was late; follow its earlier operators as above (COMPUTE on the peer if none is abnormal).
 
+A copy's label is not the only evidence of who was late. Every member of a collective (both
+sides of a P2P transfer) completes at about the same time, so the member that entered last has
+the *shortest* duration, measured on its own clock (no cross-host clock skew involved). A copy
+flagged abnormal that lasted at most ``late_ratio`` (default 1/2) of the operator being searched
+is therefore treated as the late arriver too: a detector that flags a few noisy short copies (as
+on CPU or shared machines) does not turn a straggler into a false NETWORK verdict.
+
 The search is iterative (an explicit stack, no recursion limit), keeps a visited set per
 iteration (cycles end), handles several start operators at once and records the evidence path
 of every cause. Ranks are fetched and run through the detector only when the search needs them;
@@ -28,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from holmes.cog.graph import RECV, SEND, CommOpGraph, RankOps
+from holmes.errors import ConfigError
 
 __all__ = ["COMPUTE", "NETWORK", "RootCause", "GraphSearch"]
 
@@ -94,14 +102,21 @@ class GraphSearch:
         Built from ``source.communicators`` when omitted.
     max_steps : int, default 100000
         Safety bound on operators visited per search.
+    late_ratio : float, default 0.5
+        A member's copy lasting at most this fraction of the searched operator's duration marks
+        that member as the late arriver even when the detector flagged the copy; 0 trusts the
+        detector's labels alone (the paper's rule).
     """
 
     def __init__(self, source: Any, detector: Any, graph: CommOpGraph | None = None, *,
-                 max_steps: int = 100_000) -> None:
+                 max_steps: int = 100_000, late_ratio: float = 0.5) -> None:
+        if not 0.0 <= late_ratio < 1.0:
+            raise ConfigError(f"late_ratio={late_ratio} must lie in [0, 1)")
         self.source = source
         self.detector = detector
         self.graph = graph if graph is not None else CommOpGraph(source.communicators)
         self.max_steps = max_steps
+        self.late_ratio = float(late_ratio)
         self.hints: dict[int, int] = {}  # group node -> member whose copy was normal last time
         self._groups_of: dict[int, list[int]] | None = None
         self.steps = 0
@@ -118,8 +133,6 @@ class GraphSearch:
         ro = self.graph.add_rank(rank, t)
         flags = np.asarray(self.detector.predict_ops(t), dtype=bool)
         if flags.shape != (len(ro),):
-            from holmes.errors import ConfigError
-
             raise ConfigError(f"detector returned {flags.shape} flags for {len(ro)} rows of rank {rank}")
         ro.abnormal = flags
         log.debug("fetched rank %d: %d ops, %d abnormal", rank, len(ro), int(flags.sum()))
@@ -136,6 +149,13 @@ class GraphSearch:
             order.remove(hint)
             order.insert(0, hint)
         return order
+
+    def _arrived_late(self, mo: RankOps, mrow: int, ro: RankOps, row: int) -> bool:
+        """Whether ``mo``'s copy ``mrow`` shows its rank entered after ``ro`` (see module doc)."""
+        assert mo.abnormal is not None
+        if not mo.abnormal[mrow]:
+            return True
+        return bool(mo.duration[mrow] <= self.late_ratio * ro.duration[row])
 
     # ------------------------------------------------------------------ search
     def search(self, iteration: int, starts: list[tuple[int, int]]) -> list[RootCause]:
@@ -169,15 +189,31 @@ class GraphSearch:
 
     def _follow(self, ro: RankOps, row: int, path: list[dict[str, Any]], iteration: int,
                 causes: list[RootCause], note: str | None = None) -> tuple[int, int, list[dict[str, Any]]] | None:
-        """``ro`` entered ``row`` late: search its latest earlier abnormal op, or blame its compute."""
+        """``ro`` entered ``row`` late: search its latest earlier abnormal op, or blame its compute.
+
+        The rank's lateness comes from its own work between operators (the compute gaps) or from
+        an earlier operator that ended late. The paper follows the latest earlier abnormal
+        operator ``a``; Holmes does so unless a compute gap after ``a`` (up to ``row``) grew by more
+        than ``a`` itself did, measured against the rank's usual gap and duration at the same
+        operator positions (:meth:`RankOps.excess`): then the rank's compute is the cause even
+        though an abnormal operator precedes it.
+        """
         assert ro.abnormal is not None
         earlier = ro.earlier_rows(row)
         abn = earlier[ro.abnormal[earlier]] if earlier.size else earlier
         normal_step = ro.describe(row, self.graph.comm_ids)
-        if abn.size:
+        gap_x, dur_x = ro.excess()
+        lo = int(abn[0]) + 1 if abn.size else (int(earlier[-1]) if earlier.size else row)
+        k = lo + int(np.argmax(gap_x[lo:row + 1]))
+        if gap_x[k] <= gap_x[row]:
+            k = row  # ties (e.g. no excess anywhere): the gap right before the late operator
+        if abn.size and dur_x[abn[0]] >= gap_x[k]:
             return ro.rank, int(abn[0]), path + [normal_step]
-        causes.append(RootCause(iteration, COMPUTE, (ro.rank,), ro.rank, row, normal_step,
-                                path + [normal_step], note))
+        step = normal_step if k == row else ro.describe(k, self.graph.comm_ids)
+        step["compute_gap_ns"] = int(ro.gap[k])
+        step["gap_excess_ns"] = int(gap_x[k])
+        evidence = path + [normal_step] + ([step] if k != row else [])
+        causes.append(RootCause(iteration, COMPUTE, (ro.rank,), ro.rank, k, step, evidence, note))
         return None
 
     def _collective(self, iteration: int, ro: RankOps, row: int, path: list[dict[str, Any]],
@@ -201,8 +237,7 @@ class GraphSearch:
             if mrow is None:
                 missing.append(m)
                 continue
-            assert mo.abnormal is not None
-            if not mo.abnormal[mrow]:
+            if self._arrived_late(mo, mrow, ro, row):
                 self.hints[self.graph.group_of[comm]] = m
                 desc["normal_member"] = m
                 desc["members_read"] = read
@@ -268,8 +303,7 @@ class GraphSearch:
             causes.append(RootCause(iteration, NETWORK, pair, ro.rank, row, desc, path,
                                     f"no matching {'recv' if opposite == RECV else 'send'} on rank {peer}"))
             return None
-        assert po.abnormal is not None
-        if po.abnormal[prow]:
+        if not self._arrived_late(po, prow, ro, row):
             peer_step = po.describe(prow, self.graph.comm_ids)
             causes.append(RootCause(iteration, NETWORK, pair, ro.rank, row, desc, path + [peer_step]))
             return None
