@@ -20,6 +20,8 @@ from holmes.errors import ConfigError, JobError
 from holmes.localize.detectors import resolve_detector
 from holmes.localize.ranking import (DeviceRanking, cause_devices, device_kind, irregularity_rate,
                                      network_devices)
+from holmes.localize.healthy import HealthyPaths
+from holmes.localize.host_probe import HostProbe
 from holmes.localize.probe import NetworkProbe
 from holmes.localize.report import DeviceScore, Report
 from holmes.localize.search import COMPUTE, GraphSearch, RootCause
@@ -51,8 +53,8 @@ def localize(job: Any, *, pivot: int = 0, window: int = 100, top_k: int = 2, del
              detector: Any = None, topology: Any = None, prior: Mapping[str, float] | None = None,
              alpha: float = 1.0, monitors: Iterable[int] | None = None, max_iterations: int | None = None,
              max_starts: int | None = 4, method: str = "map", include_host: bool = True,
-             exonerate: bool = True, exonerate_bytes: float = 1 / 16, probe_reads: int = 64,
-             late_ratio: float = 0.5) -> Report:
+             exonerate: bool = True, exonerate_bytes: float = 1 / 16, exonerate_speedup: float = 2.0,
+             probe_reads: int = 64, late_ratio: float = 0.5, host_reads: int = 32) -> Report:
     """Rank the devices most likely making a job slow.
 
     Parameters
@@ -90,10 +92,17 @@ def localize(job: Any, *, pivot: int = 0, window: int = 100, top_k: int = 2, del
         Leave out of a network cause the devices crossed, in the same iteration, by operators
         that ran normally on the ranks already fetched (a normal transfer through a device shows
         the device was healthy then). Only operators moving at least ``exonerate_bytes`` times
-        the cause operator's bytes (default 1/16) count, so latency-bound small messages do not clear a device.
+        the cause operator's bytes (default 1/16) count, so latency-bound small messages do not clear a device,
+        and only those at least ``exonerate_speedup`` (default 2) times as fast as the cause
+        operator's bytes over its extra duration, so a transfer hidden in a wait clears nothing
+        (:mod:`holmes.localize.healthy`).
     probe_reads : int, default 64
         Extra ranks the network probes may read to tell the devices of a network cause apart
         (:mod:`holmes.localize.probe`); 0 turns the probes off.
+    host_reads : int, default 32
+        Extra ranks the host probe may read to tell a slow GPU from a slow host: a compute cause
+        implicates the host when the GPU's host-mates lost compute time in the same iteration,
+        the GPU alone when they did not (:mod:`holmes.localize.host_probe`); 0 turns it off.
     late_ratio : float, default 0.5
         A group member's (or P2P peer's) copy lasting at most this fraction of the operator being
         searched marks that member as the late arriver even when the detector flagged it
@@ -169,16 +178,24 @@ def localize(job: Any, *, pivot: int = 0, window: int = 100, top_k: int = 2, del
         causes += found
     ranking = DeviceRanking(method=method, prior=prior, alpha=alpha, decay=topo.decay)
     piv_series = durs
-    healthy = _HealthyPaths(search.graph, topo) if exonerate else None
+    healthy = HealthyPaths(search.graph, topo) if exonerate else None
     probe = NetworkProbe(search, topo, max_reads=probe_reads) if probe_reads > 0 else None
+    hprobe = HostProbe(search, topo, max_reads=host_reads) if include_host and host_reads > 0 else None
     for c in causes:
         ro = search.graph.ranks[c.rank]
         series = ro.position_series(int(ro.op_index[c.row]), its, gap=c.cause == COMPUTE)
         c.rate = irregularity_rate(series, piv_series)
         ex = None
         if healthy is not None and c.cause != COMPUTE:
-            ex = healthy.devices(c.iteration, int(ro.nbytes[c.row]) * exonerate_bytes)
+            nb = int(ro.nbytes[c.row])
+            slow_speed = nb / max(int(ro.excess()[1][c.row]), 1)
+            ex = healthy.devices(c.iteration, nb * exonerate_bytes, min_speed=exonerate_speedup * slow_speed)
         devs = cause_devices(c.cause, c.ranks, topo, include_host=include_host, exonerated=ex)
+        if hprobe is not None and c.cause == COMPUTE and len(c.ranks) == 1:
+            verdict = hprobe.verdict(c.ranks[0], c.iteration)
+            if verdict is not None:
+                devs = [d for d in devs if device_kind(d) == verdict]
+                c.devices = devs
         if probe is not None and c.cause != COMPUTE:
             t0, t1 = int(ro.start[c.row]), int(ro.end[c.row])
             t0 -= 2 * (t1 - t0)
@@ -207,60 +224,6 @@ def localize(job: Any, *, pivot: int = 0, window: int = 100, top_k: int = 2, del
                   window=[int(i) for i in its], bytes_read=src.bytes_read,
                   params={"pivot": pivots[0], "window": window, "top_k": top_k, "delta": delta, "method": method,
                           "alpha": alpha}, iterations_without_cause=without)
-
-
-class _HealthyPaths:
-    """Network devices crossed by normally-running operators of the fetched ranks, per iteration."""
-
-    def __init__(self, graph: Any, topology: Any) -> None:
-        self.graph = graph
-        self.topology = topology
-        self._by_iter: dict[int, list[tuple[int, frozenset[str]]]] = {}
-        self._paths: dict[tuple[int, ...], frozenset[str]] = {}
-
-    def _devs(self, ranks: tuple[int, ...]) -> frozenset[str]:
-        got = self._paths.get(ranks)
-        if got is None:
-            got = frozenset(network_devices(ranks, self.topology))
-            self._paths[ranks] = got
-        return got
-
-    def _collect(self, iteration: int) -> list[tuple[int, frozenset[str]]]:
-        got = self._by_iter.get(iteration)
-        if got is not None:
-            return got
-        best: dict[tuple[int, ...], int] = {}
-        for r, ro in self.graph.ranks.items():
-            lo, hi = ro.iteration_rows(iteration)
-            if hi <= lo or ro.abnormal is None:
-                continue
-            rows = np.arange(lo, hi)[~ro.abnormal[lo:hi]]
-            if rows.size == 0:
-                continue
-            key = ro.comm[rows].astype(np.int64) * (self.graph_world + 1) + (ro.peer[rows].astype(np.int64) + 1)
-            order = np.lexsort((-ro.nbytes[rows], key))
-            uk, first = np.unique(key[order], return_index=True)
-            for k, i in zip(uk.tolist(), first.tolist()):
-                row = int(rows[order[i]])
-                peer = int(ro.peer[row])
-                members = tuple(sorted((r, peer))) if peer >= 0 else self.graph.members[int(ro.comm[row])]
-                nb = int(ro.nbytes[row])
-                if best.get(members, -1) < nb:
-                    best[members] = nb
-        got = [(nb, self._devs(m)) for m, nb in best.items() if len(m) > 1]
-        self._by_iter[iteration] = got
-        return got
-
-    @property
-    def graph_world(self) -> int:
-        return int(self.topology.num_gpus)
-
-    def devices(self, iteration: int, min_bytes: float) -> set[str]:
-        out: set[str] = set()
-        for nb, devs in self._collect(iteration):
-            if nb >= min_bytes:
-                out |= devs
-        return out
 
 
 def _iteration_times(src: Any, rank: int) -> tuple[np.ndarray, np.ndarray]:
