@@ -158,3 +158,19 @@ def test_clean_fixture_has_no_culprit():
         pytest.skip("fixture not present")
     r = localize(path)
     assert r.devices == [] and r.irregular_iterations == []
+
+
+def test_host_spike_is_told_from_a_gpu_by_its_host_mates():
+    # one spike iteration gives one compute cause: only the host-mates' compute tells host from GPU
+    r = localize(_sim("host:3@spike:12*3", seed=5), detector="label")
+    assert r.top.id == "host:3", [(d.id, round(d.score, 3)) for d in r.all_devices[:4]]
+    g = localize(_sim("gpu:13@spike:12*3", seed=5), detector="label")
+    assert g.top.id == "gpu:13" and all(d.id != "host:3" for d in g.all_devices)
+
+
+def test_host_verdict_rule():
+    from holmes.localize.host_probe import host_verdict
+
+    assert host_verdict(100.0, [60.0, 55.0, 1.0]) == "host"
+    assert host_verdict(100.0, [60.0, 1.0, 1.0]) == "gpu"
+    assert host_verdict(100.0, []) is None and host_verdict(0.0, [5.0]) is None

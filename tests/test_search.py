@@ -125,3 +125,58 @@ def test_deep_chain_has_no_recursion_limit():
     # every rank waits on its successor's recv... chain: 0.send -> 1.recv normal? build: send abnormal, recv abnormal
     _, causes = _search(_job(comms, tables), [(0, 0)])
     assert len(causes) == 1 and causes[0].cause == NETWORK
+
+
+def test_short_copy_flagged_by_a_noisy_detector_is_still_the_late_arriver():
+    # rank 1's copy is flagged (noise) but lasted 5 of rank 0's 100: rank 1 entered last
+    tables = {0: _t(0, [(0, "tp-0", 0, "all_reduce", None, 0, 100, True)]),
+              1: _t(1, [(0, "tp-0", 0, "all_reduce", None, 95, 100, True)])}
+    job = _job({"tp-0": ("tp", (0, 1))}, tables)
+    _, causes = _search(job, [(0, 0)])
+    assert [(c.cause, c.ranks) for c in causes] == [(COMPUTE, (1,))]
+    # trusting the labels alone (the paper's rule) makes it a network cause
+    s = GraphSearch(JobSource(job), LabelDetector(), late_ratio=0.0)
+    s.rank_ops(0)
+    assert [(c.cause, c.ranks) for c in s.search(0, [(0, 0)])] == [(NETWORK, (0, 1))]
+
+
+def test_short_flagged_recv_means_the_receiver_was_late():
+    comms = {"pp-0": ("pp", (0, 1))}
+    tables = {0: _t(0, [(0, "pp-0", 0, "send", 1, 0, 100, True)]),
+              1: _t(1, [(0, "pp-0", 0, "recv", 0, 96, 100, True)])}
+    _, causes = _search(_job(comms, tables), [(0, 0)])
+    assert [(c.cause, c.ranks) for c in causes] == [(COMPUTE, (1,))]
+
+
+def _multi(rank, iters):
+    """iters: per iteration, rows (op_index, comm, seq, op, peer, start, end, abnormal)."""
+    rows = [(it,) + r for it, rs in enumerate(iters) for r in rs]
+    cols = list(zip(*rows))
+    n = len(rows)
+    return ops_table(rank=[rank] * n, iteration=list(cols[0]), op_index=list(cols[1]), comm_id=list(cols[2]),
+                     seq=list(cols[3]), op=list(cols[4]), peer=list(cols[5]), nbytes=[8] * n,
+                     start_ns=list(cols[6]), end_ns=list(cols[7]), abnormal=list(cols[8]))
+
+
+def test_long_compute_gap_beats_a_slightly_slow_earlier_operator():
+    # rank 1: a dp op (usually 10 ns) then, after its compute (usually 10 ns), the tp op.
+    # In iteration 2 the dp op is a little slow (flagged, +5 ns) but the compute gap grew by 80 ns:
+    # rank 1's own compute made everybody wait, not the dp op.
+    comms = {"tp-0": ("tp", (0, 1)), "dp-0": ("dp", (1, 2))}
+    def r1(t0, dp_end, tp_start, flag):
+        return [(0, "dp-0", 0, "all_reduce", None, t0, dp_end, flag),
+                (1, "tp-0", 0, "all_reduce", None, tp_start, tp_start + 5, False)]
+    one = _multi(1, [r1(0, 10, 20, False), r1(100, 110, 120, False), r1(200, 215, 305, True)])
+    zero = _multi(0, [[(0, "tp-0", 0, "all_reduce", None, 0, 25, False)],
+                      [(0, "tp-0", 0, "all_reduce", None, 100, 125, False)],
+                      [(0, "tp-0", 0, "all_reduce", None, 200, 310, True)]])
+    two = _multi(2, [[(0, "dp-0", 0, "all_reduce", None, 0, 10, False)],
+                     [(0, "dp-0", 0, "all_reduce", None, 100, 110, False)],
+                     [(0, "dp-0", 0, "all_reduce", None, 200, 215, True)]])
+    job = _job(comms, {0: zero, 1: one, 2: two})
+    s = GraphSearch(JobSource(job), LabelDetector())
+    s.rank_ops(0)
+    causes = s.search(2, [(0, 2)])
+    assert [(c.cause, c.ranks) for c in causes] == [(COMPUTE, (1,))]
+    assert causes[0].op["gap_excess_ns"] == 80
+    assert 2 not in s.source.ranks_read          # the dp op was not searched
