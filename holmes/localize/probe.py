@@ -11,7 +11,9 @@ nothing about the transfer, whatever their label.
 
 * the other communicators and P2P peers of the cause's members (small groups only, or groups
   already fetched);
-* for a switch on the path, a P2P pair of another GPU below that switch.
+* for a switch on the path, a P2P pair of another GPU below that switch;
+* for a cable between switches, a P2P pair of another GPU below its leaf end whose path uses
+  that cable.
 
 A transfer that ran fine clears every device on its path; a slow one supports the devices on
 it. The cause keeps its devices not cleared, and among them those with the most support. Probes
@@ -157,14 +159,17 @@ class NetworkProbe:
                 if v is not None:
                     yield v, grp
 
-    def _leaf_probes(self, iteration: int, switch: str, avoid: set[int], count: int = 3):
-        """Verdicts of up to ``count`` P2P pairs of other GPUs below ``switch`` (one pair per GPU)."""
+    def _leaf_probes(self, iteration: int, switch: str, avoid: set[int], count: int = 3, through: str | None = None):
+        """Verdicts of up to ``count`` P2P pairs of other GPUs below ``switch`` (one pair per GPU)
+        whose path crosses ``through`` (any path when None)."""
         found = 0
         for r in self._ranks_under(switch):
             if r in avoid:
                 continue
             for peer in self._peers(r):
                 if peer in avoid or self.topology.host_of(peer) == self.topology.host_of(r):
+                    continue
+                if through is not None and through not in self.topology.path(r, peer):
                     continue
                 v = self._pair_verdict(iteration, r, peer)
                 if v is not None:
@@ -222,6 +227,11 @@ class NetworkProbe:
             self._neighbour_probes(ranks, ranks, window[0], window[1], min_fine_bytes, iteration))
         for sw in [c for c in candidates if c.startswith("switch:")]:
             results += list(self._leaf_probes(iteration, sw, set(ranks)))
+        for link in [c for c in candidates if c.startswith("link:switch:")]:
+            # a cable between two switches: pairs of GPUs below its (leaf) ends whose path uses it
+            for end in link[5:].split("|"):
+                if self._ranks_under(end):
+                    results += list(self._leaf_probes(iteration, end, set(ranks), through=link))
         for verdict, grp in results:
             devs = set(network_devices(grp, self.topology)) & cand
             if not devs:
