@@ -19,7 +19,7 @@ import numpy as np
 from holmes.errors import ConfigError, JobError
 from holmes.localize.detectors import resolve_detector
 from holmes.localize.ranking import (DeviceRanking, cause_devices, device_kind, irregularity_rate,
-                                     network_devices)
+                                     narrow_by_coverage)
 from holmes.localize.healthy import HealthyPaths
 from holmes.localize.host_probe import HostProbe
 from holmes.localize.probe import NetworkProbe
@@ -54,7 +54,7 @@ def localize(job: Any, *, pivot: int = 0, window: int = 100, top_k: int = 2, del
              alpha: float = 1.0, monitors: Iterable[int] | None = None, max_iterations: int | None = None,
              max_starts: int | None = 4, method: str = "map", include_host: bool = True,
              exonerate: bool = True, exonerate_bytes: float = 1 / 16, exonerate_speedup: float = 2.0,
-             probe_reads: int = 64, late_ratio: float = 0.5, host_reads: int = 32) -> Report:
+             probe_reads: int = 64, rate_lag: int = 1, narrow: bool = True, late_ratio: float = 0.5, host_reads: int = 32) -> Report:
     """Rank the devices most likely making a job slow.
 
     Parameters
@@ -99,6 +99,15 @@ def localize(job: Any, *, pivot: int = 0, window: int = 100, top_k: int = 2, del
     probe_reads : int, default 64
         Extra ranks the network probes may read to tell the devices of a network cause apart
         (:mod:`holmes.localize.probe`); 0 turns the probes off.
+    narrow : bool, default True
+        Narrow each network cause to its devices that the other network causes implicate most
+        (weighted by their rates, :func:`~holmes.localize.ranking.narrow_by_coverage`): one
+        device explaining a specific pair's cause and a whole ring's cause beats the ring's
+        many others.
+    rate_lag : int, default 1
+        The irregularity rate R of a cause is its operator series' best Pearson correlation with
+        the pivot's iteration times shifted by 0 .. ``rate_lag`` iterations (a delay late in one
+        iteration can stretch the pivot's next one); 0 is the paper's plain correlation.
     host_reads : int, default 32
         Extra ranks the host probe may read to tell a slow GPU from a slow host: a compute cause
         implicates the host when the GPU's host-mates lost compute time in the same iteration,
@@ -181,10 +190,11 @@ def localize(job: Any, *, pivot: int = 0, window: int = 100, top_k: int = 2, del
     healthy = HealthyPaths(search.graph, topo) if exonerate else None
     probe = NetworkProbe(search, topo, max_reads=probe_reads) if probe_reads > 0 else None
     hprobe = HostProbe(search, topo, max_reads=host_reads) if include_host and host_reads > 0 else None
+    implicated: list[list[str]] = []
     for c in causes:
         ro = search.graph.ranks[c.rank]
         series = ro.position_series(int(ro.op_index[c.row]), its, gap=c.cause == COMPUTE)
-        c.rate = irregularity_rate(series, piv_series)
+        c.rate = irregularity_rate(series, piv_series, max_lag=rate_lag)
         ex = None
         if healthy is not None and c.cause != COMPUTE:
             nb = int(ro.nbytes[c.row])
@@ -202,6 +212,15 @@ def localize(job: Any, *, pivot: int = 0, window: int = 100, top_k: int = 2, del
             devs = probe.refine(int(ro.iteration[c.row]), c.ranks, devs, window=(t0, t1),
                                 min_fine_bytes=int(ro.nbytes[c.row]) * exonerate_bytes)
             c.devices = devs
+        implicated.append(devs)
+    if narrow:
+        narrowed = narrow_by_coverage(implicated, [c.rate for c in causes],
+                                      [c.cause != COMPUTE for c in causes])
+        for c, before, devs in zip(causes, implicated, narrowed):
+            if len(devs) < len(before):
+                c.devices = devs
+        implicated = narrowed
+    for c, devs in zip(causes, implicated):
         ranking.add(devs, c.rate)
     if include_host:
         gpus_of: dict[str, list[str]] = {}

@@ -28,7 +28,8 @@ import numpy as np
 
 from holmes.errors import ConfigError
 
-__all__ = ["DEFAULT_PRIOR", "irregularity_rate", "cause_devices", "network_devices", "DeviceRanking", "device_kind", "prior_kind"]
+__all__ = ["DEFAULT_PRIOR", "irregularity_rate", "cause_devices", "network_devices", "narrow_by_coverage",
+           "DeviceRanking", "device_kind", "prior_kind"]
 
 #: p(d) per device kind, from Table 1 of the paper (GPU, NIC, link, switch, CPU, other).
 DEFAULT_PRIOR: dict[str, float] = {"gpu": 0.587, "nic": 0.183, "link": 0.095, "switch": 0.048, "cpu": 0.032,
@@ -47,19 +48,7 @@ def prior_kind(device_id: str) -> str:
     return _PRIOR_KIND.get(device_kind(device_id), "other")
 
 
-def irregularity_rate(op_series: np.ndarray, iteration_times: np.ndarray) -> float:
-    """R(x): Pearson correlation of two aligned series, negatives clipped to 0, NaN -> 0.
-
-    Iterations missing from either series (NaN) are dropped; fewer than 3 common points, or a
-    constant series, give 0.
-
-    >>> round(irregularity_rate(np.array([1., 1, 5, 1]), np.array([10., 10, 20, 11])), 3)
-    0.995
-    >>> irregularity_rate(np.array([1., 2, 3]), np.array([3., 2, 1]))
-    0.0
-    """
-    x = np.asarray(op_series, dtype=float)
-    y = np.asarray(iteration_times, dtype=float)
+def _pearson(x: np.ndarray, y: np.ndarray) -> float:
     ok = np.isfinite(x) & np.isfinite(y)
     if ok.sum() < 3:
         return 0.0
@@ -69,6 +58,32 @@ def irregularity_rate(op_series: np.ndarray, iteration_times: np.ndarray) -> flo
         return 0.0
     r = float((x * y).sum() / den)
     return max(0.0, min(1.0, r)) if np.isfinite(r) else 0.0
+
+
+def irregularity_rate(op_series: np.ndarray, iteration_times: np.ndarray, max_lag: int = 0) -> float:
+    """R(x): Pearson correlation of two aligned series, negatives clipped to 0, NaN -> 0.
+
+    Iterations missing from either series (NaN) are dropped; fewer than 3 common points, or a
+    constant series, give 0. With ``max_lag`` > 0 the iteration times may trail the operator by
+    up to that many iterations and the best correlation counts: a delay late in iteration *i*
+    on a rank far from the pivot (the last pipeline stage, the next step's parameter
+    all-gather) surfaces on the pivot in iteration *i + 1*.
+
+    >>> round(irregularity_rate(np.array([1., 1, 5, 1]), np.array([10., 10, 20, 11])), 3)
+    0.995
+    >>> irregularity_rate(np.array([1., 2, 3]), np.array([3., 2, 1]))
+    0.0
+    >>> x, y = np.array([1., 5, 1, 1, 5, 1, 1]), np.array([10., 10, 30, 10, 10, 30, 10])
+    >>> irregularity_rate(x, y), round(irregularity_rate(x, y, max_lag=1), 3)
+    (0.0, 1.0)
+    """
+    x = np.asarray(op_series, dtype=float)
+    y = np.asarray(iteration_times, dtype=float)
+    best = _pearson(x, y)
+    for lag in range(1, max(0, int(max_lag)) + 1):
+        if lag < len(x):
+            best = max(best, _pearson(x[:-lag], y[lag:]))
+    return best
 
 
 def network_devices(ranks: Sequence[int], topology: Any) -> list[str]:
@@ -135,6 +150,40 @@ def cause_devices(cause: str, ranks: Sequence[int], topology: Any, *, include_ho
         if kept:
             return kept
     return devs
+
+
+def narrow_by_coverage(device_lists: Sequence[Sequence[str]], rates: Sequence[float],
+                       eligible: Sequence[bool] | None = None) -> list[list[str]]:
+    """Keep, in each eligible cause's devices, those the *other* eligible causes back most.
+
+    A device's coverage is the sum of the rates of the other eligible causes that implicate it.
+    A cause whose devices have some coverage keeps only those with the largest (ties kept);
+    one without any keeps all. A single faulty device explains every cause it lies under, so a
+    ring's cause spanning dozens of devices is narrowed to the one a specific pair's cause also
+    names. Ineligible causes (compute) neither narrow nor back anything.
+
+    >>> narrow_by_coverage([["nic:1", "link:a|b", "nic:9"], ["link:a|b"], ["gpu:3"]], [1.0, 0.9, 1.0],
+    ...                    [True, True, False])
+    [['link:a|b'], ['link:a|b'], ['gpu:3']]
+    """
+    n = len(device_lists)
+    ok = list(eligible) if eligible is not None else [True] * n
+    cover: dict[str, float] = {}
+    for devs, r, e in zip(device_lists, rates, ok):
+        if e:
+            for d in set(devs):
+                cover[d] = cover.get(d, 0.0) + float(r)
+    out: list[list[str]] = []
+    for devs, r, e in zip(device_lists, rates, ok):
+        devs = list(devs)
+        if not e or len(devs) <= 1:
+            out.append(devs)
+            continue
+        mine = set(devs)
+        other = {d: cover.get(d, 0.0) - (float(r) if d in mine else 0.0) for d in devs}
+        best = max(other.values())
+        out.append([d for d in devs if other[d] >= best * (1 - 1e-9)] if best > 0 else devs)
+    return out
 
 
 class DeviceRanking:
