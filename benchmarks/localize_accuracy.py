@@ -55,11 +55,12 @@ DIMS = {"3D": dict(tp=4, pp=4, dp=32, sequence_parallel=False), "4D": dict(tp=4,
 ITERATIONS = 30
 MIN_RATIO = 1.15
 MAX_DOUBLINGS = 4
+MAX_ATTEMPTS = 4
 
 
-def fault_spec(world: int, kind: str, pattern: str, seed: int) -> tuple[str, str]:
+def fault_spec(world: int, kind: str, pattern: str, seed: int, attempt: int = 0) -> tuple[str, str]:
     """(spec, device id) of the job's fault."""
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng([seed, attempt] if attempt else seed)
     topo = default_topology(world)
     if kind in ("gpu", "nic"):
         dev = f"{kind}:{int(rng.integers(world))}"
@@ -88,21 +89,27 @@ def make_job(cache: Path, cfg: dict, kind: str, pattern: str, seed: int) -> tupl
     Holmes, like the paper, localizes *irregular* iterations (delta = 1.1): a fault too weak to
     stretch an iteration by 10% is not a slowdown to explain. The factor starts at ``FACTOR[kind]``
     and doubles (at most ``MAX_DOUBLINGS`` times) until a faulted iteration lasts >= ``MIN_RATIO``
-    times the pivot's 10th percentile.
+    times the pivot's 10th percentile; a device no transfer of the job crosses (a spine cable
+    the routing never uses) is drawn again (at most ``MAX_ATTEMPTS`` devices).
     """
     world = cfg["tp"] * cfg["pp"] * cfg["dp"] * cfg.get("cp", 1)
-    spec, dev = fault_spec(world, kind, pattern, seed)
     name = "_".join(f"{k}{v}" for k, v in sorted(cfg.items())) + f"_{kind}_{pattern}_s{seed}"
     out = cache / name
     if (out / "job.json").is_file() and pivot_irregularity(out) >= MIN_RATIO:
-        return out, dev
-    base, factor = spec.rsplit("*", 1)
-    f = float(factor)
-    for _ in range(MAX_DOUBLINGS + 1):
-        simulate(out, micro_batches=2, iterations=ITERATIONS, seed=seed, faults=[f"{base}*{f:g}"], overwrite=True, **cfg)
-        if pivot_irregularity(out) >= MIN_RATIO:
-            break
-        f *= 2
+        return out, holmes.read_job(out).truth.faults[0].device
+    for attempt in range(MAX_ATTEMPTS):
+        spec, dev = fault_spec(world, kind, pattern, seed, attempt)
+        base, factor = spec.rsplit("*", 1)
+        f = float(factor)
+        for _ in range(MAX_DOUBLINGS + 1):
+            simulate(out, micro_batches=2, iterations=ITERATIONS, seed=seed, faults=[f"{base}*{f:g}"],
+                     overwrite=True, **cfg)
+            crossing = holmes.read_job(out).truth.extra.get("transfer_groups_crossing", {})
+            if kind not in ("gpu", "host") and crossing.get(dev, 1) == 0:
+                break  # no transfer uses this device: draw another
+            if pivot_irregularity(out) >= MIN_RATIO:
+                return out, dev
+            f *= 2
     return out, dev
 
 
