@@ -62,6 +62,7 @@ class NetworkProbe:
         self._refined: dict[tuple[int, frozenset[str]], list[str]] = {}
         self._pp_peers: dict[int, list[int]] | None = None
         self._under: dict[str, list[int]] | None = None
+        self._small: dict[int, list[int]] | None = None
         self.log: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ reads
@@ -179,6 +180,40 @@ class NetworkProbe:
                     break
             if found >= count or self.reads >= self.max_reads:
                 return
+        if through is None or found:
+            return
+        # no P2P pair uses the cable: small collectives of GPUs below the switch whose ring does
+        for r in self._ranks_under(switch):
+            for comm in self._small_groups(r):
+                grp = self.graph.members[comm]
+                if avoid.intersection(grp) or through not in network_devices(grp, self.topology):
+                    continue
+                ro = self._ops(r)
+                if ro is None:
+                    continue
+                lo, hi = ro.iteration_rows(iteration)
+                rows = lo + np.flatnonzero(ro.comm[lo:hi] == comm)
+                if rows.size == 0:
+                    continue
+                row = int(rows[np.argmax(ro.nbytes[rows])])
+                v = self._group_verdict(iteration, comm, int(ro.seq[row]), ro, row)
+                if v is not None:
+                    yield v, grp
+                    found += 1
+                    avoid = avoid | set(grp)
+                if found >= count or self.reads >= self.max_reads:
+                    return
+
+    def _small_groups(self, rank: int) -> list[int]:
+        """Collective groups of ``rank`` small enough to be read in full."""
+        if self._small is None:
+            idx: dict[int, list[int]] = {}
+            for code, members in enumerate(self.graph.members):
+                if self.graph.kinds[code] != "pp" and 2 <= len(members) <= self.max_group:
+                    for m in members:
+                        idx.setdefault(m, []).append(code)
+            self._small = idx
+        return self._small.get(rank, [])
 
     def _peers(self, rank: int) -> list[int]:
         if self._pp_peers is None:
