@@ -6,7 +6,8 @@ cause cannot tell them apart, and the same cause repeats in every irregular iter
 the paper's remark that operator-to-node correlations can be integrated further (Appendix C),
 Holmes checks a few *neighbouring transfers* of the same iteration. A transfer is judged by
 the copy of the member that entered it last (it did not wait, so its duration is the transfer
-itself): abnormal -> slow transfer, normal -> the transfer ran fine. Copies that waited say
+itself): abnormal, or 1.5 times its healthy duration or more -> slow transfer, else the transfer
+ran fine. Copies that waited say
 nothing about the transfer, whatever their label.
 
 * the other communicators and P2P peers of the cause's members (small groups only, or groups
@@ -35,6 +36,16 @@ __all__ = ["NetworkProbe"]
 log = logging.getLogger(__name__)
 
 SLOW, FINE = "slow", "fine"
+
+
+def _slow(ro: Any, row: int, ratio: float = 1.5) -> bool:
+    """A copy that timed a transfer is slow when flagged abnormal, or when it lasted at least
+    ``ratio`` times its healthy reference (:meth:`holmes.cog.RankOps.excess`): a persistent
+    slowdown is the norm of a detector's window, not of the healthy reference."""
+    if ro.abnormal[row]:
+        return True
+    x = int(ro.excess()[1][row])
+    return x > 0 and ro.duration[row] >= ratio * (ro.duration[row] - x)
 
 
 class NetworkProbe:
@@ -95,8 +106,8 @@ class NetworkProbe:
                 if prow is None:
                     continue
                 # the side that arrived last did not wait: its duration is the transfer itself
-                late_abnormal = ra.abnormal[row] if ra.start[row] >= rb.start[prow] else rb.abnormal[prow]
-                if late_abnormal:
+                late_slow = _slow(ra, row) if ra.start[row] >= rb.start[prow] else _slow(rb, prow)
+                if late_slow:
                     slow += 1
                 else:
                     fine += 1
@@ -120,7 +131,7 @@ class NetworkProbe:
                 latest = None
                 break
             if latest is None or ro.start[mrow] > latest[0]:
-                latest = (int(ro.start[mrow]), bool(ro.abnormal[mrow]))
+                latest = (int(ro.start[mrow]), _slow(ro, mrow))
         if latest is not None:
             # the member that entered last did not wait: its copy times the transfer itself
             verdict = SLOW if latest[1] else FINE
