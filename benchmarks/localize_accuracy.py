@@ -6,7 +6,7 @@ switch (a leaf) and link (a leaf-spine cable: a NIC's own cable is indistinguish
 in any traffic, see the report), its pattern over spike, fluctuation and persistent, its device and
 timing are drawn from the job seed. Factors start per kind and double until the fault stretches a
 faulted iteration by >= 15% on the pivot (Holmes explains delta-irregular iterations; a fault that
-does not slow the job is not in scope), see :func:`make_job`.
+does not slow the job is not in scope), see :func:`holmes.simulate.scenarios.irregular_fault_job`.
 
 Tables printed:
 
@@ -42,75 +42,20 @@ import numpy as np
 import holmes
 from holmes.localize import localize
 from holmes.localize.baselines import RandomWalkLocalizer, SeerLikeLocalizer
-from holmes.simulate import simulate
-from holmes.topology import default_topology
+from holmes.simulate.scenarios import KINDS, PATTERNS, irregular_fault_job
 
-KINDS = ("gpu", "host", "nic", "nvswitch", "switch", "link")
-PATTERNS = ("spike", "fluctuation", "persistent")
-FACTOR = {"gpu": 4.0, "host": 3.0, "nic": 12.0, "nvswitch": 8.0, "switch": 16.0, "link": 60.0}
 SIZES = {2048: dict(tp=8, pp=8, dp=32), 4096: dict(tp=8, pp=8, dp=64), 8192: dict(tp=8, pp=8, dp=128)}
 DIMS = {"3D": dict(tp=4, pp=4, dp=32, sequence_parallel=False), "4D": dict(tp=4, pp=4, dp=32, ep=4, sequence_parallel=False),
         "5D": dict(tp=4, pp=4, dp=16, ep=4, cp=2, sequence_parallel=False),
         "6D": dict(tp=4, pp=4, dp=16, ep=4, cp=2, sequence_parallel=True)}
 ITERATIONS = 30
-MIN_RATIO = 1.15
-MAX_DOUBLINGS = 4
-MAX_ATTEMPTS = 4
-
-
-def fault_spec(world: int, kind: str, pattern: str, seed: int, attempt: int = 0) -> tuple[str, str]:
-    """(spec, device id) of the job's fault."""
-    rng = np.random.default_rng([seed, attempt] if attempt else seed)
-    topo = default_topology(world)
-    if kind in ("gpu", "nic"):
-        dev = f"{kind}:{int(rng.integers(world))}"
-    elif kind in ("host", "nvswitch"):
-        dev = f"{kind}:{int(rng.integers(topo.num_hosts))}"
-    elif kind == "switch":
-        leaves = [s for s in topo.switches if "leaf" in s]
-        dev = leaves[int(rng.integers(len(leaves)))]
-    else:
-        links = [d for d in topo.devices("link") if d.count("switch:") == 2]
-        dev = links[int(rng.integers(len(links)))]
-    return f"{dev}@{pattern}*{FACTOR[kind]}", dev
-
-
-def pivot_irregularity(path: Path) -> float:
-    """Largest iteration time of the faulted iterations on rank 0 over its 10th percentile."""
-    job = holmes.read_job(path)
-    its, dur = job.iteration_times(0)
-    hit = np.isin(its, job.truth.faults[0].iterations)
-    return float(dur[hit].max() / np.percentile(dur, 10)) if hit.any() else 0.0
 
 
 def make_job(cache: Path, cfg: dict, kind: str, pattern: str, seed: int) -> tuple[Path, str]:
-    """Simulate (once; cached) a job whose fault makes its iterations irregular on the pivot.
-
-    Holmes, like the paper, localizes *irregular* iterations (delta = 1.1): a fault too weak to
-    stretch an iteration by 10% is not a slowdown to explain. The factor starts at ``FACTOR[kind]``
-    and doubles (at most ``MAX_DOUBLINGS`` times) until a faulted iteration lasts >= ``MIN_RATIO``
-    times the pivot's 10th percentile; a device no transfer of the job crosses (a spine cable
-    the routing never uses) is drawn again (at most ``MAX_ATTEMPTS`` devices).
-    """
-    world = cfg["tp"] * cfg["pp"] * cfg["dp"] * cfg.get("cp", 1)
+    """Simulate (once; cached) a job whose fault makes the pivot's iterations irregular
+    (:func:`holmes.simulate.scenarios.irregular_fault_job`)."""
     name = "_".join(f"{k}{v}" for k, v in sorted(cfg.items())) + f"_{kind}_{pattern}_s{seed}"
-    out = cache / name
-    if (out / "job.json").is_file() and pivot_irregularity(out) >= MIN_RATIO:
-        return out, holmes.read_job(out).truth.faults[0].device
-    for attempt in range(MAX_ATTEMPTS):
-        spec, dev = fault_spec(world, kind, pattern, seed, attempt)
-        base, factor = spec.rsplit("*", 1)
-        f = float(factor)
-        for _ in range(MAX_DOUBLINGS + 1):
-            simulate(out, micro_batches=2, iterations=ITERATIONS, seed=seed, faults=[f"{base}*{f:g}"],
-                     overwrite=True, **cfg)
-            crossing = holmes.read_job(out).truth.extra.get("transfer_groups_crossing", {})
-            if kind not in ("gpu", "host") and crossing.get(dev, 1) == 0:
-                break  # no transfer uses this device: draw another
-            if pivot_irregularity(out) >= MIN_RATIO:
-                return out, dev
-            f *= 2
-    return out, dev
+    return irregular_fault_job(cache / name, cfg, kind, pattern, seed, iterations=ITERATIONS)
 
 
 def job_set(cache: Path, cfg: dict, n: int, seed0: int) -> list[tuple[Path, str, str, str]]:

@@ -74,6 +74,8 @@ class NetworkProbe:
         self._pp_peers: dict[int, list[int]] | None = None
         self._under: dict[str, list[int]] | None = None
         self._small: dict[int, list[int]] | None = None
+        self._groups: dict[int, list[int]] | None = None
+        self._rings: dict[int, frozenset[str]] = {}
         self.log: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ reads
@@ -215,6 +217,55 @@ class NetworkProbe:
                 if found >= count or self.reads >= self.max_reads:
                     return
 
+    def _ring_clearing(self, iteration: int, switch: str, through: str, skip: tuple[int, ...], count: int = 4):
+        """FINE verdicts of collectives of any size whose ring uses ``through``, from one member.
+
+        Every member's copy of a collective lasts at least its transfer: one copy at its healthy
+        duration (not :func:`_slow`) shows the whole ring, ``through`` included, ran fine. A slow
+        copy may only have waited, so it says nothing here. Members already fetched are asked
+        first; at most one rank is read per group."""
+        found = 0
+        seen: set[int] = set()
+        for r in self._ranks_under(switch):
+            for comm in self._groups_of_rank(r):
+                if comm in seen:
+                    continue
+                seen.add(comm)
+                grp = self.graph.members[comm]
+                if grp == skip or through not in self._ring(comm):
+                    continue
+                fetched = [m for m in grp if m in self.graph.ranks]
+                ro = self._ops(fetched[0] if fetched else r)
+                if ro is None:
+                    continue
+                lo, hi = ro.iteration_rows(iteration)
+                rows = lo + np.flatnonzero(ro.comm[lo:hi] == comm)
+                if rows.size == 0:
+                    continue
+                row = int(rows[np.argmax(ro.nbytes[rows])])
+                if ro.nbytes[row] > 0 and not _slow(ro, row):
+                    yield FINE, grp
+                    found += 1
+                if found >= count or self.reads >= self.max_reads:
+                    return
+
+    def _ring(self, comm: int) -> frozenset[str]:
+        got = self._rings.get(comm)
+        if got is None:
+            got = self._rings[comm] = frozenset(network_devices(self.graph.members[comm], self.topology))
+        return got
+
+    def _groups_of_rank(self, rank: int) -> list[int]:
+        """Collective (non-pipeline) groups of ``rank``."""
+        if self._groups is None:
+            idx: dict[int, list[int]] = {}
+            for code, members in enumerate(self.graph.members):
+                if self.graph.kinds[code] != "pp" and len(members) >= 2:
+                    for m in members:
+                        idx.setdefault(m, []).append(code)
+            self._groups = idx
+        return self._groups.get(rank, [])
+
     def _small_groups(self, rank: int) -> list[int]:
         """Collective groups of ``rank`` small enough to be read in full."""
         if self._small is None:
@@ -278,6 +329,7 @@ class NetworkProbe:
             for end in link[5:].split("|"):
                 if self._ranks_under(end):
                     results += list(self._leaf_probes(iteration, end, set(ranks), through=link))
+                    results += list(self._ring_clearing(iteration, end, link, tuple(sorted(ranks))))
         for verdict, grp in results:
             devs = set(network_devices(grp, self.topology)) & cand
             if not devs:
