@@ -253,6 +253,7 @@ class CommOpGraph:
         self.members: list[tuple[int, ...]] = []
         self.group_of: list[int] = []  # comm code -> group node id (after folding)
         self.ranks: dict[int, RankOps] = {}
+        self._groups_of: dict[int, list[int]] | None = None
         by_members: dict[tuple[int, ...], int] = {}
         for cid, c in communicators.items():
             kind, ranks = (c.kind, c.ranks) if hasattr(c, "kind") else (c[0], c[1])
@@ -283,6 +284,21 @@ class CommOpGraph:
         """Member ranks of a communicator (by code or id)."""
         code = self.comm_code(comm) if isinstance(comm, str) else int(comm)
         return self.members[code]
+
+    def groups_of(self, rank: int) -> list[int]:
+        """Codes of the collective (non-pipeline) communicators of two or more ranks ``rank`` is in.
+
+        >>> CommOpGraph({"tp": ("tp", (0, 1)), "pp": ("pp", (0, 2)), "dp": ("dp", (0, 3))}).groups_of(0)
+        [0, 2]
+        """
+        if self._groups_of is None:
+            idx: dict[int, list[int]] = {}
+            for code, members in enumerate(self.members):
+                if self.kinds[code] != "pp" and len(members) >= 2:
+                    for m in members:
+                        idx.setdefault(m, []).append(code)
+            self._groups_of = idx
+        return self._groups_of.get(int(rank), [])
 
     def is_group_kind(self, comm: int) -> bool:
         """False for pipeline communicators (kept as plain P2P pairs, not grouped)."""

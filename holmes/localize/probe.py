@@ -73,8 +73,6 @@ class NetworkProbe:
         self._refined: dict[tuple[int, frozenset[str]], list[str]] = {}
         self._pp_peers: dict[int, list[int]] | None = None
         self._under: dict[str, list[int]] | None = None
-        self._small: dict[int, list[int]] | None = None
-        self._groups: dict[int, list[int]] | None = None
         self._rings: dict[int, frozenset[str]] = {}
         self.log: list[dict[str, Any]] = []
 
@@ -227,7 +225,7 @@ class NetworkProbe:
         found = 0
         seen: set[int] = set()
         for r in self._ranks_under(switch):
-            for comm in self._groups_of_rank(r):
+            for comm in self.graph.groups_of(r):
                 if comm in seen:
                     continue
                 seen.add(comm)
@@ -255,27 +253,9 @@ class NetworkProbe:
             got = self._rings[comm] = frozenset(network_devices(self.graph.members[comm], self.topology))
         return got
 
-    def _groups_of_rank(self, rank: int) -> list[int]:
-        """Collective (non-pipeline) groups of ``rank``."""
-        if self._groups is None:
-            idx: dict[int, list[int]] = {}
-            for code, members in enumerate(self.graph.members):
-                if self.graph.kinds[code] != "pp" and len(members) >= 2:
-                    for m in members:
-                        idx.setdefault(m, []).append(code)
-            self._groups = idx
-        return self._groups.get(rank, [])
-
     def _small_groups(self, rank: int) -> list[int]:
         """Collective groups of ``rank`` small enough to be read in full."""
-        if self._small is None:
-            idx: dict[int, list[int]] = {}
-            for code, members in enumerate(self.graph.members):
-                if self.graph.kinds[code] != "pp" and 2 <= len(members) <= self.max_group:
-                    for m in members:
-                        idx.setdefault(m, []).append(code)
-            self._small = idx
-        return self._small.get(rank, [])
+        return [c for c in self.graph.groups_of(rank) if len(self.graph.members[c]) <= self.max_group]
 
     def _peers(self, rank: int) -> list[int]:
         if self._pp_peers is None:

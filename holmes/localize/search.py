@@ -118,7 +118,6 @@ class GraphSearch:
         self.max_steps = max_steps
         self.late_ratio = float(late_ratio)
         self.hints: dict[int, int] = {}  # group node -> member whose copy was normal last time
-        self._groups_of: dict[int, list[int]] | None = None
         self.steps = 0
 
     # ------------------------------------------------------------------ fetching
@@ -260,15 +259,8 @@ class GraphSearch:
     def _around_missing(self, iteration: int, missing: list[int], comm: int, t_end: int) -> tuple[int, int] | None:
         """A missing member may be the late one: continue from an abnormal operator, before
         ``t_end``, of one of its other groups (read from another member of that group)."""
-        if self._groups_of is None:
-            idx: dict[int, list[int]] = {}
-            for code, members in enumerate(self.graph.members):
-                if self.graph.kinds[code] != "pp":
-                    for m in members:
-                        idx.setdefault(m, []).append(code)
-            self._groups_of = idx
         for m in missing:
-            for code in self._groups_of.get(m, []):
+            for code in self.graph.groups_of(m):
                 if code == comm or self.graph.group_of[code] == self.graph.group_of[comm]:
                     continue
                 for x in self.graph.members[code]:
