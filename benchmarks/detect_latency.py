@@ -2,9 +2,15 @@
 
 * ``detect_ms``: ``OperatorDetector.predict_proba_ops`` end to end (features + compiled forest) with
   the shipped default model (or, with ``--no-default``, the forest trained here).
-* ``sklearn_ratio``: scikit-learn ``RandomForestClassifier.predict_proba`` time / compiled-kernel
-  time, on the same feature matrix and the same forest (64 trees, depth 14, trained here on a
-  simulated job), in the same run. Medians over ``--reps`` runs after a warm-up.
+* ``sklearn_ratio``: scikit-learn ``RandomForestClassifier.predict_proba`` time (its default
+  ``n_jobs=None``: one thread) / compiled-forest time (``CompiledForest.predict_proba``, calling
+  thread + helper threads, ``numba.config.NUMBA_NUM_THREADS`` in all), on the same feature matrix
+  and the same forest (64 trees, max depth 14, trained here on a simulated job), in the same run;
+  ``sklearn_ratio_1thread`` uses the compiled forest on the calling thread only.
+  The compiled output is checked to equal scikit-learn's before timing.
+
+Timed calls are interleaved round-robin (one call of each, repeated ``--reps`` times after a
+warm-up), so that load from other processes hits every variant alike; medians are reported.
 
 Usage: ``python benchmarks/detect_latency.py [--ops 10000] [--reps 30]``
 """
@@ -16,6 +22,7 @@ import statistics
 import tempfile
 import time
 
+import numba
 import numpy as np
 
 from holmes.detect import CompiledForest, OperatorDetector, load_default_detector, operator_features
@@ -23,14 +30,17 @@ from holmes.detect.training import job_dataset
 from holmes.errors import ModelFormatError
 
 
-def median_ms(fn, reps: int) -> float:
-    fn()
-    ts = []
-    for _ in range(reps):
-        t = time.perf_counter()
+def median_ms(fns: dict, reps: int) -> dict:
+    """Median wall time (ms) of each callable, the callables interleaved round-robin."""
+    for fn in fns.values():
         fn()
-        ts.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(ts)
+    ts: dict = {k: [] for k in fns}
+    for _ in range(reps):
+        for k, fn in fns.items():
+            t = time.perf_counter()
+            fn()
+            ts[k].append((time.perf_counter() - t) * 1e3)
+    return {k: statistics.median(v) for k, v in ts.items()}
 
 
 def rank_log(n_ops: int):
@@ -74,24 +84,35 @@ def main() -> None:
     F = operator_features(ops)
     cf: CompiledForest = det_bench.forest_
     assert np.array_equal(cf.predict_proba(F), rf.predict_proba(F)[:, 1])
+    assert np.array_equal(cf.predict_proba(F, parallel=False), rf.predict_proba(F)[:, 1])
+    Fd = det._select(F)
+    dcf = det.forest_
 
-    t_feat = median_ms(lambda: operator_features(ops), args.reps)
-    t_comp = median_ms(lambda: cf.predict_proba(F), args.reps)
-    t_comp1 = median_ms(lambda: cf.predict_proba(F, parallel=False), args.reps)
-    t_sk = median_ms(lambda: rf.predict_proba(F), max(5, args.reps // 3))
-    t_detect = median_ms(lambda: det.predict_proba_ops(ops), args.reps)
-    t_detect_sk = t_feat + t_sk
-
-    rows = [("features (numba)", t_feat), ("forest compiled, 2 threads", t_comp),
-            ("forest compiled, 1 thread", t_comp1), ("forest scikit-learn predict_proba", t_sk),
-            (f"detect end-to-end ({which} model, {det.forest_.n_trees} trees)", t_detect),
-            ("features + scikit-learn forest", t_detect_sk)]
-    print(f"rank log: {ops.num_rows} ops; bench forest: {cf.n_trees} trees, {cf.n_nodes} nodes; medians of {args.reps}")
-    print(f"{'stage':58s} {'ms':>9s}")
+    t = median_ms({"feat": lambda: operator_features(ops),
+                   "comp": lambda: cf.predict_proba(F),
+                   "comp1": lambda: cf.predict_proba(F, parallel=False),
+                   "sk": lambda: rf.predict_proba(F),
+                   "dcomp": lambda: dcf.predict_proba(Fd),
+                   "dcomp1": lambda: dcf.predict_proba(Fd, parallel=False),
+                   "detect": lambda: det.predict_proba_ops(ops)}, args.reps)
+    threads = numba.config.NUMBA_NUM_THREADS
+    rows = [("features (numba)", t["feat"]),
+            (f"forest compiled, {threads} threads", t["comp"]),
+            ("forest compiled, 1 thread", t["comp1"]),
+            ("forest scikit-learn predict_proba", t["sk"]),
+            (f"{which} model forest ({dcf.n_trees} trees, {dcf.n_nodes} nodes) compiled, {threads} threads",
+             t["dcomp"]),
+            (f"{which} model forest compiled, 1 thread", t["dcomp1"]),
+            (f"detect end-to-end ({which} model, {dcf.n_trees} trees)", t["detect"]),
+            ("features + scikit-learn forest", t["feat"] + t["sk"])]
+    print(f"rank log: {ops.num_rows} ops; bench forest: {cf.n_trees} trees, {cf.n_nodes} nodes; "
+          f"medians of {args.reps} interleaved runs")
+    print(f"{'stage':72s} {'ms':>9s}")
     for name, ms in rows:
-        print(f"{name:58s} {ms:9.2f}")
-    print(f"detect_ms_median={t_detect:.2f} sklearn_ratio={t_sk / t_comp:.1f} sklearn_ratio_1thread={t_sk / t_comp1:.1f} "
-          f"features_ms={t_feat:.2f} forest_ms={t_comp:.2f} sklearn_ms={t_sk:.2f} n_ops={ops.num_rows}")
+        print(f"{name:72s} {ms:9.2f}")
+    print(f"detect_ms_median={t['detect']:.2f} sklearn_ratio={t['sk'] / t['comp']:.1f} "
+          f"sklearn_ratio_1thread={t['sk'] / t['comp1']:.1f} features_ms={t['feat']:.2f} forest_ms={t['comp']:.2f} "
+          f"sklearn_ms={t['sk']:.2f} n_ops={ops.num_rows}")
 
 
 if __name__ == "__main__":

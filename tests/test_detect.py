@@ -137,6 +137,119 @@ def test_features_always_finite(n_iter, n_ops, seed):
     assert np.isfinite(X).all()
 
 
+
+# features as computed before the numba rewrite (same data, window 16): column sums
+_GOLDEN_COLUMN_SUMS = [
+    243.734580211, 2402.99418116, 242.722949356, 21.6083585527, 231.276490875, 239.615860224, 248.040762715,
+    16.7642720044, 243.734583855, 99.5503050685, 11.1904718438, 79.0570973936, 284.794581234, 308.824789166,
+    301.79926616, 144.6875, 25.5717864633, 28.3872633493, 280.00000114, 2.09323862781, 279.397820261,
+    80290.8940017, 0.592834503419, 279.037836373, 278.923579752, 285.408319145, 4480.0, 297.539154887,
+    18.0263734577, 19.0596116381, 19.0596115636, 19.0596116604, 2.0, 360.0, 40.5678222105, 132.0,
+    1187.08784127, 6.5519381538, 5600.00053406, 840.0, 80.0, 140.000000596]
+
+
+def test_features_unchanged_from_reference_values():
+    t = synth_rank(n_iter=40, n_ops=7, seed=11, slow=[(5, 2), (30, 6)], factor=3.0, drift=0.01)
+    X = operator_features(t, window=16)
+    np.testing.assert_allclose(X.astype(np.float64).sum(axis=0), _GOLDEN_COLUMN_SUMS, rtol=1e-6)
+
+
+def _string_variants(t):
+    """The same table with comm_id/op dictionary-encoded, as several chunks, and as chunks whose
+    dictionaries differ (another value order, an unused and a repeated value)."""
+    import pyarrow.compute as pc
+
+    def recode(tab, fn):
+        for c in ("comm_id", "op"):
+            tab = tab.set_column(tab.schema.get_field_index(c), c, fn(tab.column(c).combine_chunks().cast(pa.string())))
+        return tab
+
+    def odd_dictionary(arr):
+        vals = arr.to_pylist()
+        dic = sorted(set(vals), reverse=True) + ["never-used", sorted(set(vals))[0]]
+        return pa.DictionaryArray.from_arrays(pa.array([dic.index(v) for v in vals], pa.int32()), pa.array(dic))
+
+    enc = recode(t, pc.dictionary_encode)
+    yield enc
+    k = t.num_rows // 3
+    yield pa.concat_tables([enc.slice(0, k), enc.slice(k, k), enc.slice(2 * k)])
+    yield pa.concat_tables([recode(t.slice(0, k), pc.dictionary_encode), recode(t.slice(k), odd_dictionary)])
+    yield recode(t, odd_dictionary)
+
+
+def test_features_same_for_dictionary_plain_and_chunked_strings():
+    t = synth_rank(n_iter=25, n_ops=9, seed=4, slow=[(7, 3)])
+    X = operator_features(t, window=8)
+    for v in _string_variants(t):
+        np.testing.assert_array_equal(operator_features(v, window=8), X)
+
+
+def _naive_window_stats(vals, window):
+    """The per-position statistics, one element at a time: np.sort of the window, sums in ascending
+    order, the largest log-gap over all consecutive pairs (first maximum)."""
+    import math
+    n = len(vals)
+    m = min(n, window)
+    out = np.zeros((14, n))
+    for i in range(n):
+        lo = min(max(i - window // 2, 0), n - m)
+        a = np.sort(vals[lo:lo + m])
+        mean = 0.0
+        for v in a:
+            mean += v
+        mean /= m
+        var = 0.0
+        for v in a:
+            var += (v - mean) ** 2
+
+        def q(p):
+            pos = p * (m - 1)
+            k = int(math.floor(pos))
+            h = min(k + 1, m - 1)
+            return a[k] + (a[h] - a[k]) * (pos - k)
+        best, above = (-1.0, np.inf) if m >= 2 else (0.0, np.inf)
+        for j in range(m - 1):
+            g = math.log(max(a[j + 1], 1e-6) / max(a[j], 1e-6))
+            if g > best:
+                best, above = g, a[j + 1]
+        gmean = math.log(max(a[-1], 1e-6) / max(a[0], 1e-6)) / (m - 1) if m >= 2 else 0.0
+        lt, le = np.searchsorted(a, vals[i], "left"), np.searchsorted(a, vals[i], "right")
+        out[:, i] = [mean, math.sqrt(var / m), q(0.25), q(0.5), q(0.75), a[0], q(0.10), (lt + 0.5 * (le - lt)) / m,
+                     m, vals[max(i - 1, 0)], vals[min(i + 1, n - 1)], best, float(vals[i] >= above), gmean]
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 1e-7, 0.5, 1.0, 1.0000000001, 2.0, 2.0000001, 3.0, 4.0, 8.0, 1e3]),
+                min_size=1, max_size=90) | st.lists(st.floats(0, 1e4), min_size=1, max_size=90),
+       st.sampled_from([1, 2, 3, 8, 33, 64]))
+def test_window_stats_equal_naive_one_window_at_a_time(vals, window):
+    """Batched windows, ratio-first largest gap (ties and near-ties included), branch-free ranks."""
+    from holmes.detect.features import _window_stats
+    vals = np.asarray(vals, dtype=np.float64)
+    n = vals.size
+    out = np.zeros((14, n))
+    order = np.arange(n)[::-1].copy()      # table rows hold the values reversed; the group lists them back
+    _window_stats(vals[::-1].copy(), order, np.array([0]), np.array([n]), window, out)
+    np.testing.assert_array_equal(out[:, ::-1], _naive_window_stats(vals, window))
+
+
+
+def test_window_stats_long_windows_equal_naive():
+    """Windows longer than 256 values take the binary-search paths."""
+    vals = np.round(np.random.default_rng(3).lognormal(size=420), 2)    # ties included
+    test_window_stats_equal_naive_one_window_at_a_time.hypothesis.inner_test(list(vals), 300)
+
+
+def test_largest_gap_keeps_the_first_of_ratios_with_equal_logs():
+    """1e10 and 1e10 * (1 + 8.9e-16) are different ratios with the same float64 log: the first gap wins."""
+    vals = [1e10, 2e10 * 1e10 * (1 + 2 ** -50), 1.0, 2e10, 1e10]
+    test_window_stats_equal_naive_one_window_at_a_time.hypothesis.inner_test(vals, 8)
+    from holmes.detect.features import _window_stats
+    out = np.zeros((14, 5))
+    _window_stats(np.array(vals), np.arange(5), np.array([0]), np.array([5]), 8, out)
+    assert out[12].tolist() == [1.0, 1.0, 0.0, 1.0, 1.0]     # at or above 1e10 (not only above 2e10)
+
 # ------------------------------------------------------------------------ compiled forest
 @pytest.mark.parametrize("criterion", ["gini", "entropy"])
 def test_compiled_forest_equals_sklearn_predict_proba(data, criterion):
@@ -148,6 +261,100 @@ def test_compiled_forest_equals_sklearn_predict_proba(data, criterion):
     want = rf.predict_proba(Xq.astype(np.float32))[:, 1]
     np.testing.assert_array_equal(cf.predict_proba(Xq), want)                  # parallel kernel (n >= 2048)
     np.testing.assert_array_equal(cf.predict_proba(Xq[:100]), want[:100])     # serial kernel
+
+
+def test_round_down_thresholds_edge_cases():
+    from holmes.detect.forest import _round_down_f32
+    f32 = np.finfo(np.float32)
+    t = np.array([0.0, -0.0, 1.0, 0.1, -0.1, 1 / 3, float(f32.max), 3.5e38, -3.5e38, np.inf, -np.inf,
+                  1e-45, -1e-45, 1e-40, 5e-324, float(np.nextafter(np.float32(1), np.float32(2))) - 1e-12])
+    t32 = _round_down_f32(t)
+    assert t32.dtype == np.float32
+    assert np.all(t32.astype(np.float64) <= t)
+    up = np.nextafter(t32, np.float32(np.inf)).astype(np.float64)
+    assert np.all((up > t) | (t32 == f32.max) | (t32 == np.inf))     # the largest float32 <= t
+    assert t32[7] == f32.max and t32[8] == -np.inf and t32[9] == np.inf and t32[10] == -np.inf
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.floats(allow_nan=False, width=64),
+       st.floats(allow_nan=True, width=32) | st.sampled_from([0.0, -0.0]),
+       st.integers(-2, 2))
+def test_round_down_threshold_comparison_is_exact(t, x, ulps):
+    """float32 x <= (largest float32 <= t)  <=>  float64(x) <= t, also for x next to the threshold."""
+    from holmes.detect.forest import _round_down_f32
+    t32 = _round_down_f32(np.array([t]))[0]
+    xs = [np.float32(x), t32]
+    for k in range(abs(ulps)):   # walk a few float32 steps from the threshold
+        xs.append(np.nextafter(xs[-1], np.float32(np.inf if ulps > 0 else -np.inf)))
+    for v in xs:
+        assert bool(v <= t32) == bool(np.float64(v) <= t)
+
+
+def _forest_of(trees):
+    """One RandomForestClassifier whose estimators are those of the given fitted forests, in order."""
+    import copy
+    rf = copy.deepcopy(trees[0])
+    rf.estimators_ = [e for f in trees for e in f.estimators_]
+    rf.n_estimators = len(rf.estimators_)
+    return rf
+
+
+@pytest.mark.parametrize("shape", ["small", "mid", "deep", "mixed", "best_first"])
+def test_compiled_forest_all_layouts_equal_sklearn(shape):
+    """<= 32 leaves (32-bit masks), 33..64 leaves (64-bit masks), larger trees (walk), a mix, and
+    best-first trees (node ids not in left-to-right leaf order); rows on the thresholds."""
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(3000, 6)).astype(np.float32)
+    y = (X[:, 0] + 0.5 * X[:, 1] ** 2 + 0.3 * rng.normal(size=3000) > 0.4).astype(int)
+    kw = {"small": [dict(max_leaf_nodes=20)], "mid": [dict(max_leaf_nodes=60)], "deep": [dict(max_depth=None)],
+          "mixed": [dict(max_leaf_nodes=8), dict(max_depth=None), dict(max_leaf_nodes=50), dict(max_depth=3)],
+          "best_first": [dict(max_leaf_nodes=200)]}[shape]
+    rf = _forest_of([RandomForestClassifier(n_estimators=5, random_state=i, **k).fit(X, y) for i, k in enumerate(kw)])
+    cf = CompiledForest.from_sklearn(rf)
+    leaves = np.diff(np.r_[cf.roots, cf.n_nodes]) // 2 + 1
+    assert {"small": leaves.max() <= 32, "mid": (leaves > 32).any() and leaves.max() <= 64,
+            "deep": leaves.min() > 64, "mixed": leaves.min() <= 32 and leaves.max() > 64,
+            "best_first": leaves.min() > 64}[shape]
+    # queries: data, and values exactly at / one float32 step around the thresholds
+    internal = cf.left != -1
+    thr = cf.threshold[internal]
+    Xq = X[rng.integers(0, len(X), 2600)].copy()
+    for j in range(len(Xq)):
+        k = rng.integers(thr.size)
+        t32 = np.float32(thr[k])
+        near = [t32, np.nextafter(t32, np.float32(-1e9)), np.nextafter(t32, np.float32(1e9))]
+        Xq[j, cf.feature[internal][k]] = near[j % 3]
+    want = rf.predict_proba(Xq)[:, 1]
+    for n in (1, 127, 128, 129, 2600):
+        np.testing.assert_array_equal(cf.predict_proba(Xq[:n], parallel=False), want[:n])
+    np.testing.assert_array_equal(cf.predict_proba(Xq), want)     # helper threads share the blocks
+
+
+def test_compiled_forest_nan_inf_inputs_match_reference_kernel(fitted, data):
+    """Non-finite features (scikit-learn rejects them): every kernel takes the same branches as a
+    plain walk of the float64 thresholds (NaN goes right)."""
+    from holmes.detect.forest import _forest_proba_reference
+    X, _ = data
+    cf = fitted.forest_
+    Xq = X[:2500].astype(np.float32).copy()
+    rng = np.random.default_rng(1)
+    mask = rng.random(Xq.shape) < 0.1
+    Xq[mask] = rng.choice(np.array([np.nan, np.inf, -np.inf], np.float32), size=int(mask.sum()))
+    ref = np.empty(len(Xq))
+    _forest_proba_reference(Xq, cf.feature, cf.threshold, cf.left, cf.right, cf.leaf_value, cf.roots, ref)
+    np.testing.assert_array_equal(cf.predict_proba(Xq), ref)
+    np.testing.assert_array_equal(cf.predict_proba(Xq, parallel=False), ref)
+
+
+def test_compiled_forest_shared_subtree_uses_reference_kernel():
+    """Arrays that are not a tree (a node reached twice) cannot be packed: the reference walk is used."""
+    cf = CompiledForest(np.array([0, 1, 0, 0], np.int32), np.array([0.0, 5.0, 0.0, 0.0]),
+                        np.array([1, 3, -1, -1], np.int32), np.array([2, 3, -1, -1], np.int32),
+                        np.array([0.0, 0.0, 0.25, 1.0]), np.array([0], np.int32), 2)
+    assert cf._packed() is None
+    X = np.array([[-1, 0], [1, 0], [-1, 9]], np.float32)
+    np.testing.assert_array_equal(cf.predict_proba(X), [1.0, 0.25, 1.0])
 
 
 def test_detector_matches_its_sklearn_estimator(fitted, data):
