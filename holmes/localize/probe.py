@@ -60,15 +60,21 @@ class NetworkProbe:
         Ranks the probes may fetch in total.
     max_group : int, default 8
         Largest group a probe reads in full (larger ones only when already fetched).
+    per_cause : int, default 8
+        Reads one cause may always spend; beyond that a cause spends at most a quarter of what
+        is left of ``max_reads``, so the causes of later iterations are probed too.
     """
 
-    def __init__(self, search: Any, topology: Any, *, max_reads: int = 64, max_group: int = 8) -> None:
+    def __init__(self, search: Any, topology: Any, *, max_reads: int = 64, max_group: int = 8,
+                 per_cause: int = 8) -> None:
         self.search = search
         self.graph = search.graph
         self.topology = topology
         self.max_reads = max_reads
         self.max_group = max_group
         self.reads = 0
+        self.per_cause = per_cause
+        self._cap = max_reads
         self._verdicts: dict[tuple[int, tuple[int, ...]], str | None] = {}
         self._refined: dict[tuple[int, frozenset[str]], list[str]] = {}
         self._pp_peers: dict[int, list[int]] | None = None
@@ -77,11 +83,14 @@ class NetworkProbe:
         self.log: list[dict[str, Any]] = []
 
     # ------------------------------------------------------------------ reads
+    def _spent(self) -> bool:
+        return self.reads >= min(self.max_reads, self._cap)
+
     def _ops(self, rank: int, allow_read: bool = True) -> Any:
         ro = self.graph.ranks.get(rank)
         if ro is not None:
             return ro
-        if not allow_read or self.reads >= self.max_reads or rank in self.search.source.missing:
+        if not allow_read or self._spent() or rank in self.search.source.missing:
             return None
         self.reads += 1
         return self.search.rank_ops(rank)
@@ -189,7 +198,7 @@ class NetworkProbe:
                     found += 1
                     avoid = avoid | {r, peer}
                     break
-            if found >= count or self.reads >= self.max_reads:
+            if found >= count or self._spent():
                 return
         if through is None or found:
             return
@@ -212,7 +221,7 @@ class NetworkProbe:
                     yield v, grp
                     found += 1
                     avoid = avoid | set(grp)
-                if found >= count or self.reads >= self.max_reads:
+                if found >= count or self._spent():
                     return
 
     def _ring_clearing(self, iteration: int, switch: str, through: str, skip: tuple[int, ...], count: int = 4):
@@ -244,7 +253,7 @@ class NetworkProbe:
                 if ro.nbytes[row] > 0 and not _slow(ro, row):
                     yield FINE, grp
                     found += 1
-                if found >= count or self.reads >= self.max_reads:
+                if found >= count or self._spent():
                     return
 
     def _ring(self, comm: int) -> frozenset[str]:
@@ -300,8 +309,9 @@ class NetworkProbe:
         cand = set(candidates)
         support = dict.fromkeys(candidates, 1)
         cleared: set[str] = set()
-        results: list[tuple[str, tuple[int, ...]]] = list(
-            self._neighbour_probes(ranks, ranks, window[0], window[1], min_fine_bytes, iteration))
+        # one cause may spend at most a quarter of what is left, so later causes are probed too
+        self._cap = self.reads + max(self.per_cause, (self.max_reads - self.reads) // 4)
+        results: list[tuple[str, tuple[int, ...]]] = []
         for sw in [c for c in candidates if c.startswith("switch:")]:
             results += list(self._leaf_probes(iteration, sw, set(ranks)))
         for link in [c for c in candidates if c.startswith("link:switch:")]:
@@ -310,6 +320,8 @@ class NetworkProbe:
                 if self._ranks_under(end):
                     results += list(self._leaf_probes(iteration, end, set(ranks), through=link))
                     results += list(self._ring_clearing(iteration, end, link, tuple(sorted(ranks))))
+        # device-specific probes first, then the cause's members' other transfers
+        results += list(self._neighbour_probes(ranks, ranks, window[0], window[1], min_fine_bytes, iteration))
         for verdict, grp in results:
             devs = set(network_devices(grp, self.topology)) & cand
             if not devs:
