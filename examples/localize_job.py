@@ -28,8 +28,9 @@ def main(argv: list[str]) -> int:
     for cause in report.root_causes[:1]:
         print("evidence path of the first root cause:")
         for step in cause.evidence:
-            print(f"  rank {step['rank']:>5} {step['op']:<14} {step['comm_id']:<10} "
-                  f"{step['duration_ns'] / 1e6:8.2f} ms {'abnormal' if step.get('abnormal') else 'normal'}")
+            extra = f", {step['gap_excess_ns'] / 1e6:.2f} ms more compute before it" if step.get("gap_excess_ns") else ""
+            print(f"  rank {step['rank']:>5} op {step['op_index']:>3} {step['op']:<14} {step['comm_id']:<10} "
+                  f"{step['duration_ns'] / 1e6:8.2f} ms {'abnormal' if step.get('abnormal') else 'normal'}{extra}")
     return 0
 
 

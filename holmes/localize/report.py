@@ -122,7 +122,9 @@ class Report:
             lines.append("Root causes:")
             for c in self.root_causes[:max_causes]:
                 ranks = ",".join(map(str, c.ranks[:8])) + (",..." if len(c.ranks) > 8 else "")
-                hops = " -> ".join(f"{s['op']}@{s['rank']}" for s in c.evidence)
+                hops = " -> ".join(f"{s['op']}@{s['rank']}" + (f" (+{s['gap_excess_ns'] / 1e6:.1f} ms compute before)"
+                                                                if s.get("gap_excess_ns") else "")
+                                   for s in c.evidence)
                 lines.append(f"  iter {c.iteration}: {c.cause} on rank(s) {ranks} at {c.op.get('op')} "
                              f"[{c.op.get('comm_id')}] R={c.rate:.2f}; path {hops}")
             if len(self.root_causes) > max_causes:
