@@ -31,11 +31,13 @@ from holmes.topology import kind_from_group_name
 
 __all__ = ["ConvertWarning", "Notes", "GroupRegistry", "RankRows", "normalize_op", "strip_backend",
            "assign_seq", "infer_iterations_by_period", "assign_iterations_from_pattern", "align_iterations", "align_p2p_by_time",
-           "read_bytes", "load_json_file", "build_job", "check_output", "rank_from_filename", "BACKEND_PREFIXES"]
+           "read_bytes", "load_json_file", "build_job", "check_output", "rank_from_filename", "BACKEND_PREFIXES",
+           "MAX_WORLD_SIZE"]
 
 log = logging.getLogger(__name__)
 
 BACKEND_PREFIXES = ("nccl", "ncclx", "gloo", "xccl", "mpi", "ucc", "hccl", "rccl", "fake", "custom")
+MAX_WORLD_SIZE = 1 << 24  # ranks / world sizes beyond this are corrupt input, not a job
 
 
 class ConvertWarning(UserWarning):
@@ -69,6 +71,33 @@ class Notes:
         self.warnings.append(msg)
         log.warning("%s: %s", self.format, msg)
         warnings.warn(msg, ConvertWarning, stacklevel=3)
+
+    def unknown_field(self, what: str, key: Any, where: str) -> None:
+        """Warn once per ``(what, key)`` that an input field is not known and was ignored.
+
+        ``what`` says where the field sits (e.g. ``"top-level trace key"``), ``where`` is the
+        first file it was seen in; the keys are listed in ``details.unknown_fields[what]``.
+        """
+        k = str(key)
+        lst = self.details.setdefault("unknown_fields", {}).setdefault(what, [])
+        if k in lst:
+            return
+        lst.append(k)
+        lst.sort()
+        self.warn(f"{where}: unknown {what} {k!r} ignored")
+
+    def malformed(self, where: str, what: str) -> None:
+        """Count a record dropped because a field has the wrong type or value.
+
+        ``where`` names the file, ``what`` the record and the field (e.g. ``"event #12
+        'record_param_comms': 'ts' is 'abc', not a number"``). The first one of each file is
+        warned about at once; the counts per file go to ``details.malformed_records``.
+        """
+        counts = self.details.setdefault("malformed_records", {})
+        if where not in counts:
+            counts[where] = 0
+            self.warn(f"{where}: skipped malformed record(s) (counted in details.malformed_records), first: {what}")
+        counts[where] += 1
 
     def skip(self, what: str, n: int = 1) -> None:
         """Count an input record that was not converted (reported once, in :meth:`finish`)."""
@@ -202,6 +231,8 @@ class GroupRegistry:
             The same group name was seen with another member set.
         """
         key = str(key)
+        if desc is not None and not isinstance(desc, str):
+            desc = str(desc)
         order = [int(r) for r in ranks]
         members = sorted(set(order))
         if key in self._by_key:
@@ -548,6 +579,8 @@ def build_job(out: str | Path, notes: Notes, registry: GroupRegistry, rows: Mapp
     """
     if world_size < 1:
         raise ConvertError(f"{notes.path}: no ranks found")
+    if world_size > MAX_WORLD_SIZE:
+        raise ConvertError(f"{notes.path}: world_size {world_size} is larger than {MAX_WORLD_SIZE}")
     tables: dict[int, pa.Table] = {}
     for r in sorted(rows):
         if r < 0 or r >= world_size:

@@ -52,6 +52,58 @@ DTYPE_BYTES = {
 }
 _P2P_RE = re.compile(r"^(send|recv)\s+(\d+)\s*(->|<-)\s*(\d+)", re.IGNORECASE)
 _EXTRAS = ("state", "end_known", "fr_record_id", "fr_collective_seq_id", "fr_p2p_seq_id")
+# the keys PyTorch writes (torch/csrc/distributed/c10d/FlightRecorder*.{hpp,cpp}, dump versions 1.x-2.x)
+KNOWN_TOP_LEVEL = frozenset({"version", "entries", "pg_config", "pg_status", "nccl_version", "comm_lib_version",
+                             "nccl_comm_state"})
+KNOWN_ENTRY = frozenset({
+    "record_id", "pg_id", "process_group", "collective_seq_id", "p2p_seq_id", "is_p2p", "op_id", "seq_id",
+    "profiling_name", "input_sizes", "input_dtypes", "output_sizes", "output_dtypes", "time_created_ns",
+    "duration_ms", "timeout_ms", "frames", "state", "retired", "time_discovered_started_ns",
+    "time_discovered_completed_ns", "thread_id", "thread_name",
+})
+
+
+class _BadField(Exception):
+    """An entry field holds a value of the wrong type (the entry is skipped and counted)."""
+
+
+_MAX_NS = 1 << 62
+
+
+def _opt_int(v: Any) -> int | None:
+    """``v`` as an int, or None (for the informational extra columns)."""
+    if v is None or isinstance(v, (bool, bytes)):
+        return None
+    try:
+        x = int(v)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return x if -_MAX_NS <= x < _MAX_NS else None
+
+
+def _int_field(e: dict[str, Any], key: str) -> int | None:
+    """``e[key]`` as an int (None when absent or null); :class:`_BadField` when it is not an integer."""
+    v = e.get(key)
+    if v is None:
+        return None
+    x = _opt_int(v)
+    if x is None:
+        raise _BadField(f"{key!r} is {str(v)[:40]!r}, not an integer")
+    return x
+
+
+def _float_field(e: dict[str, Any], key: str) -> float | None:
+    """``e[key]`` as a finite float (None when absent or null); :class:`_BadField` otherwise."""
+    v = e.get(key)
+    if v is None:
+        return None
+    try:
+        x = math.nan if isinstance(v, (bool, bytes)) else float(v)
+    except (TypeError, ValueError, OverflowError):
+        x = math.nan
+    if not math.isfinite(x):
+        raise _BadField(f"{key!r} is {str(v)[:40]!r}, not a number")
+    return x
 
 
 def read_fr_dump(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -178,6 +230,9 @@ def convert_flight_recorder(src: str | os.PathLike[str], out: str | os.PathLike[
     ws_default = None
     for r, d in dumps.items():
         where = str(files[r])
+        for k in d:
+            if k not in KNOWN_TOP_LEVEL:
+                notes.unknown_field("Flight Recorder dump key", k, files[r].name)
         cfg = d.get("pg_config") or {}
         if not isinstance(cfg, dict):
             raise ConvertError(f"{where}: pg_config is not a mapping")
@@ -212,54 +267,78 @@ def convert_flight_recorder(src: str | os.PathLike[str], out: str | os.PathLike[
 def _dump_rows(rank: int, d: dict[str, Any], where: str, reg: GroupRegistry, notes: Notes) -> tuple[RankRows, int]:
     rows = RankRows(rank, _EXTRAS)
     n_open = 0
-    for e in d["entries"]:
+    name = Path(where).name
+    for i, e in enumerate(d["entries"]):
         if not isinstance(e, dict):
             raise ParseError(f"{where}: an entry is not a mapping")
-        pname = str(e.get("profiling_name") or "")
-        op = normalize_op(pname)
-        if op is None:
-            notes.skip(strip_backend(pname).split(" ")[0] or "(no profiling_name)")
-            continue
-        pg = e.get("process_group")
-        key = str(pg[0]) if isinstance(pg, (list, tuple)) and pg else (str(e["pg_id"]) if "pg_id" in e else None)
-        if key is None or key not in reg:
-            notes.skip(f"{op} on a group absent from pg_config")
-            continue
-        cid = reg.comm_id(key)
-        members = reg.ranks(key)
-        peer = None
-        if op in ("send", "recv"):
-            m = _P2P_RE.match(strip_backend(pname))
-            if not m:
-                notes.skip(f"{op} without 'a->b' peers")
-                continue
-            me_local, peer_local = int(m.group(2)), int(m.group(4))
-            if me_local >= len(members) or peer_local >= len(members) or members[me_local] != rank:
-                raise ConvertError(f"{where}: '{pname}' on group {key} {members} does not fit rank {rank}")
-            peer = members[peer_local]
-        created = e.get("time_created_ns")
-        if created is None:
-            notes.skip(f"{op} without time_created_ns")
-            continue
-        started = e.get("time_discovered_started_ns")
-        completed = e.get("time_discovered_completed_ns")
-        dur = e.get("duration_ms")
-        if completed is not None:
-            end, known = int(completed), True
-        elif started is not None and dur is not None:
-            end, known = int(started) + int(round(float(dur) * 1e6)), True
-        else:
-            end, known = int(created), False
-            n_open += 1
-        nb = max(_nbytes(e.get("input_sizes"), e.get("input_dtypes")),
-                 _nbytes(e.get("output_sizes"), e.get("output_dtypes")))
-        cseq = e.get("collective_seq_id")
-        rows.append(iteration=0, comm_id=cid, op=op, peer=peer, nbytes=nb, start_ns=int(created),
-                    end_ns=max(end, int(created)),
-                    seq=int(cseq) if (op not in ("send", "recv") and cseq is not None) else -1,
-                    state=str(e.get("state") or "unknown"), end_known=known,
-                    fr_record_id=e.get("record_id"), fr_collective_seq_id=cseq, fr_p2p_seq_id=e.get("p2p_seq_id"))
+        for k in e:
+            if k not in KNOWN_ENTRY:
+                notes.unknown_field("Flight Recorder entry field", k, name)
+        try:
+            n_open += _entry_row(rank, e, where, reg, notes, rows)
+        except _BadField as exc:
+            notes.malformed(name, f"entry #{i} (record_id {e.get('record_id')!r}): {exc}")
     return rows, n_open
+
+
+def _entry_row(rank: int, e: dict[str, Any], where: str, reg: GroupRegistry, notes: Notes, rows: RankRows) -> int:
+    """Append one entry's row (or count it as skipped); 1 if it never completed, else 0.
+
+    Raises :class:`_BadField` when a field the row needs holds a value of the wrong type.
+    """
+    pname = str(e.get("profiling_name") or "")
+    op = normalize_op(pname)
+    if op is None:
+        notes.skip(strip_backend(pname).split(" ")[0] or "(no profiling_name)")
+        return 0
+    pg = e.get("process_group")
+    key = str(pg[0]) if isinstance(pg, (list, tuple)) and pg else (str(e["pg_id"]) if "pg_id" in e else None)
+    if key is None or key not in reg:
+        notes.skip(f"{op} on a group absent from pg_config")
+        return 0
+    cid = reg.comm_id(key)
+    members = reg.ranks(key)
+    peer = None
+    if op in ("send", "recv"):
+        m = _P2P_RE.match(strip_backend(pname))
+        if not m:
+            notes.skip(f"{op} without 'a->b' peers")
+            return 0
+        me_local, peer_local = int(m.group(2)), int(m.group(4))
+        if me_local >= len(members) or peer_local >= len(members) or members[me_local] != rank:
+            raise ConvertError(f"{where}: '{pname}' on group {key} {members} does not fit rank {rank}")
+        peer = members[peer_local]
+    created = _int_field(e, "time_created_ns")
+    if created is None:
+        notes.skip(f"{op} without time_created_ns")
+        return 0
+    started = _int_field(e, "time_discovered_started_ns")
+    completed = _int_field(e, "time_discovered_completed_ns")
+    dur = _float_field(e, "duration_ms")
+    cseq = _int_field(e, "collective_seq_id")
+    for name, v in (("time_created_ns", created), ("time_discovered_started_ns", started),
+                    ("time_discovered_completed_ns", completed)):
+        if v is not None and not 0 <= v < _MAX_NS:
+            raise _BadField(f"{name!r} is {v}, not a time in nanoseconds since the epoch")
+    if dur is not None and not abs(dur) < _MAX_NS / 1e6:
+        raise _BadField(f"'duration_ms' is {dur}, out of range")
+    open_ = 0
+    if completed is not None:
+        end, known = completed, True
+    elif started is not None and dur is not None:
+        end, known = started + int(round(dur * 1e6)), True
+    else:
+        end, known = created, False
+        open_ = 1
+    nb = max(_nbytes(e.get("input_sizes"), e.get("input_dtypes")),
+             _nbytes(e.get("output_sizes"), e.get("output_dtypes")))
+    rows.append(iteration=0, comm_id=cid, op=op, peer=peer, nbytes=nb, start_ns=created,
+                end_ns=min(max(end, created), _MAX_NS),
+                seq=cseq if (op not in ("send", "recv") and cseq is not None) else -1,
+                state=str(e.get("state") or "unknown"), end_known=known,
+                fr_record_id=_opt_int(e.get("record_id")), fr_collective_seq_id=cseq,
+                fr_p2p_seq_id=_opt_int(e.get("p2p_seq_id")))
+    return open_
 
 
 def _align_p2p(rows: dict[int, RankRows], notes: Notes) -> None:

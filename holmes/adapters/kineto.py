@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from holmes.adapters.common import (GroupRegistry, Notes, RankRows, build_job, check_output,
+from holmes.adapters.common import (MAX_WORLD_SIZE, GroupRegistry, Notes, RankRows, build_job, check_output,
                                     infer_iterations_by_period, load_json_file, normalize_op, rank_from_filename)
 from holmes.adapters.flight_recorder import DTYPE_BYTES
 from holmes.errors import ConvertError, ParseError
@@ -44,6 +44,14 @@ log = logging.getLogger(__name__)
 _NCCL_KERNEL = re.compile(r"nccl(?:dev)?kernel", re.IGNORECASE)
 _EXTRAS = ("end_source", "kernel_start_ns", "kernel_end_ns")
 _NOT_OPS = {"wait", "waitall", "work.wait", "coalesced", "barrier_wait"}
+# top-level keys of a profiler trace: Kineto's ChromeTraceLogger (libkineto/src/output_json.cpp), its
+# logger buckets (LoggerOutputType) and the metadata torch.profiler adds (torch/profiler/profiler.py)
+KNOWN_TOP_LEVEL = frozenset({
+    "schemaVersion", "deviceProperties", "traceEvents", "traceName", "displayTimeUnit", "baseTimeNanoseconds",
+    "VERBOSE", "INFO", "WARNING", "STAGE", "ERROR", "USDT",
+    "distributedInfo", "profile_memory", "with_stack", "record_shapes", "with_modules", "with_flops",
+    "DISABLE_CUPTI_LAZY_REINIT",
+})
 
 
 def _trace_files(src: Path) -> list[Path]:
@@ -71,28 +79,67 @@ def _parse_rank_list(v: Any) -> list[int] | None:
 
 def _group_ranks(args: dict[str, Any]) -> list[int] | None:
     ranks = _parse_rank_list(args.get("Process Group Ranks"))
-    if ranks is not None and (not args.get("Group size") or len(ranks) == int(args["Group size"])):
+    if ranks is not None and (not args.get("Group size") or len(ranks) == _to_int(args["Group size"])):
         return ranks
     try:
         start, stride, size = int(args["Global rank start"]), int(args["Global rank stride"]), int(args["Group size"])
-    except (KeyError, TypeError, ValueError):
+    except (KeyError, TypeError, ValueError, OverflowError):
         return ranks
-    if stride <= 0 or size <= 0:
+    if stride <= 0 or size <= 0 or start < 0 or start + stride * (size - 1) >= MAX_WORLD_SIZE:
         return ranks
     return list(range(start, start + stride * size, stride))
 
 
 def _to_int(v: Any) -> int | None:
+    """``v`` as an int within int64 (None when it is not one)."""
     try:
-        return int(v)
-    except (TypeError, ValueError):
+        x = int(v)
+    except (TypeError, ValueError, OverflowError):
         return None
+    return x if -(1 << 62) <= x < 1 << 62 else None
+
+
+_MAX_US = 4e15  # |ts|, dur in microseconds beyond which nanoseconds leave int64 (absolute epoch us are ~1.7e15)
+
+
+def _hashable(v: Any) -> Any:
+    try:
+        hash(v)
+    except TypeError:
+        return repr(v)
+    return v
+
+
+def _checked_event(i: int, e: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """The event with numeric ``ts`` / ``dur`` (microseconds) and a dict ``args``, or the reason it is malformed."""
+    out = dict(e)
+    for key, default in (("ts", None), ("dur", 0.0)):
+        v = e.get(key, default)
+        try:
+            if isinstance(v, bool):
+                raise TypeError
+            x = float(v)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            x = float("nan")
+        if not np.isfinite(x) or abs(x) > _MAX_US:
+            return None, f"event #{i} {e.get('name')!r}: {key!r} is {str(v)[:40]!r}, not a number of microseconds"
+        out[key] = x
+    args = e.get("args")
+    if args is None:
+        args = {}
+    if not isinstance(args, dict):
+        return None, f"event #{i} {e.get('name')!r}: 'args' is {type(args).__name__} {str(args)[:40]!r}, not an object"
+    out["args"] = args
+    return out, None
 
 
 def parse_kineto_trace(path: Path, trace: Any, reg: GroupRegistry, notes: Notes) -> tuple[int, int | None, RankRows]:
     """One trace's rank, world size and op rows (groups go into ``reg``)."""
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         raise ParseError(f"{path}: not a PyTorch profiler trace (no 'traceEvents' list)")
+    for k in trace:
+        if k not in KNOWN_TOP_LEVEL:
+            notes.unknown_field("top-level trace key", k, path.name)
     dist = trace.get("distributedInfo") or {}
     if not isinstance(dist, dict):
         raise ParseError(f"{path}: 'distributedInfo' is not an object")
@@ -114,6 +161,8 @@ def parse_kineto_trace(path: Path, trace: Any, reg: GroupRegistry, notes: Notes)
         if ranks:
             reg.add(g["pg_name"], ranks, g.get("pg_desc"), source=str(path))
     base = _to_int(trace.get("baseTimeNanoseconds")) or 0
+    if not 0 <= base < 1 << 62:
+        raise ParseError(f"{path}: baseTimeNanoseconds {base} is not a time in nanoseconds since the epoch")
     if not base:
         notes.warn(f"{path.name}: no baseTimeNanoseconds; times are on the profiler's own clock")
 
@@ -124,46 +173,56 @@ def parse_kineto_trace(path: Path, trace: Any, reg: GroupRegistry, notes: Notes)
     kernels: list[dict[str, Any]] = []
     steps: list[tuple[int, int, int]] = []
     runtime_by_corr: dict[int, dict[str, Any]] = {}
-    for e in trace["traceEvents"]:
+    for i, e in enumerate(trace["traceEvents"]):
         if not isinstance(e, dict) or e.get("ph") != "X":
             continue
         name = e.get("name")
         if not isinstance(name, str) or "ts" not in e:
             continue
         cat = e.get("cat", "")
-        if name == "record_param_comms":
+        kind = ("rpc" if name == "record_param_comms" else
+                "kernel" if cat == "kernel" and _NCCL_KERNEL.search(name) else
+                "step" if name.startswith("ProfilerStep#") else
+                "runtime" if cat in ("cuda_runtime", "cuda_driver") else None)
+        if kind is None:
+            continue
+        e, why = _checked_event(i, e)
+        if e is None:
+            notes.malformed(path.name, str(why))
+            continue
+        if kind == "rpc":
             rpcs.append(e)
-        elif cat == "kernel" and _NCCL_KERNEL.search(name):
+        elif kind == "kernel":
             kernels.append(e)
-        elif name.startswith("ProfilerStep#"):
+        elif kind == "step":
             n = _to_int(name.split("#", 1)[1])
             if n is not None:
-                steps.append((ns(e["ts"]), ns(e["ts"]) + int(round(float(e.get("dur", 0)) * 1000)), n))
-        elif cat in ("cuda_runtime", "cuda_driver"):
-            c = _to_int((e.get("args") or {}).get("correlation"))
+                steps.append((ns(e["ts"]), ns(e["ts"]) + int(round(e["dur"] * 1000)), n))
+        else:
+            c = _to_int(e["args"].get("correlation"))
             if c is not None:
                 runtime_by_corr[c] = e
     # link kernels to CPU ops: External id, else correlation -> runtime call inside a CPU op
     by_ext = {}
     by_tid: dict[Any, list[tuple[float, float, int]]] = {}
     for i, e in enumerate(rpcs):
-        x = _to_int((e.get("args") or {}).get("External id"))
+        x = _to_int(e["args"].get("External id"))
         if x is not None:
             by_ext[x] = i
-        by_tid.setdefault(e.get("tid"), []).append((float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), i))
+        by_tid.setdefault(_hashable(e.get("tid")), []).append((e["ts"], e["ts"] + e["dur"], i))
     for v in by_tid.values():
         v.sort()
     linked: dict[int, list[dict[str, Any]]] = {}
     orphans = []
     for k in kernels:
-        a = k.get("args") or {}
+        a = k["args"]
         i = by_ext.get(_to_int(a.get("External id")))
         if i is None:
             rt = runtime_by_corr.get(_to_int(a.get("correlation")))
             if rt is not None:
-                lst = by_tid.get(rt.get("tid"), [])
-                j = bisect.bisect_right(lst, (float(rt["ts"]), float("inf"), 1 << 60)) - 1
-                if j >= 0 and lst[j][0] <= float(rt["ts"]) <= lst[j][1]:
+                lst = by_tid.get(_hashable(rt.get("tid")), [])
+                j = bisect.bisect_right(lst, (rt["ts"], float("inf"), 1 << 60)) - 1
+                if j >= 0 and lst[j][0] <= rt["ts"] <= lst[j][1]:
                     i = lst[j][2]
         if i is None:
             orphans.append(k)
@@ -175,16 +234,16 @@ def parse_kineto_trace(path: Path, trace: Any, reg: GroupRegistry, notes: Notes)
         s = ns(e["ts"])
         if ks:
             ks_start = min(ns(k["ts"]) for k in ks)
-            ks_end = max(ns(k["ts"]) + int(round(float(k.get("dur", 0)) * 1000)) for k in ks)
-            records.append((e.get("args") or {}, s, max(ks_end, s), "gpu_kernel", ks_start, ks_end))
+            ks_end = max(ns(k["ts"]) + int(round(k["dur"] * 1000)) for k in ks)
+            records.append((e["args"], s, max(ks_end, s), "gpu_kernel", ks_start, ks_end))
         else:
-            records.append((e.get("args") or {}, s, s + int(round(float(e.get("dur", 0)) * 1000)), "cpu_op", None, None))
+            records.append((e["args"], s, s + int(round(e["dur"] * 1000)), "cpu_op", None, None))
     if not rpcs and orphans:
         notes.infer(f"{path.name}: no record_param_comms CPU ops; ops taken from NCCL kernels' own metadata")
         for k in orphans:
             s = ns(k["ts"])
-            e_ = s + int(round(float(k.get("dur", 0)) * 1000))
-            records.append((k.get("args") or {}, s, e_, "gpu_kernel", s, e_))
+            e_ = s + int(round(k["dur"] * 1000))
+            records.append((k["args"], s, e_, "gpu_kernel", s, e_))
     elif orphans:
         notes.details.setdefault("unlinked_kernels", {})[str(rank)] = len(orphans)
     n_cpu = sum(1 for r in records if r[3] == "cpu_op")
@@ -229,7 +288,8 @@ def parse_kineto_trace(path: Path, trace: Any, reg: GroupRegistry, notes: Notes)
         width = DTYPE_BYTES.get(str(args.get("dtype", "")).lower(), 0)
         nel = max(_to_int(args.get("In msg nelems")) or 0, _to_int(args.get("Out msg nelems")) or 0)
         seq = _to_int(args.get("Seq")) if op not in ("send", "recv") else None
-        rows.append(iteration=0, comm_id=reg.comm_id(key), op=op, peer=peer, nbytes=nel * width, start_ns=s,
+        nbytes = nel * width if 0 <= nel * width < 1 << 62 else 0
+        rows.append(iteration=0, comm_id=reg.comm_id(key), op=op, peer=peer, nbytes=nbytes, start_ns=s,
                     end_ns=e_, seq=-1 if seq is None else seq, end_source=src, kernel_start_ns=ks, kernel_end_ns=ke)
     if n_wait:
         notes.details.setdefault("wait_records_ignored", {})[str(rank)] = n_wait

@@ -78,6 +78,54 @@ def _find_files(src: Path) -> tuple[Path, Path | None]:
     return trace, (metas[0] if len(metas) == 1 else None)
 
 
+_MAX_SIZE = 1 << 20  # a parallel degree larger than this is not a job description
+_INT_COLS = ("dp_rank", "stage", "rank", "step", "seq_id")
+_FLOAT_COLS = ("start_ts", "duration")
+
+
+def _meta_size(meta: dict[str, Any], key: str, path: Path | None) -> int | None:
+    """``meta[key]`` as a positive int, None when absent / null / 0; ConvertError naming file and key otherwise."""
+    v = meta.get(key)
+    if v is None or v == 0:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float, str)):
+        raise ConvertError(f"{path}: '{key}' is {v!r}, not a positive integer")
+    try:
+        x = int(v)
+    except (TypeError, ValueError, OverflowError):
+        raise ConvertError(f"{path}: '{key}' is {v!r}, not a positive integer") from None
+    if x != v and str(x) != str(v).strip():
+        raise ConvertError(f"{path}: '{key}' is {v!r}, not a positive integer")
+    if not 1 <= x <= _MAX_SIZE:
+        raise ConvertError(f"{path}: '{key}' is {x}, outside 1..{_MAX_SIZE}")
+    return x
+
+
+def _numeric_column(t: pa.Table, c: str, trace: Path, integer: bool) -> np.ndarray:
+    """Column ``c`` as int64 / float64; ConvertError naming file and column for nulls, text, NaN or fractions."""
+    col = t.column(c)
+    typ = col.type.value_type if pa.types.is_dictionary(col.type) else col.type
+    if not (pa.types.is_integer(typ) or pa.types.is_floating(typ)):
+        raise ConvertError(f"{trace}: column '{c}' has type {col.type}, not a number")
+    if col.null_count:
+        raise ConvertError(f"{trace}: column '{c}' holds {col.null_count} null value(s)")
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(typ)
+    a = col.to_numpy()
+    if pa.types.is_floating(typ):
+        a = a.astype(np.float64)
+        if not np.isfinite(a).all():
+            raise ConvertError(f"{trace}: column '{c}' holds NaN or infinite values")
+        if integer:
+            if (a != np.round(a)).any() or (np.abs(a) >= 2.0 ** 62).any():
+                raise ConvertError(f"{trace}: column '{c}' holds values that are not integers")
+            return a.astype(np.int64)
+        return a
+    if pa.types.is_uint64(typ) and (a >= 2 ** 62).any():
+        raise ConvertError(f"{trace}: column '{c}' holds values out of range")
+    return a.astype(np.int64 if integer else np.float64)
+
+
 def _read_meta(path: Path | None, notes: Notes) -> dict[str, Any]:
     if path is None:
         notes.warn("no meta-*.yaml next to the trace: parallel sizes inferred from the trace")
@@ -134,24 +182,36 @@ def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, ove
     extra = sorted(set(t.column_names) - set(REQUIRED) - {"mc", "gmc", "mb_id"})
     if extra:
         notes.warn(f"{trace.name}: unknown column(s) {extra} ignored")
+    if t.num_rows == 0:
+        raise ConvertError(f"{trace}: the trace has no rows (no operator at all)")
+    cols = {c: _numeric_column(t, c, trace, integer=True) for c in _INT_COLS}
+    cols.update({c: _numeric_column(t, c, trace, integer=False) for c in _FLOAT_COLS})
     try:
-        cols = {c: t.column(c).to_numpy() for c in ("dp_rank", "stage", "rank", "step", "seq_id", "start_ts", "duration")}
+        optype_col = t.column("optype").cast(pa.string())
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
-        raise ConvertError(f"{trace}: a required column holds nulls or a non-numeric type: {exc}") from None
-    optype = np.asarray(t.column("optype").cast(pa.string()).to_pylist(), dtype=object)
-    dp_rank, stage, rank = (cols[c].astype(np.int64) for c in ("dp_rank", "stage", "rank"))
-    step = cols["step"].astype(np.int64)
-    start_s = cols["start_ts"].astype(np.float64)
-    dur_s = cols["duration"].astype(np.float64)
-    if np.isnan(start_s).any() or np.isnan(dur_s).any() or (dur_s < 0).any():
-        raise ConvertError(f"{trace}: column 'start_ts'/'duration' holds NaN or negative values")
-    dp = int(meta.get("dp_size") or dp_rank.max() + 1)
-    pp = int(meta.get("pp_size") or stage.max() + 1)
-    tp = int(meta.get("tp_size") or 1)
-    ws = int(meta.get("world_size") or dp * pp * tp)
-    if tp > 1 or int(meta.get("dsp_size") or 1) > 1 or int(meta.get("vpp_size") or 1) > 1:
+        raise ConvertError(f"{trace}: column 'optype' is not text: {exc}") from None
+    if optype_col.null_count:
+        raise ConvertError(f"{trace}: column 'optype' holds {optype_col.null_count} null value(s)")
+    optype = np.asarray(optype_col.to_pylist(), dtype=object)
+    dp_rank, stage, rank, step = (cols[c] for c in ("dp_rank", "stage", "rank", "step"))
+    start_s, dur_s = cols["start_ts"], cols["duration"]
+    if (dur_s < 0).any():
+        raise ConvertError(f"{trace}: column 'duration' holds negative values")
+    if (np.abs(start_s) + dur_s > 1e6).any():
+        raise ConvertError(f"{trace}: column 'start_ts'/'duration' holds values beyond 10^6 s from the step start")
+    sizes = {k: _meta_size(meta, k, meta_path) for k in ("dp_size", "pp_size", "tp_size", "world_size", "dsp_size",
+                                                         "vpp_size")}
+    if min(dp_rank.min(), stage.min(), rank.min()) < 0 or max(dp_rank.max(), stage.max(), rank.max()) >= _MAX_SIZE:
+        raise ConvertError(f"{trace}: columns 'dp_rank'/'stage'/'rank' hold values outside 0..{_MAX_SIZE - 1}")
+    dp = sizes["dp_size"] or int(dp_rank.max()) + 1
+    pp = sizes["pp_size"] or int(stage.max()) + 1
+    tp = sizes["tp_size"] or 1
+    ws = sizes["world_size"] or dp * pp * tp
+    if dp * pp > _MAX_SIZE:
+        raise ConvertError(f"{meta_path or trace}: dp x pp = {dp * pp} is larger than {_MAX_SIZE}")
+    if tp > 1 or (sizes["dsp_size"] or 1) > 1 or (sizes["vpp_size"] or 1) > 1:
         notes.warn("tp/dsp/vpp > 1: the trace holds one row per (dp_rank, stage); other dimensions are not modelled")
-    if dp_rank.max() >= dp or stage.max() >= pp or rank.max() >= ws or min(dp_rank.min(), stage.min(), rank.min()) < 0:
+    if dp_rank.max() >= dp or stage.max() >= pp or rank.max() >= ws:
         raise ConvertError(f"{trace}: dp_rank/stage/rank outside the meta sizes dp={dp} pp={pp} world_size={ws}")
     grid = np.full((dp, pp), -1, dtype=np.int64)
     grid[dp_rank, stage] = rank
@@ -230,10 +290,18 @@ def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, ove
     rows: dict[int, RankRows] = {}
     iters: dict[int, pa.Table] = {}
     idx = np.flatnonzero(keep)
+    if not len(idx):
+        names = sorted(set(optype.tolist()))
+        raise ConvertError(f"{trace}: column 'optype' holds no usable communication operator (values: {names[:10]})")
     order = idx[np.lexsort((cols["seq_id"][idx], start_ns[idx], rank[idx]))]
     comm_ids = {k: reg.comm_id(k) for k in set(comm[order].tolist())}
     bounds = np.r_[0, np.flatnonzero(np.diff(rank[order])) + 1, len(order)]
-    mb = t.column("mb_id").to_numpy().astype(np.int64) if "mb_id" in t.column_names else np.full(len(ops), -1)
+    mb = np.full(len(ops), -1, dtype=np.int64)
+    if "mb_id" in t.column_names:
+        try:
+            mb = _numeric_column(t, "mb_id", trace, integer=True)
+        except ConvertError as exc:
+            notes.warn(f"{exc}; extra column mb_id set to -1")
     for a, b in zip(bounds[:-1], bounds[1:]):
         sel = order[a:b]
         r = int(rank[sel[0]])
@@ -242,7 +310,7 @@ def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, ove
                        op=ops[sel].tolist(), peer=[int(p) if p >= 0 else None for p in peer[sel].tolist()],
                        nbytes=[0] * len(sel), start_ns=start_ns[sel].tolist(), end_ns=end_ns[sel].tolist(),
                        seq=[-1] * len(sel), wia_optype=optype[sel].tolist(),
-                       wia_seq_id=cols["seq_id"][sel].astype(np.int64).tolist(), mb_id=mb[sel].tolist())
+                       wia_seq_id=cols["seq_id"][sel].tolist(), mb_id=mb[sel].tolist())
         rows[r] = rr
         st = np.unique(step_idx[rank == r])
         iters[r] = iterations_table(np.full(len(st), r, dtype=np.int32), steps[st],

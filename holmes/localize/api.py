@@ -247,6 +247,9 @@ def localize(job: Any, *, pivot: int = 0, window: int = 100, top_k: int = 2, del
 
 def _iteration_times(src: Any, rank: int) -> tuple[np.ndarray, np.ndarray]:
     got = src.iteration_times(rank)
+    exc = getattr(src, "errors", {}).get(rank) if got is None else None
+    if exc is not None:
+        raise exc  # the typed error naming the unreadable iterations/ops file
     if got is None or len(got[0]) == 0:
         raise JobError(f"pivot rank {rank}: no iterations in its log")
     return np.asarray(got[0]), np.asarray(got[1])

@@ -66,6 +66,8 @@ class JobSource:
     ----------
     missing : dict
         rank -> one-line reason, for every rank whose log was absent or unreadable.
+    errors : dict
+        rank -> the typed error (naming the file) behind an unusable ``iteration_times``.
     """
 
     def __init__(self, job: Any) -> None:
@@ -73,6 +75,7 @@ class JobSource:
         self.world_size = int(job.world_size)
         self.communicators = job.communicators
         self.missing: dict[int, str] = {}
+        self.errors: dict[int, Exception] = {}
         self._fetched: dict[int, pa.Table] = {}
         self._bytes = 0
 
@@ -110,6 +113,7 @@ class JobSource:
             return self.job.iteration_times(int(rank))
         except (MissingRankError, ParseError, SchemaError) as exc:
             self.missing.setdefault(int(rank), " ".join(str(exc).split()))
+            self.errors.setdefault(int(rank), exc)
             return None
 
     @property
