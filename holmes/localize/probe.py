@@ -48,6 +48,15 @@ def _slow(ro: Any, row: int, ratio: float = 1.5) -> bool:
     return x > 0 and ro.duration[row] >= ratio * (ro.duration[row] - x)
 
 
+def _largest_row(ro: Any, comm: int, iteration: int) -> int | None:
+    """Row of ``ro``'s largest operator on ``comm`` in ``iteration`` (None if none or no ``ro``)."""
+    if ro is None:
+        return None
+    lo, hi = ro.iteration_rows(iteration)
+    rows = lo + np.flatnonzero(ro.comm[lo:hi] == comm)
+    return int(rows[np.argmax(ro.nbytes[rows])]) if rows.size else None
+
+
 class NetworkProbe:
     """Refines the device sets of network causes with a bounded number of extra reads.
 
@@ -206,16 +215,12 @@ class NetworkProbe:
         for r in self._ranks_under(switch):
             for comm in self._small_groups(r):
                 grp = self.graph.members[comm]
-                if avoid.intersection(grp) or through not in network_devices(grp, self.topology):
+                if avoid.intersection(grp) or through not in self._ring(comm):
                     continue
                 ro = self._ops(r)
-                if ro is None:
+                row = _largest_row(ro, comm, iteration)
+                if row is None:
                     continue
-                lo, hi = ro.iteration_rows(iteration)
-                rows = lo + np.flatnonzero(ro.comm[lo:hi] == comm)
-                if rows.size == 0:
-                    continue
-                row = int(rows[np.argmax(ro.nbytes[rows])])
                 v = self._group_verdict(iteration, comm, int(ro.seq[row]), ro, row)
                 if v is not None:
                     yield v, grp
@@ -243,13 +248,9 @@ class NetworkProbe:
                     continue
                 fetched = [m for m in grp if m in self.graph.ranks]
                 ro = self._ops(fetched[0] if fetched else r)
-                if ro is None:
+                row = _largest_row(ro, comm, iteration)
+                if row is None:
                     continue
-                lo, hi = ro.iteration_rows(iteration)
-                rows = lo + np.flatnonzero(ro.comm[lo:hi] == comm)
-                if rows.size == 0:
-                    continue
-                row = int(rows[np.argmax(ro.nbytes[rows])])
                 if ro.nbytes[row] > 0 and not _slow(ro, row):
                     yield FINE, grp
                     found += 1
