@@ -166,21 +166,7 @@ def localize(job: Any, *, pivot: int = 0, window: int = 100, top_k: int = 2, del
     causes: list[RootCause] = []
     without: list[int] = []
     for it in chosen.tolist():
-        starts = []
-        for p in pivots:
-            ro = search.rank_ops(p)
-            if ro is None:
-                continue
-            lo, hi = ro.iteration_rows(it)
-            rows = np.arange(lo, hi)
-            assert ro.abnormal is not None
-            rows = rows[ro.abnormal[rows]]
-            if max_starts is not None and rows.size > max_starts:
-                # the abnormal operators that stretched the iteration most: largest duration excess
-                dur_x = ro.excess()[1]
-                rows = rows[np.argsort(-dur_x[rows], kind="stable")[:max_starts]]
-            rows = rows[np.argsort(ro.start[rows], kind="stable")]
-            starts += [(p, int(r)) for r in rows]
+        starts = [s for p in pivots for s in _start_operators(search, p, it, max_starts)]
         found = search.search(it, starts) if starts else []
         if not found:
             without.append(it)
@@ -195,24 +181,9 @@ def localize(job: Any, *, pivot: int = 0, window: int = 100, top_k: int = 2, del
         ro = search.graph.ranks[c.rank]
         series = ro.position_series(int(ro.op_index[c.row]), its, gap=c.cause == COMPUTE)
         c.rate = irregularity_rate(series, piv_series, max_lag=rate_lag)
-        ex = None
-        if healthy is not None and c.cause != COMPUTE:
-            nb = int(ro.nbytes[c.row])
-            slow_speed = nb / max(int(ro.excess()[1][c.row]), 1)
-            ex = healthy.devices(c.iteration, nb * exonerate_bytes, min_speed=exonerate_speedup * slow_speed)
-        devs = cause_devices(c.cause, c.ranks, topo, include_host=include_host, exonerated=ex)
-        if hprobe is not None and c.cause == COMPUTE and len(c.ranks) == 1:
-            verdict = hprobe.verdict(c.ranks[0], c.iteration)
-            if verdict is not None:
-                devs = [d for d in devs if device_kind(d) == verdict]
-                c.devices = devs
-        if probe is not None and c.cause != COMPUTE:
-            t0, t1 = int(ro.start[c.row]), int(ro.end[c.row])
-            t0 -= 2 * (t1 - t0)
-            devs = probe.refine(int(ro.iteration[c.row]), c.ranks, devs, window=(t0, t1),
-                                min_fine_bytes=int(ro.nbytes[c.row]) * exonerate_bytes)
-            c.devices = devs
-        implicated.append(devs)
+        implicated.append(_implicated(c, ro, topo, healthy=healthy, hprobe=hprobe, probe=probe,
+                                      include_host=include_host, min_share=exonerate_bytes,
+                                      speedup=exonerate_speedup))
     if narrow:
         narrowed = narrow_by_coverage(implicated, [c.rate for c in causes],
                                       [c.cause != COMPUTE for c in causes])
@@ -243,6 +214,47 @@ def localize(job: Any, *, pivot: int = 0, window: int = 100, top_k: int = 2, del
                   window=[int(i) for i in its], bytes_read=src.bytes_read,
                   params={"pivot": pivots[0], "window": window, "top_k": top_k, "delta": delta, "method": method,
                           "alpha": alpha}, iterations_without_cause=without)
+
+
+def _start_operators(search: GraphSearch, pivot: int, iteration: int, max_starts: int | None) -> list[tuple[int, int]]:
+    """The pivot's abnormal operators of ``iteration`` to search from, ``(rank, row)`` in start
+    order: all of them, or the ``max_starts`` that lasted longest beyond their usual duration."""
+    ro = search.rank_ops(pivot)
+    if ro is None:
+        return []
+    assert ro.abnormal is not None
+    lo, hi = ro.iteration_rows(iteration)
+    rows = np.arange(lo, hi)
+    rows = rows[ro.abnormal[rows]]
+    if max_starts is not None and rows.size > max_starts:
+        rows = rows[np.argsort(-ro.excess()[1][rows], kind="stable")[:max_starts]]
+    rows = rows[np.argsort(ro.start[rows], kind="stable")]
+    return [(pivot, int(r)) for r in rows]
+
+
+def _implicated(c: RootCause, ro: Any, topo: Any, *, healthy: HealthyPaths | None, hprobe: HostProbe | None,
+                probe: NetworkProbe | None, include_host: bool, min_share: float, speedup: float) -> list[str]:
+    """Devices one root cause implicates, after clearing and probing (also set on ``c.devices``
+    when a probe narrowed them)."""
+    nb = int(ro.nbytes[c.row])
+    if c.cause == COMPUTE:
+        devs = cause_devices(c.cause, c.ranks, topo, include_host=include_host)
+        verdict = hprobe.verdict(c.ranks[0], c.iteration) if hprobe is not None and len(c.ranks) == 1 else None
+        if verdict is not None:
+            devs = [d for d in devs if device_kind(d) == verdict]
+            c.devices = devs
+        return devs
+    ex = None
+    if healthy is not None:
+        slow_speed = nb / max(int(ro.excess()[1][c.row]), 1)
+        ex = healthy.devices(c.iteration, nb * min_share, min_speed=speedup * slow_speed)
+    devs = cause_devices(c.cause, c.ranks, topo, include_host=include_host, exonerated=ex)
+    if probe is not None:
+        t0, t1 = int(ro.start[c.row]), int(ro.end[c.row])
+        devs = probe.refine(int(ro.iteration[c.row]), c.ranks, devs, window=(t0 - 2 * (t1 - t0), t1),
+                            min_fine_bytes=nb * min_share)
+        c.devices = devs
+    return devs
 
 
 def _iteration_times(src: Any, rank: int) -> tuple[np.ndarray, np.ndarray]:
