@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from holmes._ranges import parse_int_ranges
 from holmes.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -23,19 +24,8 @@ def parse_ranks(text: str | None, world_size: int) -> list[int] | None:
     """``"0,3,8-11"`` -> ``[0, 3, 8, 9, 10, 11]``; None -> None (all ranks)."""
     if text is None:
         return None
-    out: set[int] = set()
     try:
-        for part in text.split(","):
-            part = part.strip()
-            if not part:
-                continue
-            if "-" in part:
-                a, b = (int(x) for x in part.split("-", 1))
-                if b < a:
-                    raise ValueError
-                out.update(range(a, b + 1))
-            else:
-                out.add(int(part))
+        out = parse_int_ranges(text)
     except ValueError:
         raise ConfigError(f"--ranks {text!r}: expected comma-separated ranks or ranges, e.g. 0,3,8-11") from None
     bad = sorted(r for r in out if not 0 <= r < world_size)
@@ -43,7 +33,7 @@ def parse_ranks(text: str | None, world_size: int) -> list[int] | None:
         raise ConfigError(f"--ranks: rank {bad[0]} is outside world_size {world_size}")
     if not out:
         raise ConfigError("--ranks lists no rank")
-    return sorted(out)
+    return out
 
 
 def add_parser(p: argparse.ArgumentParser) -> None:

@@ -49,6 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from holmes._ranges import parse_int_ranges
 from holmes.errors import ConfigError
 
 __all__ = ["FaultSpec", "PATTERNS", "COMPUTE_KINDS", "NETWORK_KINDS", "active_factors", "parse_faults",
@@ -66,20 +67,10 @@ FLUCT_STRENGTH = (0.6, 1.0)
 
 
 def _parse_iters(text: str, spec: str) -> tuple[int, ...]:
-    out: list[int] = []
     try:
-        for part in text.split(","):
-            if "-" in part:
-                a, b = part.split("-")
-                lo, hi = int(a), int(b)
-                if hi < lo:
-                    raise ValueError
-                out.extend(range(lo, hi + 1))
-            else:
-                out.append(int(part))
+        return tuple(parse_int_ranges(text))
     except ValueError:
         raise ConfigError(f"fault {spec!r}: bad iterations {text!r}; use N, A-B or N,M,...") from None
-    return tuple(sorted(set(out)))
 
 
 @dataclass(frozen=True)
