@@ -298,16 +298,19 @@ def _block(X, Xf, lo, hi, kind, q_feat, q_thr, q_mask, q_start, q_val, q_lstart,
 
 
 @numba.njit(cache=True, nogil=True)
+def _scratch(nf):
+    """Per-thread work buffers of one block of ``_BLOCK`` rows."""
+    return (np.zeros(nf * _BLOCK, np.float32), np.empty(_BLOCK, np.uint64), np.empty(_BLOCK, np.uint32),
+            np.empty(_BLOCK, np.uint32), np.empty(_BLOCK, np.float64))
+
+
+@numba.njit(cache=True, nogil=True)
 def _proba_serial(X, kind, q_feat, q_thr, q_mask, q_start, q_val, q_lstart, w_node, w_val, w_root, w_depth,
                   fb, n_qs, out):
     n, nf = X.shape
     Xf = X.reshape(n * nf)
     w_thr = w_node.view(np.float32)
-    Xt = np.zeros(nf * _BLOCK, np.float32)
-    bits = np.empty(_BLOCK, np.uint64)
-    bits32 = np.empty(_BLOCK, np.uint32)
-    idx = np.empty(_BLOCK, np.uint32)
-    acc = np.empty(_BLOCK, np.float64)
+    Xt, bits, bits32, idx, acc = _scratch(nf)
     for lo in range(0, n, _BLOCK):
         _block(X, Xf, lo, min(n, lo + _BLOCK), kind, q_feat, q_thr, q_mask, q_start, q_val, q_lstart,
                w_node, w_thr, w_val, w_root, w_depth, fb, n_qs, out, Xt, bits, bits32, idx, acc)
@@ -334,11 +337,7 @@ def _proba_claiming(X, kind, q_feat, q_thr, q_mask, q_start, q_val, q_lstart, w_
     n, nf = X.shape
     Xf = X.reshape(n * nf)
     w_thr = w_node.view(np.float32)
-    Xt = np.zeros(nf * _BLOCK, np.float32)
-    bits = np.empty(_BLOCK, np.uint64)
-    bits32 = np.empty(_BLOCK, np.uint32)
-    idx = np.empty(_BLOCK, np.uint32)
-    acc = np.empty(_BLOCK, np.float64)
+    Xt, bits, bits32, idx, acc = _scratch(nf)
     nblocks = (n + _BLOCK - 1) // _BLOCK
     while True:
         b = _fetch_add(counter, 1)
