@@ -1,7 +1,9 @@
 """``holmes detect JOB [--ranks R,...] [--model M] --out FILE.parquet``: flag abnormal operators.
 
 Writes the ops of the chosen ranks (all ranks by default) with two added columns, ``score``
-(float64, P(abnormal)) and ``flagged`` (bool, ``score >= threshold``).
+(float64, P(abnormal)) and ``flagged`` (bool, ``score >= threshold``). When the model uses the
+cross-rank context features (the shipped one does), every available rank is read once first to build
+the job's :class:`~holmes.detect.JobContext`, also when ``--ranks`` scores only a few.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def add_parser(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from holmes.detect import OperatorDetector, load_default_detector
+    from holmes.detect import JobContext, OperatorDetector, load_default_detector
     from holmes.io import read_job
 
     job = read_job(args.job)
@@ -57,11 +59,13 @@ def run(args: argparse.Namespace) -> int:
     ranks = parse_ranks(args.ranks, job.world_size)
     if ranks is None:
         ranks = job.available_ranks()
+    # cross-rank evidence from every available rank (one streaming pass), then score the chosen ranks
+    context = JobContext.from_job(job) if det.uses_context() else None
     tables = []
     n_flag = 0
     for r in ranks:
         ops = job.ops(r)
-        score = det.predict_proba_ops(ops, iteration_times=job.iteration_times(r))
+        score = det.predict_proba_ops(ops, iteration_times=job.iteration_times(r), context=context)
         flagged = score >= det.threshold
         n_flag += int(flagged.sum())
         tables.append(ops.append_column("score", pa.array(score, pa.float64()))

@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 from sklearn.base import BaseEstimator, ClassifierMixin
 
+from holmes.detect.context import CONTEXT_FEATURE_NAMES, JobContext
 from holmes.detect.drift import STATS, DriftMonitor, RetuneRecord, column_stat
 from holmes.detect.features import DEFAULT_WINDOW, DRIFT_FEATURES, FEATURE_NAMES, operator_features
 from holmes.detect.forest import CompiledForest
@@ -162,12 +163,12 @@ class OperatorDetector(ClassifierMixin, BaseEstimator):
         return self
 
     def fit_jobs(self, jobs: Iterable[Any], *, ranks: Any = None, max_ranks: int | None = 64,
-                 label: str = "abnormal") -> "OperatorDetector":
+                 label: str = "abnormal", context: str = "mixed") -> "OperatorDetector":
         """Train on labelled jobs (paths or Job objects); see :func:`holmes.detect.training.jobs_dataset`."""
         from holmes.detect.training import jobs_dataset
 
         X, y, _ = jobs_dataset(jobs, ranks=ranks, max_ranks=max_ranks, label=label, window=self.window,
-                               seed=self.random_state)
+                               seed=self.random_state, context=context)
         return self.fit(X, y)
 
     # ------------------------------------------------------------------ prediction
@@ -175,9 +176,16 @@ class OperatorDetector(ClassifierMixin, BaseEstimator):
         if not hasattr(self, "forest_"):
             raise NotFittedError("this OperatorDetector is not fitted: call fit()/fit_jobs() or load a model")
 
-    def compute_features(self, ops: pa.Table, *, iteration_times: Any = None) -> np.ndarray:
+    def compute_features(self, ops: pa.Table, *, iteration_times: Any = None,
+                         context: JobContext | None = None) -> np.ndarray:
         """The full feature matrix of one rank's ops (see :func:`operator_features`)."""
-        return operator_features(ops, iteration_times=iteration_times, window=self.window)
+        return operator_features(ops, iteration_times=iteration_times, window=self.window, context=context)
+
+    def uses_context(self) -> bool:
+        """Whether the model reads any cross-rank context feature (so a :class:`JobContext` matters)."""
+        names = self.feature_names_ if hasattr(self, "feature_names_") else \
+            [FEATURE_NAMES[i] for i in self._columns()]
+        return any(n in CONTEXT_FEATURE_NAMES for n in names)
 
     def predict_proba_features(self, X: np.ndarray) -> np.ndarray:
         """P(abnormal) per row of a full feature matrix (1-D)."""
@@ -193,7 +201,8 @@ class OperatorDetector(ClassifierMixin, BaseEstimator):
         """Boolean flags: probability >= ``threshold``."""
         return self.predict_proba_features(X) >= self.threshold
 
-    def predict_proba_ops(self, ops: pa.Table, *, iteration_times: Any = None) -> np.ndarray:
+    def predict_proba_ops(self, ops: pa.Table, *, iteration_times: Any = None,
+                          context: JobContext | None = None) -> np.ndarray:
         """Probability that each row of one rank's CommOps table is abnormal (table order).
 
         Parameters
@@ -202,15 +211,20 @@ class OperatorDetector(ClassifierMixin, BaseEstimator):
             CommOps v1 rows of one rank.
         iteration_times : (iterations, durations_ns), optional
             E.g. ``job.iteration_times(rank)``; derived from the ops otherwise.
+        context : JobContext, optional
+            Cross-rank evidence of the job (e.g. ``JobContext.from_job(job)``); it finds weak faults
+            one rank cannot see. Without it the rank is judged alone.
         """
         self._check_fitted()
         if ops.num_rows == 0:
             return np.zeros(0, dtype=np.float64)
-        return self.predict_proba_features(self.compute_features(ops, iteration_times=iteration_times))
+        return self.predict_proba_features(self.compute_features(ops, iteration_times=iteration_times,
+                                                                 context=context))
 
-    def predict_ops(self, ops: pa.Table, *, iteration_times: Any = None) -> np.ndarray:
+    def predict_ops(self, ops: pa.Table, *, iteration_times: Any = None,
+                    context: JobContext | None = None) -> np.ndarray:
         """Boolean abnormal flag of each row of one rank's CommOps table."""
-        return self.predict_proba_ops(ops, iteration_times=iteration_times) >= self.threshold
+        return self.predict_proba_ops(ops, iteration_times=iteration_times, context=context) >= self.threshold
 
     # ------------------------------------------------------------------ drift
     def drift_monitor(self, *, stat: str = "mean", rel_threshold: float = 0.01) -> DriftMonitor:

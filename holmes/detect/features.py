@@ -47,6 +47,7 @@ import pyarrow.compute as pc
 from holmes.detect._feature_kernels import (_context_features, _dense_index, _features_core, _gaps,  # noqa: F401
                                             _group_order, _group_stats, _issue_order_sorted, _per_iteration,
                                             _window_stats)
+from holmes.detect.context import CONTEXT_FEATURE_NAMES, JobContext
 from holmes.errors import ConfigError, SchemaError
 from holmes.io.schema import OP_NAMES, P2P_OPS
 
@@ -72,7 +73,7 @@ FEATURE_NAMES: tuple[str, ...] = (
     "gap_lsize", "above_gap", "gap_rel", "above_gap_lsize",
     # fixed
     "log2_nbytes", "op_code", "is_p2p", "pos_frac",
-)
+) + CONTEXT_FEATURE_NAMES  # cross-rank context (holmes.detect.context), the rank alone by default
 
 #: features whose level moves when the job drifts (auto-tuning shifts the thresholds on these)
 DRIFT_FEATURES: tuple[str, ...] = ("dur_ms", "iter_ms", "win_mean_ms", "win_std_ms", "q1_ms", "q2_ms", "q3_ms",
@@ -84,9 +85,11 @@ _F = {n: i for i, n in enumerate(FEATURE_NAMES)}
 # _context_features (holmes/detect/_feature_kernels.py)
 assert FEATURE_NAMES[28] == "excess_ms" and FEATURE_NAMES[29:34] == (
     "ctx_op_lratio", "ctx_comm_lratio", "ctx_iter_lratio", "ctx_comm_slow_frac", "ctx_op_count") \
-    and FEATURE_NAMES[41] == "pos_frac" and len(FEATURE_NAMES) == 42
+    and FEATURE_NAMES[41] == "pos_frac" and len(FEATURE_NAMES) == 42 + len(CONTEXT_FEATURE_NAMES)
+_N_RANK = 42  # the per-rank features; the context ones follow
 _OP_CODE = {n: i for i, n in enumerate(OP_NAMES)}
 _NEEDED = ("iteration", "op_index", "comm_id", "op", "nbytes", "start_ns", "end_ns")
+_CTX_NEEDED = ("rank", "seq", "peer")
 _NS_PER_MS = 1e6
 
 
@@ -180,7 +183,7 @@ _SLOW_LRATIO = float(np.log(1.2))
 
 
 def operator_features(ops: pa.Table, *, iteration_times: tuple[np.ndarray, np.ndarray] | None = None,
-                      window: int = DEFAULT_WINDOW) -> np.ndarray:
+                      window: int = DEFAULT_WINDOW, context: JobContext | None = None) -> np.ndarray:
     """The feature matrix of one rank's ops, one row per op in table order.
 
     Parameters
@@ -194,6 +197,10 @@ def operator_features(ops: pa.Table, *, iteration_times: tuple[np.ndarray, np.nd
     window : int, default 64
         Iterations in the window of the per-position statistics (centred on the op's iteration;
         the whole log when it is shorter).
+    context : JobContext, optional
+        Cross-rank evidence of the job (:class:`~holmes.detect.context.JobContext`, built from many
+        ranks); its :data:`~holmes.detect.context.CONTEXT_FEATURE_NAMES` fill the last columns. When
+        omitted they are computed from this rank alone (``job_ranks`` = 1).
 
     Returns
     -------
@@ -207,7 +214,7 @@ def operator_features(ops: pa.Table, *, iteration_times: tuple[np.ndarray, np.nd
     ConfigError
         ``window`` is not a positive integer.
     """
-    missing = [c for c in _NEEDED if c not in ops.column_names]
+    missing = [c for c in _NEEDED + _CTX_NEEDED if c not in ops.column_names]
     if missing:
         raise SchemaError(f"ops table lacks column(s) {missing} needed for detection features")
     if int(window) != window or window < 1:
@@ -280,6 +287,7 @@ def operator_features(ops: pa.Table, *, iteration_times: tuple[np.ndarray, np.nd
     k_comm, n_comm = _dense_keys(k_comm)
     k_op, n_op = _dense_keys(k_op)
     _context_features(X, lr, _SLOW_LRATIO, k_op, n_op, k_comm, n_comm, inv, n_it)
+    X[:, _N_RANK:] = (JobContext.of_rank(ops) if context is None else context.features(ops))
     return X
 
 

@@ -28,8 +28,9 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from holmes.detect.context import JobContext
 from holmes.detect.features import DEFAULT_WINDOW, FEATURE_NAMES, operator_features
-from holmes.errors import SchemaError
+from holmes.errors import ConfigError, SchemaError
 
 __all__ = ["rank_dataset", "job_dataset", "jobs_dataset", "labels"]
 
@@ -49,10 +50,11 @@ def labels(ops: pa.Table, label: str = "abnormal", source: str = "ops") -> np.nd
 
 
 def rank_dataset(ops: pa.Table, *, iteration_times: Any = None, label: str = "abnormal",
-                 window: int = DEFAULT_WINDOW, source: str = "ops") -> tuple[np.ndarray, np.ndarray]:
+                 window: int = DEFAULT_WINDOW, source: str = "ops", context: JobContext | None = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """``(X, y)`` of one rank: full feature matrix and labels, in table order."""
     y = labels(ops, label, source)
-    X = operator_features(ops, iteration_times=iteration_times, window=window)
+    X = operator_features(ops, iteration_times=iteration_times, window=window, context=context)
     return X, y
 
 
@@ -66,11 +68,20 @@ def _open(job: Any) -> Any:
 
 def job_dataset(job: Any, *, ranks: Sequence[int] | None = None, max_ranks: int | None = 64,
                 label: str = "abnormal", window: int = DEFAULT_WINDOW, seed: int | None = 0,
-                use_iterations: bool = True) -> tuple[np.ndarray, np.ndarray]:
+                use_iterations: bool = True, context: str = "mixed",
+                rank_only_frac: float = 0.25) -> tuple[np.ndarray, np.ndarray]:
     """Stack :func:`rank_dataset` over ranks of one job (a path or a Job).
 
     ``ranks`` None: every available rank, or a seeded sample of ``max_ranks`` of them.
+
+    ``context`` chooses the cross-rank features (:mod:`holmes.detect.context`): ``"job"`` builds
+    one :class:`JobContext` from every available rank (as ``holmes detect`` does), ``"rank"``
+    uses each rank alone (as a detector given one table does), ``"mixed"`` (default) gives a
+    seeded ``rank_only_frac`` of the chosen ranks their own context and the others the job's, so
+    that one model serves both uses.
     """
+    if context not in ("job", "rank", "mixed"):
+        raise ConfigError(f"context must be 'job', 'rank' or 'mixed' (got {context!r})")
     j = _open(job)
     rs = list(ranks) if ranks is not None else j.available_ranks()
     if ranks is None and max_ranks is not None and len(rs) > max_ranks:
@@ -88,10 +99,17 @@ def job_dataset(job: Any, *, ranks: Sequence[int] | None = None, max_ranks: int 
         rest = [r for r in rs if r not in chosen]
         chosen |= set(rng.choice(rest, size=max_ranks - k, replace=False).tolist())
         rs = sorted(chosen)
+    ctx = JobContext.from_job(j) if context != "rank" and rs else None
+    alone = np.zeros(len(rs), dtype=bool)
+    if context == "rank":
+        alone[:] = True
+    elif context == "mixed":
+        alone = np.random.default_rng(None if seed is None else [seed, 77]).random(len(rs)) < rank_only_frac
     Xs, ys = [], []
-    for r in rs:
+    for r, own in zip(rs, alone):
         it = j.iteration_times(r) if use_iterations else None
-        X, y = rank_dataset(j.ops(r), iteration_times=it, label=label, window=window, source=f"{j!r} rank {r}")
+        X, y = rank_dataset(j.ops(r), iteration_times=it, label=label, window=window, source=f"{j!r} rank {r}",
+                            context=None if own else ctx)
         Xs.append(X)
         ys.append(y)
     if not Xs:
@@ -100,13 +118,13 @@ def job_dataset(job: Any, *, ranks: Sequence[int] | None = None, max_ranks: int 
 
 
 def jobs_dataset(jobs: Iterable[Any], *, ranks: Sequence[int] | None = None, max_ranks: int | None = 64,
-                 label: str = "abnormal", window: int = DEFAULT_WINDOW, seed: int | None = 0
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(X, y, job_index)`` stacked over several jobs."""
+                 label: str = "abnormal", window: int = DEFAULT_WINDOW, seed: int | None = 0,
+                 context: str = "mixed") -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(X, y, job_index)`` stacked over several jobs (``context``: see :func:`job_dataset`)."""
     Xs, ys, gs = [], [], []
     for k, job in enumerate(jobs):
         X, y = job_dataset(job, ranks=ranks, max_ranks=max_ranks, label=label, window=window,
-                           seed=None if seed is None else seed + k)
+                           seed=None if seed is None else seed + k, context=context)
         Xs.append(X)
         ys.append(y)
         gs.append(np.full(len(y), k, dtype=np.int32))
