@@ -3,7 +3,10 @@
 Part 1: F1 / precision / recall of the shipped RF, RF (Gini, entropy) trained here, 3-sigma, KNN,
 KNN+PCA and SVM, per scale bucket, on held-out jobs (seeds 9000.. of
 :func:`holmes.detect.training.random_scenario`, never used by the default model's training).
-The bench-trained models all use the same training set (seeds 1000..1000+N_TRAIN-1).
+The bench-trained models all use the same training set (seeds 1000..1000+N_TRAIN-1). Every model
+but 3-sigma sees the cross-rank features of a :class:`holmes.detect.JobContext` built from every
+rank of the held-out job, as ``holmes detect`` does; ``rf_default_alone`` is the shipped model
+judging each rank on its own log (a lone rank table, no job context).
 
 Part 2: a "month": one long job with compute drift (``--drift`` per iteration) and transient
 faults (spike, fluctuation), split into 5 weeks; each week is scored with the detector seeing that
@@ -24,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from holmes.detect import (AutoTuner, FeatureBaseline, OperatorDetector, ThreeSigmaDetector,
+from holmes.detect import (AutoTuner, FeatureBaseline, JobContext, OperatorDetector, ThreeSigmaDetector,
                            load_default_detector, operator_features)
 from holmes.detect.features import DEFAULT_WINDOW
 from holmes.detect.training import jobs_dataset, labels, simulate_scenarios
@@ -62,9 +65,10 @@ def eval_jobs(paths, max_ranks=16, seed=3):
         rest = [r for r in rs if r not in pick]
         pick |= set(rng.choice(rest, size=min(len(rest), max_ranks - len(pick)), replace=False).tolist())
         ranks = []
+        ctx = JobContext.from_job(j)  # as `holmes detect` does: evidence from every rank of the job
         for r in sorted(pick):
             ops = j.ops(r)
-            ranks.append((ops, j.iteration_times(r), labels(ops)))
+            ranks.append((ops, j.iteration_times(r), labels(ops), ctx))
         out.append((j.world_size, ranks))
     return out
 
@@ -83,6 +87,7 @@ def main() -> None:
     X, y, _ = jobs_dataset(train, max_ranks=8, seed=1)
     models = {
         "rf_default": load_default_detector(),
+        "rf_default_alone": load_default_detector(),
         "rf_gini": OperatorDetector(n_estimators=32, criterion="gini", max_samples=100_000, min_samples_leaf=8,
                                     random_state=0, n_jobs=2).fit(X, y),
         "rf_entropy": OperatorDetector(n_estimators=32, criterion="entropy", max_samples=100_000, min_samples_leaf=8,
@@ -99,11 +104,15 @@ def main() -> None:
     res: dict[tuple[str, str], list] = {}
     for name, m in models.items():
         for world, ranks in data:
-            for ops, itt, yy in ranks:
+            for ops, itt, yy, ctx in ranks:
+                if name == "rf_default_alone":  # each rank judged on its own log (no job context)
+                    ctx = None
                 if name in ("knn", "knn_pca", "svm"):
-                    f = m.predict(operator_features(ops, iteration_times=itt))
-                else:
+                    f = m.predict(operator_features(ops, iteration_times=itt, context=ctx))
+                elif name == "3sigma":
                     f = m.predict_ops(ops, iteration_times=itt)
+                else:
+                    f = m.predict_ops(ops, iteration_times=itt, context=ctx)
                 for b in (bucket(world), "all"):
                     r = res.setdefault((name, b), [[], []])
                     r[0].append(yy)
@@ -146,20 +155,23 @@ def main() -> None:
     acc = {k: [[], []] for k in ("default naive", "default tuned", "paper naive", "paper tuned")}
     for w, (a, b) in enumerate(weeks):
         row = {}
+        # the week plus the window of iterations before it, on every rank: a deployed detector sees
+        # the recent log of the job, not a week cut out of it; the job context comes from all ranks
+        week = {}
+        for r in range(j.world_size):
+            ops = j.ops(r)
+            it = ops.column("iteration").to_numpy()
+            sel = (it >= a - DEFAULT_WINDOW) & (it < b)
+            week[r] = (ops.filter(sel), it[sel] >= a)
+        wctx = JobContext.from_tables(t for t, _ in week.values())
         for kind in ("default", "paper"):
             yy, fn, ft = [], [], []
             for r in ranks:
-                ops = j.ops(r)
-                it = ops.column("iteration").to_numpy()
-                # the week plus the window of iterations before it: a deployed detector sees the
-                # recent log, not a week cut out of it
-                sel = (it >= a - DEFAULT_WINDOW) & (it < b)
-                wk = ops.filter(sel)
-                mine = it[sel] >= a
+                wk, mine = week[r]
                 lab = labels(wk)[mine]
-                fn.append(naive[kind].predict_ops(wk)[mine])
+                fn.append(naive[kind].predict_ops(wk, context=wctx)[mine])
                 tuner = tuners[kind]
-                ft.append((tuner.update(wk) >= tuner.detector.threshold)[mine])
+                ft.append((tuner.update(wk, context=wctx) >= tuner.detector.threshold)[mine])
                 yy.append(lab)
             yy, fn, ft = np.concatenate(yy), np.concatenate(fn), np.concatenate(ft)
             row[kind] = (prf(yy, fn)[0], prf(yy, ft)[0])
@@ -171,7 +183,7 @@ def main() -> None:
     month_f1 = {k: prf(np.concatenate(v[0]), np.concatenate(v[1]))[0] for k, v in acc.items()}
     print(f"weeks 1-4: " + ", ".join(f"{k} F1 {v:.3f}" for k, v in month_f1.items()))
     print(f"retunes: default {len(tuners['default'].history)}, paper {len(tuners['paper'].history)}")
-    print(f"f1_rf={f1s['rf_default']:.3f} f1_rf_gini={f1s['rf_gini']:.3f} f1_rf_entropy={f1s['rf_entropy']:.3f} "
+    print(f"f1_rf={f1s['rf_default']:.3f} f1_rf_alone={f1s['rf_default_alone']:.3f} f1_rf_gini={f1s['rf_gini']:.3f} f1_rf_entropy={f1s['rf_entropy']:.3f} "
           f"f1_3sigma={f1s['3sigma']:.3f} f1_knn={f1s['knn']:.3f} f1_knn_pca={f1s['knn_pca']:.3f} "
           f"f1_svm={f1s['svm']:.3f} f1_drift_tuned={month_f1['default tuned']:.3f} "
           f"f1_drift_naive={month_f1['default naive']:.3f} f1_drift_paper_tuned={month_f1['paper tuned']:.3f} "

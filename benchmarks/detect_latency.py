@@ -43,12 +43,11 @@ def median_ms(fns: dict, reps: int) -> dict:
     return {k: statistics.median(v) for k, v in ts.items()}
 
 
-def rank_log(n_ops: int):
-    """One rank of a simulated 3D job, trimmed/extended to about ``n_ops`` ops."""
+def rank_log(n_ops: int, d: str):
+    """One rank of a simulated 3D job (written under ``d``), trimmed/extended to about ``n_ops`` ops."""
     from holmes.io import read_job
     from holmes.simulate import simulate
 
-    d = tempfile.mkdtemp(prefix="holmes-bench-")
     per_iter_guess = 40
     p = simulate(d + "/job", tp=4, pp=4, dp=4, micro_batches=8, iterations=max(3, n_ops // per_iter_guess + 2),
                  seed=7, faults=["gpu:9@fluctuation*2.0", "nic:20@spike*3"])
@@ -70,8 +69,12 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--no-default", action="store_true", help="time the forest trained here instead of the default")
     args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="holmes-bench-") as d:
+        run(args, d)
 
-    job, ops = rank_log(args.ops)
+
+def run(args: argparse.Namespace, d: str) -> None:
+    job, ops = rank_log(args.ops, d)
     X, y = job_dataset(job, max_ranks=16, seed=0)
     det_bench = OperatorDetector(n_estimators=64, max_depth=14, min_samples_leaf=8, random_state=0).fit(X, y)
     rf = det_bench.estimator_

@@ -17,6 +17,9 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-samples-leaf", type=int, default=8)
     p.add_argument("--max-ranks", type=int, default=64, help="ranks sampled per job (default 64)")
     p.add_argument("--threshold", type=float, default=0.5)
+    p.add_argument("--context", choices=("mixed", "job", "rank"), default="mixed",
+                   help="cross-rank context of the training rows: the whole job's, each rank's own, or "
+                        "a mix (default; the model then serves holmes detect and lone rank tables)")
     p.add_argument("--seed", type=int, default=0)
 
 
@@ -26,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
 
     if args.n_estimators < 1 or args.max_depth < 1 or args.max_ranks < 1:
         raise ConfigError("--n-estimators, --max-depth and --max-ranks must be >= 1")
-    X, y, _ = jobs_dataset(args.jobs, max_ranks=args.max_ranks, seed=args.seed)
+    X, y, _ = jobs_dataset(args.jobs, max_ranks=args.max_ranks, seed=args.seed, context=args.context)
     if X.shape[0] == 0:
         raise ConfigError("the jobs hold no operators")
     det = OperatorDetector(n_estimators=args.n_estimators, criterion=args.criterion, max_depth=args.max_depth,

@@ -11,6 +11,10 @@ logical operators, never with the number of ranks times their rows):
 * per logical operator instance (a collective: ``(comm_id, seq)``; a P2P transfer:
   ``(comm_id, src, dst, seq)``), the mean log-slowness over the members seen.
 
+Only durations are compared, never timestamps of two hosts, so clock offsets between hosts do not
+matter. (Splitting a duration into the wait for the latest member and the transfer after it, from
+the members' start times, was tried and measured no gain on the held-out jobs.)
+
 The log-slowness of an op is ``log(duration / median duration of its position)`` on its own rank
 (position: ``(op_index, comm_id, op)``), so ranks of different speeds and programs are comparable.
 :meth:`JobContext.features` turns the context into :data:`CONTEXT_FEATURE_NAMES` for one rank's

@@ -218,12 +218,14 @@ class AutoTuner:
         self.history: list[RetuneRecord] = []
         self.n_updates = 0
 
-    def update(self, ops: "pa.Table", *, iteration_times: Any = None) -> np.ndarray:
+    def update(self, ops: "pa.Table", *, iteration_times: Any = None, context: Any = None) -> np.ndarray:
         """Score one rank log with the current detector, feed the drift monitor, maybe retune.
 
-        Returns the scores (P(abnormal) per row) computed *before* any retune this call triggers.
+        ``context``: the job's :class:`~holmes.detect.JobContext`, as for
+        :meth:`OperatorDetector.predict_proba_ops`. Returns the scores (P(abnormal) per row)
+        computed *before* any retune this call triggers.
         """
-        X = self.detector.compute_features(ops, iteration_times=iteration_times)
+        X = self.detector.compute_features(ops, iteration_times=iteration_times, context=context)
         scores = self.detector.predict_proba_features(X)
         self.monitor.update(X)
         self.n_updates += 1
