@@ -64,6 +64,8 @@ CONTEXT_FEATURE_NAMES: tuple[str, ...] = (
     "job_ranks",     # log2(1 + ranks that contributed to the iteration)
     "inst_lr",       # mean log-slowness of the op's instance over the members seen
     "inst_members",  # members of the instance seen
+    "inst_dev",      # inst_lr minus its median at the op's position (over the rank's iterations)
+    "inst_z",        # inst_dev / (1.4826 MAD of inst_lr at the position + 0.01)
 )
 
 _NEEDED = ("rank", "iteration", "op_index", "comm_id", "seq", "op", "peer", "start_ns", "end_ns")
@@ -85,28 +87,38 @@ def _codes(ops: pa.Table, name: str) -> tuple[np.ndarray, list]:
     return np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64), enc.dictionary.to_pylist()
 
 
+def _position_key(ops: pa.Table) -> np.ndarray:
+    """One int64 per row; rows of the same position ``(op_index, comm_id, op)`` share it."""
+    ix = _col(ops, "op_index").astype(np.int64)
+    cc, _ = _codes(ops, "comm_id")
+    oc, _ = _codes(ops, "op")
+    return (ix * (int(cc.max()) + 1) + cc) * (int(oc.max()) + 1) + oc
+
+
+def _position_median(key: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per row, the median of ``values`` over the rows with the same ``key``."""
+    n = key.size
+    order = np.lexsort((values, key))
+    ks = key[order]
+    bounds = np.r_[0, np.flatnonzero(ks[1:] != ks[:-1]) + 1, n]
+    cnt = np.diff(bounds)
+    v = values[order]
+    mid = (v[bounds[:-1] + (cnt - 1) // 2] + v[bounds[:-1] + cnt // 2]) / 2.0
+    out = np.empty(n)
+    out[order] = np.repeat(mid, cnt)
+    return out
+
+
 def log_slowness(ops: pa.Table) -> np.ndarray:
     """``log(duration / median duration of the row's position)`` for every row of one rank's table.
 
     Position: ``(op_index, comm_id, op)``. Clipped to +-9; zero durations count as 1 ns.
     """
-    n = ops.num_rows
-    if n == 0:
+    if ops.num_rows == 0:
         return np.zeros(0)
-    ix = _col(ops, "op_index").astype(np.int64)
-    cc, _ = _codes(ops, "comm_id")
-    oc, _ = _codes(ops, "op")
     dur = np.maximum(_col(ops, "end_ns").astype(np.int64) - _col(ops, "start_ns").astype(np.int64), 1)
-    key = (ix * (int(cc.max()) + 1) + cc) * (int(oc.max()) + 1) + oc
-    order = np.lexsort((dur, key))
-    ks = key[order]
-    bounds = np.r_[0, np.flatnonzero(ks[1:] != ks[:-1]) + 1, n]
-    cnt = np.diff(bounds)
-    lo = dur[order][bounds[:-1] + (cnt - 1) // 2]
-    hi = dur[order][bounds[:-1] + cnt // 2]
-    med = np.empty(n)
-    med[order] = np.repeat((lo + hi) / 2.0, cnt)
-    return np.clip(np.log(dur / med), -_LR_CLIP, _LR_CLIP)
+    dur = dur.astype(np.float64)
+    return np.clip(np.log(dur / _position_median(_position_key(ops), dur)), -_LR_CLIP, _LR_CLIP)
 
 
 class _Instances:
@@ -270,8 +282,16 @@ class JobContext:
         out[:, 2] = np.where(hit, np.log2(1.0 + self._it_cnt[pos]), 0.0) if self._it.size else 0.0
         sid = self._inst.stream_ids(ops, create=False)
         s, c = self._inst.lookup(sid, _col(ops, "seq").astype(np.int64))
-        out[:, 3] = s / np.maximum(c, 1)
+        inst = s / np.maximum(c, 1)
+        out[:, 3] = inst
         out[:, 4] = c
+        # the instance's slowness against its usual level and spread at this position (some
+        # positions are far noisier than others, e.g. a reduce-scatter after uneven compute)
+        key = _position_key(ops)
+        dev = inst - _position_median(key, inst)
+        spread = 1.4826 * _position_median(key, np.abs(dev))
+        out[:, 5] = dev
+        out[:, 6] = dev / (spread + 0.01)
         return out
 
     @classmethod
