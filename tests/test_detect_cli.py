@@ -89,3 +89,50 @@ def test_shipped_model_is_small():
     d = resources.files("holmes.detect") / "models"
     size = sum((d / n).stat().st_size for n in ("default.json", "default.npz"))  # type: ignore[attr-defined]
     assert size < 2_000_000
+
+
+def test_detect_scores_with_the_context_of_every_rank(sim_job, tmp_path):
+    """--ranks scores a few ranks, but the cross-rank evidence comes from all of them."""
+    from holmes.detect import JobContext
+    from holmes.io import read_job
+
+    out = tmp_path / "two.parquet"
+    assert main(["detect", str(sim_job), "--ranks", "1,6", "--out", str(out)]) == 0
+    t = pq.read_table(out)
+    job = read_job(sim_job)
+    det = load_default_detector()
+    assert det.uses_context()
+    ctx = JobContext.from_job(job)
+    want = np.concatenate([det.predict_proba_ops(job.ops(r), iteration_times=job.iteration_times(r), context=ctx)
+                           for r in (1, 6)])
+    np.testing.assert_array_equal(t.column("score").to_numpy(), want)
+    alone = np.concatenate([det.predict_proba_ops(job.ops(r), iteration_times=job.iteration_times(r))
+                            for r in (1, 6)])
+    assert not np.array_equal(want, alone)
+
+
+def test_job_context_finds_a_weak_fault_one_rank_cannot(tmp_path):
+    """A leaf switch 1.6x slower every few iterations: 10-40 % on the ops it delays, inside one rank's
+    noise. With the job's context the shipped model finds them better (0.85 vs 0.81 F1 when written)."""
+    from holmes.detect import JobContext
+    from holmes.io import read_job
+    from holmes.simulate import simulate
+
+    job = read_job(simulate(tmp_path / "weak", tp=8, pp=4, dp=4, micro_batches=8, iterations=30, seed=5,
+                            faults=["switch:leaf-1@fluctuation*1.6"]))
+    det = load_default_detector()
+    ctx = JobContext.from_job(job)
+    y, f_ctx, f_alone = [], [], []
+    for r in job.available_ranks():
+        ops = job.ops(r)
+        it = job.iteration_times(r)
+        y.append(ops.column("abnormal").to_numpy(zero_copy_only=False))
+        f_ctx.append(det.predict_ops(ops, iteration_times=it, context=ctx))
+        f_alone.append(det.predict_ops(ops, iteration_times=it))
+    y, f_ctx, f_alone = (np.concatenate(a) for a in (y, f_ctx, f_alone))
+
+    def f1(f):
+        return 2 * np.sum(y & f) / max(y.sum() + f.sum(), 1)
+
+    assert y.sum() > 1000
+    assert f1(f_ctx) > f1(f_alone) + 0.02, (f1(f_ctx), f1(f_alone))
