@@ -46,6 +46,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+import numba
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -87,26 +88,73 @@ def _codes(ops: pa.Table, name: str) -> tuple[np.ndarray, list]:
     return np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64), enc.dictionary.to_pylist()
 
 
-def _position_key(ops: pa.Table) -> np.ndarray:
-    """One int64 per row; rows of the same position ``(op_index, comm_id, op)`` share it."""
-    ix = _col(ops, "op_index").astype(np.int64)
-    cc, _ = _codes(ops, "comm_id")
-    oc, _ = _codes(ops, "op")
-    return (ix * (int(cc.max()) + 1) + cc) * (int(oc.max()) + 1) + oc
+@numba.njit(cache=True, nogil=True)
+def _group_medians(values, order, bounds, out):  # pragma: no cover - compiled
+    """``out[i]`` = median of ``values`` over the rows of row i's group (``order[bounds[g]:bounds[g+1]]``)."""
+    for g in range(bounds.size - 1):
+        a = bounds[g]
+        c = bounds[g + 1] - a
+        tmp = np.empty(c)
+        for k in range(c):
+            tmp[k] = values[order[a + k]]
+        tmp.sort()
+        m = (tmp[(c - 1) // 2] + tmp[c // 2]) / 2.0
+        for k in range(c):
+            out[order[a + k]] = m
 
 
-def _position_median(key: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Per row, the median of ``values`` over the rows with the same ``key``."""
-    n = key.size
-    order = np.lexsort((values, key))
-    ks = key[order]
-    bounds = np.r_[0, np.flatnonzero(ks[1:] != ks[:-1]) + 1, n]
-    cnt = np.diff(bounds)
-    v = values[order]
-    mid = (v[bounds[:-1] + (cnt - 1) // 2] + v[bounds[:-1] + cnt // 2]) / 2.0
-    out = np.empty(n)
-    out[order] = np.repeat(mid, cnt)
-    return out
+class _RankView:
+    """The columns of one rank's table that the context uses, decoded once."""
+
+    def __init__(self, ops: pa.Table) -> None:
+        missing = [c for c in _NEEDED if c not in ops.column_names]
+        if missing:
+            raise SchemaError(f"ops table lacks column(s) {missing} needed for the job context")
+        self.n = ops.num_rows
+        self._streams: tuple[np.ndarray, np.ndarray, int, list] | None = None
+        self.it = _col(ops, "iteration").astype(np.int64)
+        self.seq = _col(ops, "seq").astype(np.int64)
+        self.rank = _col(ops, "rank").astype(np.int64)
+        self.start = _col(ops, "start_ns").astype(np.int64)
+        self.dur = np.maximum(_col(ops, "end_ns").astype(np.int64) - self.start, 1).astype(np.float64)
+        peer = ops.column("peer")
+        self.peer = np.asarray(peer.fill_null(-1).to_numpy(zero_copy_only=False) if peer.null_count
+                               else peer.to_numpy(zero_copy_only=False)).astype(np.int64)
+        self.cc, self.comms = _codes(ops, "comm_id")
+        self.oc, self.names = _codes(ops, "op")
+        ix = _col(ops, "op_index").astype(np.int64)
+        if self.n:
+            key = (ix * (int(self.cc.max()) + 1) + self.cc) * (int(self.oc.max()) + 1) + self.oc
+            self.order = np.argsort(key, kind="stable")
+            ks = key[self.order]
+            self.bounds = np.r_[0, np.flatnonzero(ks[1:] != ks[:-1]) + 1, self.n].astype(np.int64)
+
+    def streams(self) -> tuple[np.ndarray, np.ndarray, int, list]:
+        """``(keys, inverse, w, comm names)``: the rank's distinct ``(comm, src, dst)`` streams, each
+        encoded as ``(comm_code * w + src + 1) * w + dst + 1`` (src = dst = -1 for collectives)."""
+        if self._streams is None:
+            names = self.names
+            p2p = np.array([o in P2P_OPS for o in names], dtype=bool)[self.oc] if names else np.zeros(0, bool)
+            is_recv = np.array([o == "recv" for o in names], dtype=bool)[self.oc] if names else np.zeros(0, bool)
+            src = np.where(p2p, np.where(is_recv, self.peer, self.rank), -1)
+            dst = np.where(p2p, np.where(is_recv, self.rank, self.peer), -1)
+            w = int(max(src.max(), dst.max())) + 2 if self.n else 1
+            key = (self.cc * w + (src + 1)) * w + (dst + 1)  # one int64 each; np.unique(axis=0) is slow
+            uniq, inv = np.unique(key, return_inverse=True)
+            self._streams = (uniq, inv.reshape(-1), w, self.comms)
+        return self._streams
+
+    def median(self, values: np.ndarray) -> np.ndarray:
+        """Per row, the median of ``values`` over the rows of its position ``(op_index, comm_id, op)``."""
+        out = np.empty(self.n)
+        if self.n:
+            _group_medians(np.ascontiguousarray(values, dtype=np.float64), self.order, self.bounds, out)
+        return out
+
+    def log_slowness(self) -> np.ndarray:
+        if self.n == 0:
+            return np.zeros(0)
+        return np.clip(np.log(self.dur / self.median(self.dur)), -_LR_CLIP, _LR_CLIP)
 
 
 def log_slowness(ops: pa.Table) -> np.ndarray:
@@ -114,11 +162,7 @@ def log_slowness(ops: pa.Table) -> np.ndarray:
 
     Position: ``(op_index, comm_id, op)``. Clipped to +-9; zero durations count as 1 ns.
     """
-    if ops.num_rows == 0:
-        return np.zeros(0)
-    dur = np.maximum(_col(ops, "end_ns").astype(np.int64) - _col(ops, "start_ns").astype(np.int64), 1)
-    dur = dur.astype(np.float64)
-    return np.clip(np.log(dur / _position_median(_position_key(ops), dur)), -_LR_CLIP, _LR_CLIP)
+    return _RankView(ops).log_slowness()
 
 
 class _Instances:
@@ -129,21 +173,9 @@ class _Instances:
         self.sums: list[np.ndarray] = []
         self.counts: list[np.ndarray] = []
 
-    def stream_ids(self, ops: pa.Table, create: bool = True) -> np.ndarray:
+    def stream_ids(self, v: _RankView, create: bool = True) -> np.ndarray:
         """Stream id of every row (-1: unknown stream, when not ``create``)."""
-        cc, comms = _codes(ops, "comm_id")
-        oc, names = _codes(ops, "op")
-        p2p = np.array([o in P2P_OPS for o in names], dtype=bool)[oc] if names else np.zeros(0, bool)
-        rank = _col(ops, "rank").astype(np.int64)
-        peer_col = ops.column("peer")
-        peer = np.asarray(peer_col.fill_null(-1).to_numpy(zero_copy_only=False)).astype(np.int64) \
-            if peer_col.null_count else _col(ops, "peer").astype(np.int64)
-        is_recv = np.array([o == "recv" for o in names], dtype=bool)[oc] if names else np.zeros(0, bool)
-        src = np.where(p2p, np.where(is_recv, peer, rank), -1)
-        dst = np.where(p2p, np.where(is_recv, rank, peer), -1)
-        w = int(max(src.max(), dst.max())) + 2
-        key1 = (cc * w + (src + 1)) * w + (dst + 1)  # one int64 per (comm, src, dst); np.unique(axis=0) is slow
-        uniq, inv = np.unique(key1, return_inverse=True)
+        uniq, inv, w, comms = v.streams()
         gid = np.empty(len(uniq), dtype=np.int64)
         for k, u in enumerate(uniq.tolist()):
             c, rest = divmod(u, w * w)
@@ -153,7 +185,7 @@ class _Instances:
         while len(self.sums) < len(self.ids):
             self.sums.append(np.zeros(0))
             self.counts.append(np.zeros(0, dtype=np.int32))
-        return gid[inv.reshape(-1)]
+        return gid[inv]
 
     def add(self, sid: np.ndarray, seq: np.ndarray, lr: np.ndarray) -> None:
         order = np.argsort(sid, kind="stable")
@@ -210,18 +242,17 @@ class JobContext:
         self._stats: tuple[np.ndarray, float, float] | None = None
 
     # ------------------------------------------------------------------ building
-    def add(self, ops: pa.Table, lr: np.ndarray | None = None) -> "JobContext":
-        """Add one rank's CommOps table (``lr``: its :func:`log_slowness`, when already computed)."""
-        missing = [c for c in _NEEDED if c not in ops.column_names]
-        if missing:
-            raise SchemaError(f"ops table lacks column(s) {missing} needed for the job context")
+    def add(self, ops: pa.Table) -> "JobContext":
+        """Add one rank's CommOps table."""
+        return self._add(_RankView(ops))
+
+    def _add(self, v: _RankView) -> "JobContext":
         self.n_ranks += 1
         self._stats = None
-        if ops.num_rows == 0:
+        if v.n == 0:
             return self
-        lr = log_slowness(ops) if lr is None else np.asarray(lr, dtype=np.float64)
-        it = _col(ops, "iteration").astype(np.int64)
-        u, inv = np.unique(it, return_inverse=True)
+        lr = v.log_slowness()
+        u, inv = np.unique(v.it, return_inverse=True)
         mean = np.bincount(inv, lr, minlength=u.size) / np.bincount(inv, minlength=u.size)
         if not np.isin(u, self._it).all():
             merged = np.union1d(self._it, u)
@@ -234,7 +265,7 @@ class JobContext:
         pos = np.searchsorted(self._it, u)
         self._it_sum[pos] += mean
         self._it_cnt[pos] += 1
-        self._inst.add(self._inst.stream_ids(ops), _col(ops, "seq").astype(np.int64), lr)
+        self._inst.add(self._inst.stream_ids(v), v.seq, lr)
         return self
 
     @classmethod
@@ -268,36 +299,36 @@ class JobContext:
 
         Rows whose iteration or instance the context never saw get zeros (no evidence).
         """
-        n = ops.num_rows
+        return self._features(_RankView(ops))
+
+    def _features(self, v: _RankView) -> np.ndarray:
+        n = v.n
         out = np.zeros((n, len(CONTEXT_FEATURE_NAMES)), dtype=np.float32)
-        if n == 0 or self.n_ranks == 0:
+        if n == 0 or self.n_ranks == 0 or self._it.size == 0:
             return out
         m, med, spread = self._iteration_stats()
-        it = _col(ops, "iteration").astype(np.int64)
-        pos = np.clip(np.searchsorted(self._it, it), 0, max(self._it.size - 1, 0))
-        hit = (self._it.size > 0) & (self._it[pos] == it) if self._it.size else np.zeros(n, bool)
-        dev = np.where(hit, m[pos] - med, 0.0) if self._it.size else np.zeros(n)
+        pos = np.clip(np.searchsorted(self._it, v.it), 0, self._it.size - 1)
+        hit = self._it[pos] == v.it
+        dev = np.where(hit, m[pos] - med, 0.0)
         out[:, 0] = dev
         out[:, 1] = dev / spread
-        out[:, 2] = np.where(hit, np.log2(1.0 + self._it_cnt[pos]), 0.0) if self._it.size else 0.0
-        sid = self._inst.stream_ids(ops, create=False)
-        s, c = self._inst.lookup(sid, _col(ops, "seq").astype(np.int64))
+        out[:, 2] = np.where(hit, np.log2(1.0 + self._it_cnt[pos]), 0.0)
+        s, c = self._inst.lookup(self._inst.stream_ids(v, create=False), v.seq)
         inst = s / np.maximum(c, 1)
         out[:, 3] = inst
         out[:, 4] = c
         # the instance's slowness against its usual level and spread at this position (some
         # positions are far noisier than others, e.g. a reduce-scatter after uneven compute)
-        key = _position_key(ops)
-        dev = inst - _position_median(key, inst)
-        spread = 1.4826 * _position_median(key, np.abs(dev))
+        dev = inst - v.median(inst)
         out[:, 5] = dev
-        out[:, 6] = dev / (spread + 0.01)
+        out[:, 6] = dev / (1.4826 * v.median(np.abs(dev)) + 0.01)
         return out
 
     @classmethod
     def of_rank(cls, ops: pa.Table) -> np.ndarray:
         """The context features of a rank on its own (what :func:`operator_features` uses by default)."""
-        return cls().add(ops).features(ops)
+        v = _RankView(ops)
+        return cls()._add(v)._features(v)
 
     def __repr__(self) -> str:
         return f"JobContext(n_ranks={self.n_ranks}, iterations={self._it.size}, streams={len(self._inst.ids)})"
