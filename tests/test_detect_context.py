@@ -1,6 +1,7 @@
 """Cross-rank context features (holmes.detect.context)."""
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -123,3 +124,15 @@ def test_row_order_of_a_rank_does_not_change_its_features():
     np.testing.assert_allclose(ctx.features(shuffled), ctx.features(tables[2])[perm], rtol=1e-6)
     ctx2 = JobContext.from_tables(tables[:2] + [shuffled] + tables[3:])
     np.testing.assert_allclose(ctx2.features(tables[0]), ctx.features(tables[0]), rtol=1e-6, atol=1e-7)
+
+
+def test_negative_seq_names_no_instance():
+    t = group_rank(0)
+    seq = t.column("seq").to_numpy().copy()
+    seq[-1] = -1
+    bad = t.set_column(t.schema.get_field_index("seq"), "seq", pa.array(seq))
+    F = JobContext.from_tables([bad, group_rank(1)]).features(bad)
+    good = JobContext.from_tables([t, group_rank(1)]).features(t)
+    assert F[-1, C("inst_members")] == 0
+    cols = [C("inst_lr"), C("inst_members")]  # the other rows' instances are untouched
+    np.testing.assert_array_equal(F[:-1][:, cols], good[:-1][:, cols])

@@ -49,12 +49,12 @@ from typing import Any
 import numba
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
+from holmes.detect._columns import codes_values, column
 from holmes.errors import SchemaError
 from holmes.io.schema import P2P_OPS
 
-__all__ = ["JobContext", "CONTEXT_FEATURE_NAMES", "log_slowness"]
+__all__ = ["JobContext", "CONTEXT_FEATURE_NAMES", "log_slowness", "rank_context_features"]
 
 log = logging.getLogger(__name__)
 
@@ -71,21 +71,6 @@ CONTEXT_FEATURE_NAMES: tuple[str, ...] = (
 
 _NEEDED = ("rank", "iteration", "op_index", "comm_id", "seq", "op", "peer", "start_ns", "end_ns")
 _LR_CLIP = 9.0  # |log-slowness| bound (a factor of ~8000) so one broken row cannot dominate a mean
-
-
-def _col(ops: pa.Table, name: str) -> np.ndarray:
-    col = ops.column(name)
-    if col.null_count and name != "peer":
-        raise SchemaError(f"column '{name}' has {col.null_count} null value(s)")
-    return np.asarray(col.to_numpy(zero_copy_only=False))
-
-
-def _codes(ops: pa.Table, name: str) -> tuple[np.ndarray, list]:
-    arr = ops.column(name).combine_chunks()
-    if pa.types.is_dictionary(arr.type):
-        arr = arr.cast(arr.type.value_type)
-    enc = pc.dictionary_encode(arr)
-    return np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64), enc.dictionary.to_pylist()
 
 
 @numba.njit(cache=True, nogil=True)
@@ -106,23 +91,25 @@ def _group_medians(values, order, bounds, out):  # pragma: no cover - compiled
 class _RankView:
     """The columns of one rank's table that the context uses, decoded once."""
 
-    def __init__(self, ops: pa.Table) -> None:
+    def __init__(self, ops: pa.Table, comm: tuple[np.ndarray, list] | None = None,
+                 op: tuple[np.ndarray, list] | None = None) -> None:
+        # comm/op: the ``codes_values`` of those columns when the caller already has them
         missing = [c for c in _NEEDED if c not in ops.column_names]
         if missing:
             raise SchemaError(f"ops table lacks column(s) {missing} needed for the job context")
         self.n = ops.num_rows
         self._streams: tuple[np.ndarray, np.ndarray, int, list] | None = None
-        self.it = _col(ops, "iteration").astype(np.int64)
-        self.seq = _col(ops, "seq").astype(np.int64)
-        self.rank = _col(ops, "rank").astype(np.int64)
-        self.start = _col(ops, "start_ns").astype(np.int64)
-        self.dur = np.maximum(_col(ops, "end_ns").astype(np.int64) - self.start, 1).astype(np.float64)
+        self.it = column(ops, "iteration").astype(np.int64)
+        self.seq = column(ops, "seq").astype(np.int64)
+        self.rank = column(ops, "rank").astype(np.int64)
+        self.start = column(ops, "start_ns").astype(np.int64)
+        self.dur = np.maximum(column(ops, "end_ns").astype(np.int64) - self.start, 1).astype(np.float64)
         peer = ops.column("peer")
         self.peer = np.asarray(peer.fill_null(-1).to_numpy(zero_copy_only=False) if peer.null_count
                                else peer.to_numpy(zero_copy_only=False)).astype(np.int64)
-        self.cc, self.comms = _codes(ops, "comm_id")
-        self.oc, self.names = _codes(ops, "op")
-        ix = _col(ops, "op_index").astype(np.int64)
+        self.cc, self.comms = codes_values(ops.column("comm_id")) if comm is None else comm
+        self.oc, self.names = codes_values(ops.column("op")) if op is None else op
+        ix = column(ops, "op_index").astype(np.int64)
         if self.n:
             key = (ix * (int(self.cc.max()) + 1) + self.cc) * (int(self.oc.max()) + 1) + self.oc
             self.order = np.argsort(key, kind="stable")
@@ -188,12 +175,10 @@ class _Instances:
         return gid[inv]
 
     def add(self, sid: np.ndarray, seq: np.ndarray, lr: np.ndarray) -> None:
-        order = np.argsort(sid, kind="stable")
-        ss = sid[order]
-        bounds = np.r_[0, np.flatnonzero(ss[1:] != ss[:-1]) + 1, len(ss)]
-        for a, b in zip(bounds[:-1], bounds[1:]):
-            g = int(ss[a])
-            rows = order[a:b]
+        for g, rows in _runs(sid):
+            rows = rows[seq[rows] >= 0]  # a negative seq (malformed log) names no instance
+            if rows.size == 0:
+                continue
             q = seq[rows]
             need = int(q.max()) + 1
             if need > self.sums[g].size:
@@ -206,19 +191,23 @@ class _Instances:
     def lookup(self, sid: np.ndarray, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         s = np.zeros(sid.size)
         c = np.zeros(sid.size, dtype=np.int64)
-        order = np.argsort(sid, kind="stable")
-        ss = sid[order]
-        bounds = np.r_[0, np.flatnonzero(ss[1:] != ss[:-1]) + 1, len(ss)]
-        for a, b in zip(bounds[:-1], bounds[1:]):
-            g = int(ss[a])
+        for g, rows in _runs(sid):
             if g < 0:
                 continue
-            rows = order[a:b]
             q = seq[rows]
             ok = (q >= 0) & (q < self.sums[g].size)
             s[rows[ok]] = self.sums[g][q[ok]]
             c[rows[ok]] = self.counts[g][q[ok]]
         return s, c
+
+
+def _runs(sid: np.ndarray):
+    """``(stream id, rows)`` for each distinct id of ``sid`` (rows in table order)."""
+    order = np.argsort(sid, kind="stable")
+    ss = sid[order]
+    bounds = np.r_[0, np.flatnonzero(ss[1:] != ss[:-1]) + 1, len(ss)]
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        yield int(ss[a]), order[a:b]
 
 
 class JobContext:
@@ -327,8 +316,22 @@ class JobContext:
     @classmethod
     def of_rank(cls, ops: pa.Table) -> np.ndarray:
         """The context features of a rank on its own (what :func:`operator_features` uses by default)."""
-        v = _RankView(ops)
-        return cls()._add(v)._features(v)
+        return rank_context_features(ops)
 
     def __repr__(self) -> str:
         return f"JobContext(n_ranks={self.n_ranks}, iterations={self._it.size}, streams={len(self._inst.ids)})"
+
+
+def rank_context_features(ops: pa.Table, context: JobContext | None = None, *,
+                          comm: tuple[np.ndarray, list] | None = None,
+                          op: tuple[np.ndarray, list] | None = None) -> np.ndarray:
+    """:data:`CONTEXT_FEATURE_NAMES` of one rank's rows: from ``context``, or the rank alone when None.
+
+    ``comm`` / ``op``: the rank's ``comm_id`` / ``op`` codes and values
+    (:func:`holmes.detect._columns.codes_values`) when already decoded, as
+    :func:`~holmes.detect.operator_features` has them.
+    """
+    v = _RankView(ops, comm, op)
+    if context is None:
+        return JobContext()._add(v)._features(v)
+    return context._features(v)

@@ -42,12 +42,14 @@ import logging
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from holmes.detect._feature_kernels import (_context_features, _dense_index, _features_core, _gaps,  # noqa: F401
                                             _group_order, _group_stats, _issue_order_sorted, _per_iteration,
                                             _window_stats)
-from holmes.detect.context import CONTEXT_FEATURE_NAMES, JobContext
+from holmes.detect._columns import codes as _codes
+from holmes.detect._columns import codes_values as _codes_values
+from holmes.detect._columns import column as _np
+from holmes.detect.context import CONTEXT_FEATURE_NAMES, JobContext, rank_context_features
 from holmes.errors import ConfigError, SchemaError
 from holmes.io.schema import OP_NAMES, P2P_OPS
 
@@ -88,48 +90,8 @@ assert FEATURE_NAMES[28] == "excess_ms" and FEATURE_NAMES[29:34] == (
     and FEATURE_NAMES[41] == "pos_frac" and len(FEATURE_NAMES) == 42 + len(CONTEXT_FEATURE_NAMES)
 _N_RANK = 42  # the per-rank features; the context ones follow
 _OP_CODE = {n: i for i, n in enumerate(OP_NAMES)}
-_NEEDED = ("iteration", "op_index", "comm_id", "op", "nbytes", "start_ns", "end_ns")
-_CTX_NEEDED = ("rank", "seq", "peer")
+_NEEDED = ("rank", "iteration", "op_index", "comm_id", "seq", "op", "peer", "nbytes", "start_ns", "end_ns")
 _NS_PER_MS = 1e6
-
-
-def _np(table: pa.Table, name: str) -> np.ndarray:
-    col = table.column(name)
-    if col.null_count:
-        raise SchemaError(f"column '{name}' has {col.null_count} null value(s)")
-    return col.to_numpy()
-
-
-def _codes(col: pa.ChunkedArray) -> np.ndarray:
-    """Integer codes of a string column (dictionary or plain), first-appearance independent."""
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    if pa.types.is_dictionary(arr.type):
-        arr = arr.cast(arr.type.value_type)
-    enc = pc.dictionary_encode(arr)
-    return np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-
-
-def _codes_values(col: pa.ChunkedArray) -> tuple[np.ndarray, list]:
-    """``(codes, values)``: equal strings get equal codes, ``values[code]`` is the string.
-
-    The numbering may differ from :func:`_codes` (only equality matters to the features). A
-    dictionary column is read through its (small) dictionary instead of decoding every row.
-    """
-    if isinstance(col, pa.ChunkedArray) and pa.types.is_dictionary(col.type) and col.null_count == 0 \
-            and col.num_chunks > 0:
-        col = col.unify_dictionaries()
-        dic = col.chunk(0).dictionary
-        if dic.null_count == 0:
-            enc = pc.dictionary_encode(dic)  # the dictionary may repeat a value or hold unused ones
-            remap = np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-            idx = [np.asarray(c.indices.to_numpy(zero_copy_only=False)) for c in col.chunks]
-            idx = idx[0] if len(idx) == 1 else np.concatenate(idx)
-            return remap[idx], enc.dictionary.to_pylist()
-    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
-    if pa.types.is_dictionary(arr.type):
-        arr = arr.cast(arr.type.value_type)
-    enc = pc.dictionary_encode(arr)
-    return np.asarray(enc.indices.to_numpy(zero_copy_only=False), dtype=np.int64), enc.dictionary.to_pylist()
 
 
 def _dense(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -214,7 +176,7 @@ def operator_features(ops: pa.Table, *, iteration_times: tuple[np.ndarray, np.nd
     ConfigError
         ``window`` is not a positive integer.
     """
-    missing = [c for c in _NEEDED + _CTX_NEEDED if c not in ops.column_names]
+    missing = [c for c in _NEEDED if c not in ops.column_names]
     if missing:
         raise SchemaError(f"ops table lacks column(s) {missing} needed for detection features")
     if int(window) != window or window < 1:
@@ -232,7 +194,7 @@ def operator_features(ops: pa.Table, *, iteration_times: tuple[np.ndarray, np.nd
     ixf = ix.astype(np.float64)
 
     oc, op_values = _codes_values(ops.column("op"))
-    cc, _ = _codes_values(ops.column("comm_id"))
+    cc, comm_values = _codes_values(ops.column("comm_id"))
     lut = np.array([_OP_CODE.get(o, len(OP_NAMES)) for o in op_values], dtype=np.float64)
     lut_p2p = np.array([o in P2P_OPS for o in op_values], dtype=np.float64)
     op_code = lut[oc]
@@ -287,7 +249,7 @@ def operator_features(ops: pa.Table, *, iteration_times: tuple[np.ndarray, np.nd
     k_comm, n_comm = _dense_keys(k_comm)
     k_op, n_op = _dense_keys(k_op)
     _context_features(X, lr, _SLOW_LRATIO, k_op, n_op, k_comm, n_comm, inv, n_it)
-    X[:, _N_RANK:] = (JobContext.of_rank(ops) if context is None else context.features(ops))
+    X[:, _N_RANK:] = rank_context_features(ops, context, comm=(cc, comm_values), op=(oc, op_values))
     return X
 
 
