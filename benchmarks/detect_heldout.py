@@ -7,7 +7,7 @@ context), and the ``flagged`` column of its output is scored against the ``abnor
 Prints one line per job and a last ``key=value`` line with the pooled figures (every op of every
 job counts once).
 
-Usage: ``python benchmarks/detect_heldout.py [--jobs-dir /tmp/holmes-train-jobs] [--n-test 24]``
+Usage: ``python benchmarks/detect_heldout.py [--jobs-dir /tmp/holmes-train-jobs] [--n-test 24] [--model M.json]``
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ def main() -> None:
     ap.add_argument("--jobs-dir", default="/tmp/holmes-train-jobs")
     ap.add_argument("--first-seed", type=int, default=9000)
     ap.add_argument("--n-test", type=int, default=24)
+    ap.add_argument("--model", help="detector model (NAME.json); default: the shipped model")
     args = ap.parse_args()
     seeds = range(args.first_seed, args.first_seed + args.n_test)
     jobs = simulate_scenarios(Path(args.jobs_dir), seeds)
@@ -42,7 +43,8 @@ def main() -> None:
             out = Path(tmp) / f"{s}.parquet"
             t0 = time.perf_counter()
             with contextlib.redirect_stderr(io.StringIO()):
-                rc = holmes_main(["detect", str(job), "--out", str(out)])
+                rc = holmes_main(["detect", str(job), "--out", str(out)]
+                                 + (["--model", args.model] if args.model else []))
             dt = time.perf_counter() - t0
             if rc != 0:
                 raise SystemExit(f"holmes detect failed on {job} (exit {rc})")

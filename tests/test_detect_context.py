@@ -14,10 +14,11 @@ from holmes.io.schema import ops_table
 C = CONTEXT_FEATURE_NAMES.index
 
 
-def group_rank(rank, n_ranks=4, n_iter=20, slow_iters=(), factor=1.3, seed=0):
+def group_rank(rank, n_ranks=4, n_iter=20, slow_iters=(), factor=1.3, seed=0, slow_ops=(0,)):
     """One member of a data-parallel group: one all_reduce on 'dp-0' per iteration plus a send to the
-    next rank and a recv from the previous one on 'pp-0'. ``slow_iters``: the all_reduce is
-    ``factor`` x slower there. Durations carry +-15 % noise per rank."""
+    next rank and a recv from the previous one on 'pp-0'. ``slow_iters``: the ops at ``slow_ops``
+    (op_index; the all_reduce by default) are ``factor`` x slower there. Durations carry +-15 % noise
+    per rank."""
     rng = np.random.default_rng([seed, rank])
     rows = {k: [] for k in ("iteration", "op_index", "comm_id", "seq", "op", "peer", "start_ns", "end_ns")}
     t = 0
@@ -25,7 +26,7 @@ def group_rank(rank, n_ranks=4, n_iter=20, slow_iters=(), factor=1.3, seed=0):
         for k, (comm, op, peer) in enumerate([("dp-0", "all_reduce", None),
                                               ("pp-0", "send", (rank + 1) % n_ranks),
                                               ("pp-0", "recv", (rank - 1) % n_ranks)]):
-            d = 1e6 * rng.uniform(0.85, 1.15) * (factor if (k == 0 and it in slow_iters) else 1.0)
+            d = 1e6 * rng.uniform(0.85, 1.15) * (factor if (k in slow_ops and it in slow_iters) else 1.0)
             t += 50_000
             rows["iteration"].append(it)
             rows["op_index"].append(k)
@@ -56,6 +57,38 @@ def test_weak_fault_on_every_rank_stands_out_in_the_job_context_only():
     is_ar = np.array([o == "all_reduce" for o in tables[0].column("op").to_pylist()])
     assert np.all(np.abs(inst[is_ar & np.isin(it, slow)] - np.log(1.3)) < 0.08)
     assert np.all(F[is_ar, C("inst_members")] == 16)
+
+
+def test_weak_fault_on_one_communicator_stands_out_in_its_comm_iterations():
+    """pp-0's send and recv 1.15x slower on every rank in two iterations: inside one op's +-15 %
+    noise, but the mean over the communicator's ops of the iteration on all ranks shows it."""
+    slow = (5, 9)
+    tables = [group_rank(r, n_ranks=16, slow_iters=slow, factor=1.15, slow_ops=(1, 2)) for r in range(16)]
+    F = JobContext.from_tables(tables).features(tables[3])
+    it = tables[3].column("iteration").to_numpy()
+    pp = tables[3].column("op_index").to_numpy() > 0
+    z = F[:, C("comm_iter_z")]
+    assert z[pp & np.isin(it, slow)].min() > 4
+    assert np.abs(z[~np.isin(it, slow)]).max() < 4  # the other iterations
+    assert np.abs(z[~pp]).max() < 4                 # dp-0 is not involved
+    np.testing.assert_allclose(F[pp & np.isin(it, slow), C("comm_iter_dev")], np.log(1.15), atol=0.03)
+
+
+def test_persistent_step_shows_as_a_rise_over_the_low_iterations():
+    """The all_reduce 1.3x slower from iteration 8 to the end (60 % of the log): the median over
+    iterations sits on the slow level, so the deviation from it is ~0, but the rise over the 10th
+    percentile (the healthy level) keeps the step."""
+    tables = [group_rank(r, n_ranks=8, slow_iters=range(8, 20)) for r in range(8)]
+    F = JobContext.from_tables(tables).features(tables[0])
+    it = tables[0].column("iteration").to_numpy()
+    ar = tables[0].column("op_index").to_numpy() == 0
+    after = it >= 8
+    np.testing.assert_allclose(F[ar & after, C("comm_iter_rise")], np.log(1.3), atol=0.06)
+    assert np.abs(F[ar & ~after, C("comm_iter_rise")]).max() < 0.06
+    assert np.abs(F[ar & after, C("comm_iter_dev")]).max() < 0.1
+    rise = F[:, C("job_iter_rise")]  # one op in three is slow
+    assert rise[after].min() > rise[~after].max()
+    assert abs(rise[after].mean() - np.log(1.3) / 3) < 0.03
 
 
 def test_features_without_context_use_the_rank_alone():

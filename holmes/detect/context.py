@@ -8,6 +8,9 @@ evidence in one streaming pass over the ranks (memory grows with the number of i
 logical operators, never with the number of ranks times their rows):
 
 * per iteration, the mean over ranks of the rank's mean log-slowness in that iteration;
+* per communicator and op type in each iteration (``(comm_id, op, iteration)``), the mean over
+  ranks and over the operators of that kind: a faulty switch or link slows the communicators routed
+  through it, and a rank that waits on a late peer slows every member of the next collective;
 * per logical operator instance (a collective: ``(comm_id, seq)``; a P2P transfer:
   ``(comm_id, src, dst, seq)``), the mean log-slowness over the members seen.
 
@@ -67,10 +70,32 @@ CONTEXT_FEATURE_NAMES: tuple[str, ...] = (
     "inst_members",  # members of the instance seen
     "inst_dev",      # inst_lr minus its median at the op's position (over the rank's iterations)
     "inst_z",        # inst_dev / (1.4826 MAD of inst_lr at the position + 0.01)
+    "comm_iter_dev",  # mean log-slowness of (comm_id, op) in the op's iteration minus its median over iterations
+    "comm_iter_z",    # comm_iter_dev / (1.4826 MAD over iterations + 0.01)
+    "comm_iter_rise",  # the same mean minus its 10th percentile over iterations (a persistent fault's step)
+    "job_iter_rise",   # job_iter_lr's mean minus its 10th percentile over iterations
 )
 
 _NEEDED = ("rank", "iteration", "op_index", "comm_id", "seq", "op", "peer", "start_ns", "end_ns")
 _LR_CLIP = 9.0  # |log-slowness| bound (a factor of ~8000) so one broken row cannot dominate a mean
+
+
+@numba.njit(cache=True, nogil=True)
+def _group_quantiles(values, order, bounds, q, out):  # pragma: no cover - compiled
+    """Like :func:`_group_medians` for the ``q`` quantile (linear interpolation, as ``np.quantile``)."""
+    for g in range(bounds.size - 1):
+        a = bounds[g]
+        c = bounds[g + 1] - a
+        tmp = np.empty(c)
+        for k in range(c):
+            tmp[k] = values[order[a + k]]
+        tmp.sort()
+        x = q * (c - 1)
+        lo = int(np.floor(x))
+        hi = min(lo + 1, c - 1)
+        v = tmp[lo] + (tmp[hi] - tmp[lo]) * (x - lo)
+        for k in range(c):
+            out[order[a + k]] = v
 
 
 @numba.njit(cache=True, nogil=True)
@@ -201,6 +226,87 @@ class _Instances:
         return s, c
 
 
+class _CommIterations:
+    """Sums and counts of log-slowness per ``(comm_id, op, iteration)``, accumulated rank by rank.
+
+    Each rank adds one small chunk (its distinct keys); chunks are merged when they pile up and
+    before a lookup, so memory stays at one entry per key plus a bounded backlog.
+    """
+
+    _MERGE_AT = 1 << 21  # pending entries
+
+    def __init__(self) -> None:
+        self.ids: dict[tuple[str, str], int] = {}
+        self._chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._pending = 0
+        self._stats: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def keys(self, v: _RankView, create: bool = True) -> np.ndarray:
+        """One int64 key per row: ``group id * 2**32 + iteration`` (-1: unknown group)."""
+        if v.n == 0:
+            return np.zeros(0, dtype=np.int64)
+        w = int(v.oc.max()) + 1
+        pair = v.cc.astype(np.int64) * w + v.oc
+        uniq, inv = np.unique(pair, return_inverse=True)
+        gid = np.empty(len(uniq), dtype=np.int64)
+        for k, u in enumerate(uniq.tolist()):
+            key = (str(v.comms[u // w]), str(v.names[u % w]))
+            gid[k] = self.ids.setdefault(key, len(self.ids)) if create else self.ids.get(key, -1)
+        g = gid[inv.reshape(-1)]
+        it = np.clip(v.it, 0, (1 << 32) - 1)
+        return np.where(g >= 0, (g << 32) + it, -1)
+
+    def add(self, keys: np.ndarray, lr: np.ndarray) -> None:
+        u, inv = np.unique(keys, return_inverse=True)
+        self._chunks.append((u, np.bincount(inv, lr, minlength=u.size),
+                             np.bincount(inv, minlength=u.size).astype(np.int64)))
+        self._pending += u.size
+        self._stats = None
+        if self._pending > self._MERGE_AT:
+            self._merge()
+
+    def _merge(self) -> None:
+        if len(self._chunks) > 1:
+            k = np.concatenate([c[0] for c in self._chunks])
+            u, inv = np.unique(k, return_inverse=True)
+            s = np.bincount(inv, np.concatenate([c[1] for c in self._chunks]), minlength=u.size)
+            c = np.bincount(inv, np.concatenate([c[2] for c in self._chunks]), minlength=u.size)
+            self._chunks = [(u, s, c.astype(np.int64))]
+        self._pending = self._chunks[0][0].size if self._chunks else 0
+
+    def stats(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(keys, dev, z, rise)``: per key, the mean against its group's median over iterations, raw
+        and in units of the group's spread (1.4826 MAD + 0.01), and against the group's 10th percentile."""
+        if self._stats is None:
+            self._merge()
+            if not self._chunks:
+                self._stats = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0), np.zeros(0))
+                return self._stats
+            keys, s, c = self._chunks[0]
+            mean = s / np.maximum(c, 1)
+            grp = keys >> 32  # keys are sorted, so each group's iterations are contiguous
+            bounds = np.r_[0, np.flatnonzero(grp[1:] != grp[:-1]) + 1, keys.size].astype(np.int64)
+            order = np.arange(keys.size, dtype=np.int64)
+            med = np.empty(keys.size)
+            _group_medians(mean, order, bounds, med)
+            dev = mean - med
+            mad = np.empty(keys.size)
+            _group_medians(np.abs(dev), order, bounds, mad)
+            low = np.empty(keys.size)
+            _group_quantiles(mean, order, bounds, 0.1, low)
+            self._stats = (keys, dev, dev / (1.4826 * mad + 0.01), mean - low)
+        return self._stats
+
+    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(dev, z, rise)`` of each row's key (zeros for keys never seen)."""
+        k, dev, z, rise = self.stats()
+        if k.size == 0 or keys.size == 0:
+            return np.zeros(keys.size), np.zeros(keys.size), np.zeros(keys.size)
+        pos = np.clip(np.searchsorted(k, keys), 0, k.size - 1)
+        hit = (k[pos] == keys) & (keys >= 0)
+        return np.where(hit, dev[pos], 0.0), np.where(hit, z[pos], 0.0), np.where(hit, rise[pos], 0.0)
+
+
 def _runs(sid: np.ndarray):
     """``(stream id, rows)`` for each distinct id of ``sid`` (rows in table order)."""
     order = np.argsort(sid, kind="stable")
@@ -228,7 +334,8 @@ class JobContext:
         self._it_sum = np.zeros(0)                  # sum over ranks of the rank's mean lr in the iteration
         self._it_cnt = np.zeros(0, dtype=np.int64)  # ranks that logged the iteration
         self._inst = _Instances()
-        self._stats: tuple[np.ndarray, float, float] | None = None
+        self._comm_it = _CommIterations()
+        self._stats: tuple[np.ndarray, float, float, float] | None = None
 
     # ------------------------------------------------------------------ building
     def add(self, ops: pa.Table) -> "JobContext":
@@ -255,6 +362,7 @@ class JobContext:
         self._it_sum[pos] += mean
         self._it_cnt[pos] += 1
         self._inst.add(self._inst.stream_ids(v), v.seq, lr)
+        self._comm_it.add(self._comm_it.keys(v), lr)
         return self
 
     @classmethod
@@ -275,12 +383,14 @@ class JobContext:
         return ctx
 
     # ------------------------------------------------------------------ features
-    def _iteration_stats(self) -> tuple[np.ndarray, float, float]:
+    def _iteration_stats(self) -> tuple[np.ndarray, float, float, float]:
+        """``(per-iteration mean, median, spread, 10th percentile)`` over the iterations seen."""
         if self._stats is None:
             m = self._it_sum / np.maximum(self._it_cnt, 1)
             med = float(np.median(m)) if m.size else 0.0
             mad = float(np.median(np.abs(m - med))) * 1.4826 if m.size else 0.0
-            self._stats = (m, med, max(mad, 1e-3))
+            low = float(np.quantile(m, 0.1)) if m.size else 0.0
+            self._stats = (m, med, max(mad, 1e-3), low)
         return self._stats
 
     def features(self, ops: pa.Table) -> np.ndarray:
@@ -295,7 +405,7 @@ class JobContext:
         out = np.zeros((n, len(CONTEXT_FEATURE_NAMES)), dtype=np.float32)
         if n == 0 or self.n_ranks == 0 or self._it.size == 0:
             return out
-        m, med, spread = self._iteration_stats()
+        m, med, spread, low = self._iteration_stats()
         pos = np.clip(np.searchsorted(self._it, v.it), 0, self._it.size - 1)
         hit = self._it[pos] == v.it
         dev = np.where(hit, m[pos] - med, 0.0)
@@ -311,6 +421,8 @@ class JobContext:
         dev = inst - v.median(inst)
         out[:, 5] = dev
         out[:, 6] = dev / (1.4826 * v.median(np.abs(dev)) + 0.01)
+        out[:, 7], out[:, 8], out[:, 9] = self._comm_it.lookup(self._comm_it.keys(v, create=False))
+        out[:, 10] = np.where(hit, m[pos] - low, 0.0)
         return out
 
     @classmethod
