@@ -32,6 +32,7 @@ def main() -> None:
     ap.add_argument("--first-seed", type=int, default=9000)
     ap.add_argument("--n-test", type=int, default=24)
     ap.add_argument("--model", help="detector model (NAME.json); default: the shipped model")
+    ap.add_argument("--threshold", type=float, help="flag threshold; default: the model's")
     args = ap.parse_args()
     seeds = range(args.first_seed, args.first_seed + args.n_test)
     jobs = simulate_scenarios(Path(args.jobs_dir), seeds)
@@ -44,7 +45,8 @@ def main() -> None:
             t0 = time.perf_counter()
             with contextlib.redirect_stderr(io.StringIO()):
                 rc = holmes_main(["detect", str(job), "--out", str(out)]
-                                 + (["--model", args.model] if args.model else []))
+                                 + (["--model", args.model] if args.model else [])
+                                 + (["--threshold", str(args.threshold)] if args.threshold is not None else []))
             dt = time.perf_counter() - t0
             if rc != 0:
                 raise SystemExit(f"holmes detect failed on {job} (exit {rc})")

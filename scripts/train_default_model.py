@@ -4,8 +4,10 @@ Deterministic: the jobs are :func:`holmes.detect.training.random_scenario` scena
 hybrid-parallel shapes, 32-512 GPUs, 0-2 faults of every device kind and pattern, some with
 compute drift) with seeds
 
-* training:   1000 .. 1000 + N_TRAIN - 1   (default 1000..1139)
-* validation: 5000 .. 5000 + N_VAL - 1     (threshold choice; default 5000..5011)
+* training:   1000 .. 1000 + N_TRAIN - 1   (default 1000..1139), plus N_BIG scenarios of 256-512
+  GPUs with seeds 2000 .. 2000 + N_BIG - 1 (default 40; cached under ``--jobs-dir``/big), where
+  weak fabric faults are hardest to see
+* validation: 5000 .. 5000 + N_VAL - 1     (threshold choice; default 5000..5023)
 * held-out:   9000 .. 9000 + N_TEST - 1    (reported only; never used to fit or tune)
 
 Training rows carry the cross-rank context features of their whole job for 3/4 of the sampled
@@ -49,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs-dir", default="/tmp/holmes-train-jobs")
     ap.add_argument("--out", default=str(REPO / "holmes" / "detect" / "models" / "default"))
     ap.add_argument("--n-train", type=int, default=140)
-    ap.add_argument("--n-val", type=int, default=12)
+    ap.add_argument("--n-big", type=int, default=40, help="extra training jobs of 256-512 GPUs")
+    ap.add_argument("--n-val", type=int, default=24)
     ap.add_argument("--n-test", type=int, default=12)
     ap.add_argument("--max-ranks", type=int, default=16, help="ranks sampled per training job")
     ap.add_argument("--n-estimators", type=int, default=64)
@@ -62,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.jobs_dir)
     t0 = time.time()
     train = simulate_scenarios(root, range(1000, 1000 + args.n_train))
+    train += simulate_scenarios(root / "big", range(2000, 2000 + args.n_big), min_gpus=256)
     val = simulate_scenarios(root, range(5000, 5000 + args.n_val))
     test = simulate_scenarios(root, range(9000, 9000 + args.n_test))
     print(f"simulated/reused {len(train) + len(val) + len(test)} jobs in {time.time() - t0:.0f} s", flush=True)
@@ -81,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     det.threshold = float(round(best, 2))
     print(f"validation: threshold {det.threshold}, F1/P/R {f1_parts(yv, pv >= det.threshold)}", flush=True)
     det.train_info_.update({"script": "scripts/train_default_model.py", "train_seeds": [1000, 1000 + args.n_train],
+                            "train_seeds_256_512_gpus": [2000, 2000 + args.n_big],
                             "val_seeds": [5000, 5000 + args.n_val], "max_ranks": args.max_ranks})
 
     Xt, yt, _ = jobs_dataset(test, max_ranks=16, seed=3, context="job")

@@ -14,6 +14,13 @@ logical operators, never with the number of ranks times their rows):
 * per logical operator instance (a collective: ``(comm_id, seq)``; a P2P transfer:
   ``(comm_id, src, dst, seq)``), the mean log-slowness over the members seen.
 
+Each is compared with its usual level over the iterations: the median (a spike or fluctuation
+stands out against it) and the 10th percentile (a persistent fault covers most of the log, so the
+median sits on the slow level; the step over the healthy low level remains). A position whose
+duration is naturally bimodal on one rank (the first pipeline recv of an iteration, waiting for
+upstream compute) averages out over a communicator's ops and ranks, so these features also tell
+it from a fault.
+
 Only durations are compared, never timestamps of two hosts, so clock offsets between hosts do not
 matter. (Splitting a duration into the wait for the latest member and the transfer after it, from
 the members' start times, was tried and measured no gain on the held-out jobs.)
