@@ -131,6 +131,7 @@ class _RankView:
             raise SchemaError(f"ops table lacks column(s) {missing} needed for the job context")
         self.n = ops.num_rows
         self._streams: tuple[np.ndarray, np.ndarray, int, list] | None = None
+        self._comm_ops: tuple[list[tuple[int, int]], np.ndarray] | None = None
         self.it = column(ops, "iteration").astype(np.int64)
         self.seq = column(ops, "seq").astype(np.int64)
         self.rank = column(ops, "rank").astype(np.int64)
@@ -162,6 +163,14 @@ class _RankView:
             uniq, inv = np.unique(key, return_inverse=True)
             self._streams = (uniq, inv.reshape(-1), w, self.comms)
         return self._streams
+
+    def comm_ops(self) -> tuple[list[tuple[int, int]], np.ndarray]:
+        """The rank's distinct ``(comm code, op code)`` pairs and each row's index into them."""
+        if self._comm_ops is None:
+            w = int(self.oc.max()) + 1 if self.n else 1
+            uniq, inv = np.unique(self.cc.astype(np.int64) * w + self.oc, return_inverse=True)
+            self._comm_ops = ([divmod(u, w) for u in uniq.tolist()], inv.reshape(-1))
+        return self._comm_ops
 
     def median(self, values: np.ndarray) -> np.ndarray:
         """Per row, the median of ``values`` over the rows of its position ``(op_index, comm_id, op)``."""
@@ -252,14 +261,12 @@ class _CommIterations:
         """One int64 key per row: ``group id * 2**32 + iteration`` (-1: unknown group)."""
         if v.n == 0:
             return np.zeros(0, dtype=np.int64)
-        w = int(v.oc.max()) + 1
-        pair = v.cc.astype(np.int64) * w + v.oc
-        uniq, inv = np.unique(pair, return_inverse=True)
+        uniq, inv = v.comm_ops()
         gid = np.empty(len(uniq), dtype=np.int64)
-        for k, u in enumerate(uniq.tolist()):
-            key = (str(v.comms[u // w]), str(v.names[u % w]))
+        for k, (c, o) in enumerate(uniq):
+            key = (str(v.comms[c]), str(v.names[o]))
             gid[k] = self.ids.setdefault(key, len(self.ids)) if create else self.ids.get(key, -1)
-        g = gid[inv.reshape(-1)]
+        g = gid[inv]
         it = np.clip(v.it, 0, (1 << 32) - 1)
         return np.where(g >= 0, (g << 32) + it, -1)
 
