@@ -169,3 +169,21 @@ def test_negative_seq_names_no_instance():
     assert F[-1, C("inst_members")] == 0
     cols = [C("inst_lr"), C("inst_members")]  # the other rows' instances are untouched
     np.testing.assert_array_equal(F[:-1][:, cols], good[:-1][:, cols])
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.floats(-1e3, 1e3)), min_size=1, max_size=60),
+       st.sampled_from([0.1, 0.5, 0.9]))
+def test_group_quantiles_match_numpy(rows, q):
+    from holmes.detect.context import _group_quantiles
+
+    g = np.array([r[0] for r in rows])
+    v = np.array([r[1] for r in rows])
+    order = np.argsort(g, kind="stable")
+    gs = g[order]
+    bounds = np.r_[0, np.flatnonzero(np.diff(gs)) + 1, len(g)].astype(np.int64)
+    out = np.empty(len(g))
+    _group_quantiles(v, order, bounds, q, out)
+    for k in np.unique(g):
+        want = np.median(v[g == k]) if q == 0.5 else np.quantile(v[g == k], q)
+        np.testing.assert_allclose(out[g == k], want, rtol=1e-12, atol=1e-9)

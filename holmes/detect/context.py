@@ -89,7 +89,9 @@ _LR_CLIP = 9.0  # |log-slowness| bound (a factor of ~8000) so one broken row can
 
 @numba.njit(cache=True, nogil=True)
 def _group_quantiles(values, order, bounds, q, out):  # pragma: no cover - compiled
-    """Like :func:`_group_medians` for the ``q`` quantile (linear interpolation, as ``np.quantile``)."""
+    """``out[i]`` = the ``q`` quantile of ``values`` over the rows of row i's group
+    (``order[bounds[g]:bounds[g+1]]``), interpolated linearly as ``np.quantile``; q = 0.5 is the
+    median computed as ``np.median`` does."""
     for g in range(bounds.size - 1):
         a = bounds[g]
         c = bounds[g + 1] - a
@@ -97,27 +99,20 @@ def _group_quantiles(values, order, bounds, q, out):  # pragma: no cover - compi
         for k in range(c):
             tmp[k] = values[order[a + k]]
         tmp.sort()
-        x = q * (c - 1)
-        lo = int(np.floor(x))
-        hi = min(lo + 1, c - 1)
-        v = tmp[lo] + (tmp[hi] - tmp[lo]) * (x - lo)
+        if q == 0.5:
+            v = (tmp[(c - 1) // 2] + tmp[c // 2]) / 2.0
+        else:
+            x = q * (c - 1)
+            lo = int(np.floor(x))
+            hi = min(lo + 1, c - 1)
+            v = tmp[lo] + (tmp[hi] - tmp[lo]) * (x - lo)
         for k in range(c):
             out[order[a + k]] = v
 
 
-@numba.njit(cache=True, nogil=True)
-def _group_medians(values, order, bounds, out):  # pragma: no cover - compiled
-    """``out[i]`` = median of ``values`` over the rows of row i's group (``order[bounds[g]:bounds[g+1]]``)."""
-    for g in range(bounds.size - 1):
-        a = bounds[g]
-        c = bounds[g + 1] - a
-        tmp = np.empty(c)
-        for k in range(c):
-            tmp[k] = values[order[a + k]]
-        tmp.sort()
-        m = (tmp[(c - 1) // 2] + tmp[c // 2]) / 2.0
-        for k in range(c):
-            out[order[a + k]] = m
+def _group_medians(values: np.ndarray, order: np.ndarray, bounds: np.ndarray, out: np.ndarray) -> None:
+    """``out[i]`` = median of ``values`` over the rows of row i's group."""
+    _group_quantiles(values, order, bounds, 0.5, out)
 
 
 class _RankView:
