@@ -187,3 +187,13 @@ def test_group_quantiles_match_numpy(rows, q):
     for k in np.unique(g):
         want = np.median(v[g == k]) if q == 0.5 else np.quantile(v[g == k], q)
         np.testing.assert_allclose(out[g == k], want, rtol=1e-12, atol=1e-9)
+
+
+def test_negative_iteration_is_its_own_iteration():
+    """A log whose warm-up iteration is numbered -1 keeps it apart from iteration 0."""
+    rows = dict(iteration=[-1, 0, 1, 2], op_index=[0] * 4, comm_id=["dp-0"] * 4, seq=[0, 1, 2, 3],
+                op=["all_reduce"] * 4, peer=[None] * 4, nbytes=[8] * 4, start_ns=[0, 1000, 2000, 3000])
+    t = ops_table(rank=[0] * 4, end_ns=[1000 * k + d for k, d in enumerate([500, 100, 100, 100])], **rows)
+    F = JobContext.from_tables([t]).features(t)
+    dev = F[:, C("comm_iter_dev")]
+    assert dev[0] == pytest.approx(np.log(5), abs=1e-5) and not dev[1:].any()

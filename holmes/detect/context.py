@@ -253,7 +253,10 @@ class _CommIterations:
         self._stats: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
 
     def keys(self, v: _RankView, create: bool = True) -> np.ndarray:
-        """One int64 key per row: ``group id * 2**32 + iteration`` (-1: unknown group)."""
+        """One int64 key per row: ``group id * 2**32 + iteration mod 2**32`` (-1: unknown group).
+
+        The low word keeps iterations apart from -2**31 to 2**31 - 1 (a negative iteration is not
+        iteration 0); the statistics treat a group's iterations as a set, so their order is moot."""
         if v.n == 0:
             return np.zeros(0, dtype=np.int64)
         uniq, inv = v.comm_ops()
@@ -262,8 +265,7 @@ class _CommIterations:
             key = (str(v.comms[c]), str(v.names[o]))
             gid[k] = self.ids.setdefault(key, len(self.ids)) if create else self.ids.get(key, -1)
         g = gid[inv]
-        it = np.clip(v.it, 0, (1 << 32) - 1)
-        return np.where(g >= 0, (g << 32) + it, -1)
+        return np.where(g >= 0, (g << 32) + (v.it & 0xFFFFFFFF), -1)
 
     def add(self, keys: np.ndarray, lr: np.ndarray) -> None:
         u, inv = np.unique(keys, return_inverse=True)
