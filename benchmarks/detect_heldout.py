@@ -35,6 +35,10 @@ from holmes.detect.training import random_scenario, simulate_scenarios
 STRETCH_BINS = (1.1, 1.2, 1.3, 1.5, 2.0, np.inf)
 
 
+def durations(t) -> np.ndarray:
+    return t.column("end_ns").to_numpy() - t.column("start_ns").to_numpy()
+
+
 def stretch(job: Path, seed: int, twins: Path, table) -> np.ndarray:
     """Per row of ``table`` (holmes detect's output, ranks ascending), faulted / fault-free duration."""
     from holmes.io import read_job
@@ -44,9 +48,8 @@ def stretch(job: Path, seed: int, twins: Path, table) -> np.ndarray:
     if not (twin / "job.json").is_file():
         simulate(twin, overwrite=True, **{**random_scenario(seed), "faults": ()})
     tj = read_job(twin)
-    cf = np.concatenate([(lambda t: t.column("end_ns").to_numpy() - t.column("start_ns").to_numpy())(tj.ops(r))
-                         for r in tj.available_ranks()])
-    d = table.column("end_ns").to_numpy() - table.column("start_ns").to_numpy()
+    cf = np.concatenate([durations(tj.ops(r)) for r in tj.available_ranks()])
+    d = durations(table)
     y = table.column("abnormal").to_numpy(zero_copy_only=False)
     if cf.shape != d.shape or np.any(y != ((d > 1.1 * cf) & (d - cf > 20_000))):
         raise SystemExit(f"{twin}: the fault-free twin does not reproduce the labels of {job}")

@@ -199,12 +199,7 @@ class _Instances:
     def stream_ids(self, v: _RankView, create: bool = True) -> np.ndarray:
         """Stream id of every row (-1: unknown stream, when not ``create``)."""
         uniq, inv, w, comms = v.streams()
-        gid = np.empty(len(uniq), dtype=np.int64)
-        for k, u in enumerate(uniq.tolist()):
-            c, rest = divmod(u, w * w)
-            s, d = divmod(rest, w)
-            key = (comms[c], s - 1, d - 1)
-            gid[k] = self.ids.setdefault(key, len(self.ids)) if create else self.ids.get(key, -1)
+        gid = _global_ids(self.ids, [(comms[u // (w * w)], u // w % w - 1, u % w - 1) for u in uniq.tolist()], create)
         while len(self.sums) < len(self.ids):
             self.sums.append(np.zeros(0))
             self.counts.append(np.zeros(0, dtype=np.int32))
@@ -260,11 +255,7 @@ class _CommIterations:
         if v.n == 0:
             return np.zeros(0, dtype=np.int64)
         uniq, inv = v.comm_ops()
-        gid = np.empty(len(uniq), dtype=np.int64)
-        for k, (c, o) in enumerate(uniq):
-            key = (str(v.comms[c]), str(v.names[o]))
-            gid[k] = self.ids.setdefault(key, len(self.ids)) if create else self.ids.get(key, -1)
-        g = gid[inv]
+        g = _global_ids(self.ids, [(str(v.comms[c]), str(v.names[o])) for c, o in uniq], create)[inv]
         return np.where(g >= 0, (g << 32) + (v.it & 0xFFFFFFFF), -1)
 
     def add(self, keys: np.ndarray, lr: np.ndarray) -> None:
@@ -297,14 +288,8 @@ class _CommIterations:
             mean = s / np.maximum(c, 1)
             grp = keys >> 32  # keys are sorted, so each group's iterations are contiguous
             bounds = np.r_[0, np.flatnonzero(grp[1:] != grp[:-1]) + 1, keys.size].astype(np.int64)
-            order = np.arange(keys.size, dtype=np.int64)
-            med = np.empty(keys.size)
-            _group_medians(mean, order, bounds, med)
+            med, mad, low = _levels(mean, bounds)
             dev = mean - med
-            mad = np.empty(keys.size)
-            _group_medians(np.abs(dev), order, bounds, mad)
-            low = np.empty(keys.size)
-            _group_quantiles(mean, order, bounds, 0.1, low)
             self._stats = (keys, dev, dev / (1.4826 * mad + 0.01), mean - low)
         return self._stats
 
@@ -316,6 +301,25 @@ class _CommIterations:
         pos = np.clip(np.searchsorted(k, keys), 0, k.size - 1)
         hit = (k[pos] == keys) & (keys >= 0)
         return np.where(hit, dev[pos], 0.0), np.where(hit, z[pos], 0.0), np.where(hit, rise[pos], 0.0)
+
+
+def _global_ids(ids: dict, keys: list, create: bool) -> np.ndarray:
+    """The store's id of each key (new ids when ``create``, else -1 for a key never seen)."""
+    if create:
+        return np.array([ids.setdefault(k, len(ids)) for k in keys], dtype=np.int64)
+    return np.array([ids.get(k, -1) for k in keys], dtype=np.int64)
+
+
+def _levels(values: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row, its group's median, median absolute deviation and 10th percentile (groups are the
+    contiguous runs ``values[bounds[g]:bounds[g+1]]``): the usual and the healthy level over iterations."""
+    order = np.arange(values.size, dtype=np.int64)
+    med, mad, low = np.empty(values.size), np.empty(values.size), np.empty(values.size)
+    if values.size:
+        _group_medians(values, order, bounds, med)
+        _group_medians(np.abs(values - med), order, bounds, mad)
+        _group_quantiles(values, order, bounds, 0.1, low)
+    return med, mad, low
 
 
 def _runs(sid: np.ndarray):
@@ -398,10 +402,8 @@ class JobContext:
         """``(per-iteration mean, median, spread, 10th percentile)`` over the iterations seen."""
         if self._stats is None:
             m = self._it_sum / np.maximum(self._it_cnt, 1)
-            med = float(np.median(m)) if m.size else 0.0
-            mad = float(np.median(np.abs(m - med))) * 1.4826 if m.size else 0.0
-            low = float(np.quantile(m, 0.1)) if m.size else 0.0
-            self._stats = (m, med, max(mad, 1e-3), low)
+            med, mad, low = (float(a[0]) if m.size else 0.0 for a in _levels(m, np.array([0, m.size], np.int64)))
+            self._stats = (m, med, max(1.4826 * mad, 1e-3), low)
         return self._stats
 
     def features(self, ops: pa.Table) -> np.ndarray:
