@@ -16,7 +16,12 @@ logical operators, never with the number of ranks times their rows):
 
 Each is compared with its usual level over the iterations: the median (a spike or fluctuation
 stands out against it) and the 10th percentile (a persistent fault covers most of the log, so the
-median sits on the slow level; the step over the healthy low level remains). A position whose
+median sits on the slow level; the step over the healthy low level remains). The step is also given
+in units of the *healthy spread*, the normal-equivalent sigma of the fastest quarter of the
+iterations: a fluctuation slows about half of them and a persistent fault most of them, which
+inflates the MAD (a 1.8x GPU fluctuation gave a communicator z of 1.5 against its MAD and 5.4
+against the healthy spread); a fault only slows, so the fast quarter stays healthy. The instance
+and the op's own log-slowness get the same healthy-spread step at their position. A position whose
 duration is naturally bimodal on one rank (the first pipeline recv of an iteration, waiting for
 upstream compute) averages out over a communicator's ops and ranks, so these features also tell
 it from a fault.
@@ -81,17 +86,24 @@ CONTEXT_FEATURE_NAMES: tuple[str, ...] = (
     "comm_iter_z",    # comm_iter_dev / (1.4826 MAD over iterations + 0.01)
     "comm_iter_rise",  # the same mean minus its 10th percentile over iterations (a persistent fault's step)
     "job_iter_rise",   # job_iter_lr's mean minus its 10th percentile over iterations
+    "comm_iter_rise_z",  # comm_iter_rise / (the healthy spread over iterations + 0.01)
+    "job_iter_rise_z",   # job_iter_rise / the healthy spread over iterations
+    "inst_rise_z",       # inst_lr minus its 10th percentile at the position, over (its healthy spread + 0.01)
+    "pos_rise_z",        # the same for the op's own log-slowness on this rank
 )
 
 _NEEDED = ("rank", "iteration", "op_index", "comm_id", "seq", "op", "peer", "start_ns", "end_ns")
+_Q25_Q05 = 0.9704  # (z(0.25) - z(0.05)) of the standard normal
+_MEDIAN = np.array([0.5])
+_HEALTHY_QS = np.array([0.1, 0.05, 0.25])
 _LR_CLIP = 9.0  # |log-slowness| bound (a factor of ~8000) so one broken row cannot dominate a mean
 
 
 @numba.njit(cache=True, nogil=True)
-def _group_quantiles(values, order, bounds, q, out):  # pragma: no cover - compiled
-    """``out[i]`` = the ``q`` quantile of ``values`` over the rows of row i's group
+def _group_quantiles(values, order, bounds, qs, out):  # pragma: no cover - compiled
+    """``out[j, i]`` = the ``qs[j]`` quantile of ``values`` over the rows of row i's group
     (``order[bounds[g]:bounds[g+1]]``), interpolated linearly as ``np.quantile``; q = 0.5 is the
-    median computed as ``np.median`` does."""
+    median computed as ``np.median`` does. Each group is sorted once for all the quantiles."""
     for g in range(bounds.size - 1):
         a = bounds[g]
         c = bounds[g + 1] - a
@@ -99,20 +111,33 @@ def _group_quantiles(values, order, bounds, q, out):  # pragma: no cover - compi
         for k in range(c):
             tmp[k] = values[order[a + k]]
         tmp.sort()
-        if q == 0.5:
-            v = (tmp[(c - 1) // 2] + tmp[c // 2]) / 2.0
-        else:
-            x = q * (c - 1)
-            lo = int(np.floor(x))
-            hi = min(lo + 1, c - 1)
-            v = tmp[lo] + (tmp[hi] - tmp[lo]) * (x - lo)
-        for k in range(c):
-            out[order[a + k]] = v
+        for j in range(qs.size):
+            q = qs[j]
+            if q == 0.5:
+                v = (tmp[(c - 1) // 2] + tmp[c // 2]) / 2.0
+            else:
+                x = q * (c - 1)
+                lo = int(np.floor(x))
+                hi = min(lo + 1, c - 1)
+                v = tmp[lo] + (tmp[hi] - tmp[lo]) * (x - lo)
+            for k in range(c):
+                out[j, order[a + k]] = v
 
 
 def _group_medians(values: np.ndarray, order: np.ndarray, bounds: np.ndarray, out: np.ndarray) -> None:
     """``out[i]`` = median of ``values`` over the rows of row i's group."""
-    _group_quantiles(values, order, bounds, 0.5, out)
+    _group_quantiles(values, order, bounds, _MEDIAN, out.reshape(1, -1))
+
+
+def _healthy(values: np.ndarray, order: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, its group's 10th percentile and healthy spread ``(q25 - q05) / 0.97``: the normal-
+    equivalent sigma of the fast side. A fault only slows, so while it covers under ~3/4 of the
+    iterations (a fluctuation covers about half) the fast quarter is healthy, where the MAD is
+    inflated by the slow iterations."""
+    q = np.empty((3, values.size))
+    if values.size:
+        _group_quantiles(np.ascontiguousarray(values, dtype=np.float64), order, bounds, _HEALTHY_QS, q)
+    return q[0], (q[2] - q[1]) / _Q25_Q05
 
 
 class _RankView:
@@ -127,6 +152,7 @@ class _RankView:
         self.n = ops.num_rows
         self._streams: tuple[np.ndarray, np.ndarray, int, list] | None = None
         self._comm_ops: tuple[list[tuple[int, int]], np.ndarray] | None = None
+        self._lr: np.ndarray | None = None
         self.it = column(ops, "iteration").astype(np.int64)
         self.seq = column(ops, "seq").astype(np.int64)
         self.rank = column(ops, "rank").astype(np.int64)
@@ -174,10 +200,18 @@ class _RankView:
             _group_medians(np.ascontiguousarray(values, dtype=np.float64), self.order, self.bounds, out)
         return out
 
-    def log_slowness(self) -> np.ndarray:
+    def healthy(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per row, the 10th percentile and the healthy spread (:func:`_healthy`) of ``values``
+        over the rows of its position."""
         if self.n == 0:
-            return np.zeros(0)
-        return np.clip(np.log(self.dur / self.median(self.dur)), -_LR_CLIP, _LR_CLIP)
+            return np.zeros(0), np.zeros(0)
+        return _healthy(values, self.order, self.bounds)
+
+    def log_slowness(self) -> np.ndarray:
+        if self._lr is None:  # computed once: a lone rank adds itself, then reads its features
+            self._lr = (np.clip(np.log(self.dur / self.median(self.dur)), -_LR_CLIP, _LR_CLIP) if self.n
+                        else np.zeros(0))
+        return self._lr
 
 
 def log_slowness(ops: pa.Table) -> np.ndarray:
@@ -245,7 +279,7 @@ class _CommIterations:
         self.ids: dict[tuple[str, str], int] = {}
         self._chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         self._pending = 0
-        self._stats: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._stats: tuple[np.ndarray, ...] | None = None
 
     def keys(self, v: _RankView, create: bool = True) -> np.ndarray:
         """One int64 key per row: ``group id * 2**32 + iteration mod 2**32`` (-1: unknown group).
@@ -276,31 +310,32 @@ class _CommIterations:
             self._chunks = [(u, s, c.astype(np.int64))]
         self._pending = self._chunks[0][0].size if self._chunks else 0
 
-    def stats(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """``(keys, dev, z, rise)``: per key, the mean against its group's median over iterations, raw
-        and in units of the group's spread (1.4826 MAD + 0.01), and against the group's 10th percentile."""
+    def stats(self) -> tuple[np.ndarray, ...]:
+        """``(keys, dev, z, rise, rise_z)``: per key, the mean against its group's median over
+        iterations, raw and in units of the group's spread (1.4826 MAD + 0.01), and against the
+        group's 10th percentile, raw and in units of its healthy spread (+ 0.01)."""
         if self._stats is None:
             self._merge()
             if not self._chunks:
-                self._stats = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0), np.zeros(0))
+                self._stats = (np.zeros(0, np.int64),) + tuple(np.zeros(0) for _ in range(4))
                 return self._stats
             keys, s, c = self._chunks[0]
             mean = s / np.maximum(c, 1)
             grp = keys >> 32  # keys are sorted, so each group's iterations are contiguous
             bounds = np.r_[0, np.flatnonzero(grp[1:] != grp[:-1]) + 1, keys.size].astype(np.int64)
-            med, mad, low = _levels(mean, bounds)
+            med, mad, low, healthy = _levels(mean, bounds)
             dev = mean - med
-            self._stats = (keys, dev, dev / (1.4826 * mad + 0.01), mean - low)
+            self._stats = (keys, dev, dev / (1.4826 * mad + 0.01), mean - low, (mean - low) / (healthy + 0.01))
         return self._stats
 
-    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(dev, z, rise)`` of each row's key (zeros for keys never seen)."""
-        k, dev, z, rise = self.stats()
+    def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, ...]:
+        """``(dev, z, rise, rise_z)`` of each row's key (zeros for keys never seen)."""
+        k, *cols = self.stats()
         if k.size == 0 or keys.size == 0:
-            return np.zeros(keys.size), np.zeros(keys.size), np.zeros(keys.size)
+            return tuple(np.zeros(keys.size) for _ in cols)
         pos = np.clip(np.searchsorted(k, keys), 0, k.size - 1)
         hit = (k[pos] == keys) & (keys >= 0)
-        return np.where(hit, dev[pos], 0.0), np.where(hit, z[pos], 0.0), np.where(hit, rise[pos], 0.0)
+        return tuple(np.where(hit, c[pos], 0.0) for c in cols)
 
 
 def _global_ids(ids: dict, keys: list, create: bool) -> np.ndarray:
@@ -310,16 +345,17 @@ def _global_ids(ids: dict, keys: list, create: bool) -> np.ndarray:
     return np.array([ids.get(k, -1) for k in keys], dtype=np.int64)
 
 
-def _levels(values: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row, its group's median, median absolute deviation and 10th percentile (groups are the
-    contiguous runs ``values[bounds[g]:bounds[g+1]]``): the usual and the healthy level over iterations."""
+def _levels(values: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per row, its group's median, median absolute deviation, 10th percentile and healthy spread
+    (:func:`_healthy`; groups are the contiguous runs ``values[bounds[g]:bounds[g+1]]``): the usual
+    and the healthy level over iterations, and the spread of the healthy ones."""
     order = np.arange(values.size, dtype=np.int64)
-    med, mad, low = np.empty(values.size), np.empty(values.size), np.empty(values.size)
+    med, mad = np.empty(values.size), np.empty(values.size)
     if values.size:
         _group_medians(values, order, bounds, med)
         _group_medians(np.abs(values - med), order, bounds, mad)
-        _group_quantiles(values, order, bounds, 0.1, low)
-    return med, mad, low
+    low, healthy = _healthy(values, order, bounds)
+    return med, mad, low, healthy
 
 
 def _runs(sid: np.ndarray):
@@ -350,7 +386,7 @@ class JobContext:
         self._it_cnt = np.zeros(0, dtype=np.int64)  # ranks that logged the iteration
         self._inst = _Instances()
         self._comm_it = _CommIterations()
-        self._stats: tuple[np.ndarray, float, float, float] | None = None
+        self._stats: tuple[np.ndarray, float, float, float, float] | None = None
 
     # ------------------------------------------------------------------ building
     def add(self, ops: pa.Table) -> "JobContext":
@@ -398,12 +434,13 @@ class JobContext:
         return ctx
 
     # ------------------------------------------------------------------ features
-    def _iteration_stats(self) -> tuple[np.ndarray, float, float, float]:
-        """``(per-iteration mean, median, spread, 10th percentile)`` over the iterations seen."""
+    def _iteration_stats(self) -> tuple[np.ndarray, float, float, float, float]:
+        """``(per-iteration mean, median, spread, 10th percentile, healthy spread)`` over the iterations seen."""
         if self._stats is None:
             m = self._it_sum / np.maximum(self._it_cnt, 1)
-            med, mad, low = (float(a[0]) if m.size else 0.0 for a in _levels(m, np.array([0, m.size], np.int64)))
-            self._stats = (m, med, max(1.4826 * mad, 1e-3), low)
+            med, mad, low, healthy = (float(a[0]) if m.size else 0.0
+                                      for a in _levels(m, np.array([0, m.size], np.int64)))
+            self._stats = (m, med, max(1.4826 * mad, 1e-3), low, max(healthy, 1e-3))
         return self._stats
 
     def features(self, ops: pa.Table) -> np.ndarray:
@@ -418,7 +455,7 @@ class JobContext:
         out = np.zeros((n, len(CONTEXT_FEATURE_NAMES)), dtype=np.float32)
         if n == 0 or self.n_ranks == 0 or self._it.size == 0:
             return out
-        m, med, spread, low = self._iteration_stats()
+        m, med, spread, low, healthy = self._iteration_stats()
         pos = np.clip(np.searchsorted(self._it, v.it), 0, self._it.size - 1)
         hit = self._it[pos] == v.it
         dev = np.where(hit, m[pos] - med, 0.0)
@@ -434,8 +471,14 @@ class JobContext:
         dev = inst - v.median(inst)
         out[:, 5] = dev
         out[:, 6] = dev / (1.4826 * v.median(np.abs(dev)) + 0.01)
-        out[:, 7], out[:, 8], out[:, 9] = self._comm_it.lookup(self._comm_it.keys(v, create=False))
+        low_i, healthy_i = v.healthy(inst)
+        out[:, 13] = (inst - low_i) / (healthy_i + 0.01)
+        own = v.log_slowness()
+        low_o, healthy_o = v.healthy(own)
+        out[:, 14] = (own - low_o) / (healthy_o + 0.01)
+        out[:, 7], out[:, 8], out[:, 9], out[:, 11] = self._comm_it.lookup(self._comm_it.keys(v, create=False))
         out[:, 10] = np.where(hit, m[pos] - low, 0.0)
+        out[:, 12] = out[:, 10] / healthy
         return out
 
     @classmethod

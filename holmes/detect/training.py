@@ -140,13 +140,16 @@ _KIND_P = {"gpu": 0.30, "host": 0.05, "nic": 0.25, "link": 0.12, "nvswitch": 0.0
 
 def random_scenario(seed: int, *, min_gpus: int = 32, max_gpus: int = 512, iterations: tuple[int, int] = (30, 80),
                     p_fault_free: float = 0.1, p_two_faults: float = 0.25, p_drift: float = 0.3,
-                    factor: tuple[float, float] = (1.15, 4.0), gpus_per_host: int = 8) -> dict[str, Any]:
+                    factor: tuple[float, float] = (1.15, 4.0), gpus_per_host: int = 8,
+                    kinds: dict[str, float] | None = None) -> dict[str, Any]:
     """Keyword arguments of :func:`holmes.simulate.simulate` for one random training scenario.
 
     Deterministic in ``seed``: a hybrid-parallel shape with 2 to 6 parallel dimensions (counting
     micro-batching as one, like the paper's 2D-6D) and ``min_gpus`` .. ``max_gpus`` ranks, 0-2 faults
     on any device kind (gpu, host, nic, link, nvswitch, switch) with any pattern (spike,
-    fluctuation, persistent) and a log-uniform factor, and sometimes compute drift.
+    fluctuation, persistent) and a log-uniform factor, and sometimes compute drift. ``kinds`` maps
+    device kinds to their relative probability (default: every kind, GPUs and NICs most often); a
+    subset focuses the scenarios, e.g. ``{"link": 1, "switch": 1}`` for fabric faults only.
 
     Examples
     --------
@@ -172,7 +175,10 @@ def random_scenario(seed: int, *, min_gpus: int = 32, max_gpus: int = 512, itera
     u = rng.random()
     n_faults = 0 if u < p_fault_free else (2 if u < p_fault_free + p_two_faults else 1)
     topo = rail_optimized(-(-world // gpus_per_host) * gpus_per_host, gpus_per_host)
-    kinds, probs = list(_KIND_P), np.array(list(_KIND_P.values()))
+    kp = _KIND_P if kinds is None else kinds
+    if not kp or any(k not in _KIND_P for k in kp) or any(not v >= 0 for v in kp.values()) or sum(kp.values()) <= 0:
+        raise ConfigError(f"kinds must map some of {sorted(_KIND_P)} to probabilities >= 0, not all 0 (got {kinds!r})")
+    kinds, probs = list(kp), np.array([float(v) for v in kp.values()])
     faults = []
     for _ in range(n_faults):
         kind = str(rng.choice(kinds, p=probs / probs.sum()))
