@@ -602,3 +602,16 @@ def test_auto_tuner_first_period_is_the_baseline():
     tuner.update(synth_rank(seed=1, n_iter=20, drift=0.02))   # compute drifted: gap/iteration time rise
     assert len(tuner.history) == 1 and "iter_ms" in tuner.history[0].shifts
     assert tuner.history[0].shifts["iter_ms"] > 0
+
+
+def test_random_scenario_is_deterministic_and_kinds_focus_the_faults():
+    from holmes.detect.training import random_scenario
+
+    assert random_scenario(17) == random_scenario(17)
+    fabric = [random_scenario(s, kinds={"link": 1, "switch": 1}, p_fault_free=0.0) for s in range(40)]
+    devs = [f.split("@")[0] for s in fabric for f in s["faults"]]
+    assert len(devs) >= 40 and all(d.startswith(("link:", "switch:")) for d in devs)
+    assert any(d.startswith("link:") for d in devs) and any(d.startswith("switch:") for d in devs)
+    for bad in ({}, {"disk": 1}, {"gpu": -1}, {"gpu": 0, "nic": 0}):
+        with pytest.raises(ConfigError, match="kinds"):
+            random_scenario(1, kinds=bad)
