@@ -31,18 +31,11 @@ import numpy as np
 from holmes.detect import (AutoTuner, FeatureBaseline, JobContext, OperatorDetector, ThreeSigmaDetector,
                            load_default_detector, operator_features)
 from holmes.detect.features import DEFAULT_WINDOW
-from holmes.detect.training import jobs_dataset, labels, simulate_scenarios
+from holmes.detect.training import best_threshold, f1_precision_recall as prf, jobs_dataset, labels, simulate_scenarios
 from holmes.io import read_job
 
 PAPER_FEATURES = ["dur_ms", "iter_ms", "win_mean_ms", "win_std_ms", "q1_ms", "q2_ms", "q3_ms", "iqr_ms",
                   "win_avg_op_ms", "zscore", "log2_nbytes", "op_code", "is_p2p"]
-
-
-def prf(y: np.ndarray, f: np.ndarray) -> tuple[float, float, float]:
-    tp = float(np.sum(y & f))
-    p = tp / max(float(f.sum()), 1.0)
-    r = tp / max(float(y.sum()), 1.0)
-    return (2 * p * r / (p + r) if p + r else 0.0), p, r
 
 
 def bucket(world: int) -> str:
@@ -105,9 +98,7 @@ def main() -> None:
     val = simulate_scenarios(root, range(5000, 5000 + args.n_val))
     Xv, yv, _ = jobs_dataset(val, max_ranks=8, seed=2, context="job")
     for name in ("rf_gini", "rf_entropy"):
-        pv = models[name].predict_proba_features(Xv)
-        models[name].threshold = float(max(np.round(np.arange(0.15, 0.701, 0.025), 3),
-                                           key=lambda t: prf(yv, pv >= t)[0]))
+        models[name].threshold = best_threshold(yv, models[name].predict_proba_features(Xv))
     print(f"# trained on {len(y)} rows of {len(train)} jobs; evaluating {len(test)} held-out jobs "
           f"({time.time() - t0:.0f} s); thresholds: default {models['rf_default'].threshold}, "
           f"gini {models['rf_gini'].threshold}, entropy {models['rf_entropy'].threshold} "

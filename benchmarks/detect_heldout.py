@@ -51,7 +51,9 @@ def stretch(job: Path, seed: int, twins: Path, table) -> np.ndarray:
     cf = np.concatenate([durations(tj.ops(r)) for r in tj.available_ranks()])
     d = durations(table)
     y = table.column("abnormal").to_numpy(zero_copy_only=False)
-    if cf.shape != d.shape or np.any(y != ((d > 1.1 * cf) & (d - cf > 20_000))):
+    truth = read_job(job).truth  # the job's own label rule (holmes.simulate's abnormal_margin / _abs_us)
+    margin, abs_ns = truth.abnormal_margin, 1e3 * truth.extra["abnormal_abs_us"]
+    if cf.shape != d.shape or np.any(y != ((d > (1 + margin) * cf) & (d - cf > abs_ns))):
         raise SystemExit(f"{twin}: the fault-free twin does not reproduce the labels of {job}")
     return d / np.maximum(cf, 1)
 

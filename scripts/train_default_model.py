@@ -35,16 +35,9 @@ from pathlib import Path
 import numpy as np
 
 from holmes.detect import OperatorDetector
-from holmes.detect.training import jobs_dataset, simulate_scenarios
+from holmes.detect.training import best_threshold, f1_precision_recall as f1_parts, jobs_dataset, simulate_scenarios
 
 REPO = Path(__file__).resolve().parents[1]
-
-
-def f1_parts(y: np.ndarray, f: np.ndarray) -> tuple[float, float, float]:
-    tp = float(np.sum(y & f))
-    p = tp / max(float(f.sum()), 1.0)
-    r = tp / max(float(y.sum()), 1.0)
-    return (2 * p * r / (p + r) if p + r else 0.0), p, r
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,8 +75,7 @@ def main(argv: list[str] | None = None) -> int:
                            random_state=0, n_jobs=2).fit(X, y)
     print(f"fit in {time.time() - t0:.0f} s", flush=True)
     pv = det.predict_proba_features(Xv)
-    best = max(np.round(np.arange(0.15, 0.701, 0.025), 3), key=lambda t: f1_parts(yv, pv >= t)[0])
-    det.threshold = float(round(best, 3))
+    det.threshold = best_threshold(yv, pv)
     print(f"validation: threshold {det.threshold}, F1/P/R {f1_parts(yv, pv >= det.threshold)}", flush=True)
     det.train_info_.update({"script": "scripts/train_default_model.py", "train_seeds": [1000, 1000 + args.n_train],
                             "train_seeds_256_512_gpus": [2000, 2000 + args.n_big],

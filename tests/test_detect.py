@@ -615,3 +615,16 @@ def test_random_scenario_is_deterministic_and_kinds_focus_the_faults():
     for bad in ({}, {"disk": 1}, {"gpu": -1}, {"gpu": 0, "nic": 0}):
         with pytest.raises(ConfigError, match="kinds"):
             random_scenario(1, kinds=bad)
+
+
+def test_f1_and_best_threshold_on_validation_scores():
+    from holmes.detect.training import THRESHOLD_GRID, best_threshold, f1_precision_recall
+
+    y = np.array([True, True, False, False, True])
+    assert f1_precision_recall(y, np.array([True, False, True, False, True])) == pytest.approx((2 / 3, 2 / 3, 2 / 3))
+    assert f1_precision_recall(np.zeros(3, bool), np.zeros(3, bool)) == (0.0, 0.0, 0.0)
+    proba = np.array([0.8, 0.4, 0.35, 0.1, 0.6])
+    t = best_threshold(y, proba)  # 0.375 .. 0.4 separate the classes; the lowest such grid point wins
+    assert t == 0.375 and t in THRESHOLD_GRID
+    assert f1_precision_recall(y, proba >= t)[0] == 1.0
+    assert best_threshold(y, proba, grid=[0.5, 0.9]) == 0.5

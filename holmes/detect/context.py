@@ -324,8 +324,8 @@ class _CommIterations:
             grp = keys >> 32  # keys are sorted, so each group's iterations are contiguous
             bounds = np.r_[0, np.flatnonzero(grp[1:] != grp[:-1]) + 1, keys.size].astype(np.int64)
             med, mad, low, healthy = _levels(mean, bounds)
-            dev = mean - med
-            self._stats = (keys, dev, dev / (1.4826 * mad + 0.01), mean - low, (mean - low) / (healthy + 0.01))
+            dev, rise = mean - med, mean - low
+            self._stats = (keys, dev, dev / (1.4826 * mad + 0.01), rise, rise / (healthy + 0.01))
         return self._stats
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, ...]:

@@ -32,7 +32,8 @@ from holmes.detect.context import JobContext
 from holmes.detect.features import DEFAULT_WINDOW, FEATURE_NAMES, operator_features
 from holmes.errors import ConfigError, SchemaError
 
-__all__ = ["rank_dataset", "job_dataset", "jobs_dataset", "labels"]
+__all__ = ["rank_dataset", "job_dataset", "jobs_dataset", "labels", "f1_precision_recall", "best_threshold",
+           "THRESHOLD_GRID"]
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,32 @@ def labels(ops: pa.Table, label: str = "abnormal", source: str = "ops") -> np.nd
     if not (pa.types.is_boolean(col.type) or pa.types.is_integer(col.type)):
         raise SchemaError(f"{source}: column '{label}' has type {col.type}, expected bool")
     return np.asarray(col.to_numpy(zero_copy_only=False)).astype(bool)
+
+
+#: the thresholds :func:`best_threshold` tries by default
+THRESHOLD_GRID: tuple[float, ...] = tuple(float(t) for t in np.round(np.arange(0.15, 0.701, 0.025), 3))
+
+
+def f1_precision_recall(y: np.ndarray, flagged: np.ndarray) -> tuple[float, float, float]:
+    """``(F1, precision, recall)`` of boolean flags against boolean labels (0 where undefined)."""
+    y, flagged = np.asarray(y, dtype=bool), np.asarray(flagged, dtype=bool)
+    tp = float(np.sum(y & flagged))
+    p = tp / max(float(flagged.sum()), 1.0)
+    r = tp / max(float(y.sum()), 1.0)
+    return (2 * p * r / (p + r) if p + r else 0.0), p, r
+
+
+def best_threshold(y: np.ndarray, proba: np.ndarray, grid: Iterable[float] = THRESHOLD_GRID) -> float:
+    """The threshold of ``grid`` whose flags ``proba >= t`` have the best F1 against ``y`` (the
+    lowest on ties): how a detector's threshold is chosen on validation jobs.
+
+    Examples
+    --------
+    >>> best_threshold(np.array([False, True, True]), np.array([0.2, 0.45, 0.9]))
+    0.225
+    """
+    proba = np.asarray(proba)
+    return float(max(grid, key=lambda t: f1_precision_recall(y, proba >= t)[0]))
 
 
 def rank_dataset(ops: pa.Table, *, iteration_times: Any = None, label: str = "abnormal",
