@@ -2,6 +2,13 @@
 
 Every error Holmes raises on bad input derives from :class:`HolmesError` and names what is at
 fault (file, rank, column) in its message, so a command-line caller can print it on one line.
+
+Errors about bad values (a schema, a file, a parameter) also derive from :class:`ValueError`, so
+``except ValueError`` catches them as it would for any library:
+
+>>> from holmes.errors import ConfigError
+>>> issubclass(ConfigError, ValueError)
+True
 """
 
 from __future__ import annotations
@@ -25,15 +32,15 @@ class HolmesError(Exception):
     """Base class of every error Holmes raises on bad input or misuse."""
 
 
-class SchemaError(HolmesError):
+class SchemaError(HolmesError, ValueError):
     """A table does not follow CommOps schema v1 (missing column, wrong type, bad value)."""
 
 
-class ParseError(HolmesError):
+class ParseError(HolmesError, ValueError):
     """A file could not be read at all: empty, truncated, not the format it claims to be."""
 
 
-class JobError(HolmesError):
+class JobError(HolmesError, ValueError):
     """A job directory is inconsistent (bad job.json, unknown comm_id, rank outside world_size)."""
 
 
@@ -41,15 +48,15 @@ class MissingRankError(JobError):
     """A rank's log file is absent from the job directory."""
 
 
-class TopologyError(HolmesError):
+class TopologyError(HolmesError, ValueError):
     """A cluster topology is malformed or a device id is unknown."""
 
 
-class LayoutError(HolmesError):
+class LayoutError(HolmesError, ValueError):
     """Parallel degrees or an order string do not describe a valid layout."""
 
 
-class ConfigError(HolmesError):
+class ConfigError(HolmesError, ValueError):
     """An argument, option or configuration file has an invalid value."""
 
 
@@ -57,9 +64,9 @@ class NotFittedError(HolmesError, ValueError):
     """An estimator was used before ``fit``."""
 
 
-class ModelFormatError(HolmesError):
+class ModelFormatError(HolmesError, ValueError):
     """A saved detector model is malformed or of an unsupported version."""
 
 
-class ConvertError(HolmesError):
+class ConvertError(HolmesError, ValueError):
     """A converter could not turn a captured trace into a CommOps job."""
