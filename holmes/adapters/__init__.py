@@ -30,7 +30,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from holmes.adapters.common import ConvertWarning, normalize_op
+from holmes.adapters.notes import ConvertWarning
+from holmes.adapters.opnames import normalize_op
 from holmes.adapters.flight_recorder import convert_flight_recorder
 from holmes.adapters.kineto import convert_kineto
 from holmes.adapters.nccl_inspector import convert_nccl_inspector

@@ -34,8 +34,13 @@ from typing import Any
 
 import numpy as np
 
-from holmes.adapters.common import (GroupRegistry, Notes, RankRows, align_p2p_by_time, assign_iterations_from_pattern,
-                                    build_job, check_output, normalize_op, rank_from_filename, read_bytes, strip_backend)
+from holmes.adapters.build import build_job, check_output
+from holmes.adapters.groups import GroupRegistry
+from holmes.adapters.inputs import rank_from_filename, read_bytes
+from holmes.adapters.iterations import align_p2p_by_time, assign_iterations_from_pattern
+from holmes.adapters.notes import Notes
+from holmes.adapters.opnames import normalize_op, strip_backend
+from holmes.adapters.rows import RankRows
 from holmes.adapters.safe_pickle import safe_loads
 from holmes.errors import ConvertError, ParseError
 

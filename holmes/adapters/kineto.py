@@ -32,8 +32,13 @@ from typing import Any
 
 import numpy as np
 
-from holmes.adapters.common import (MAX_WORLD_SIZE, GroupRegistry, Notes, RankRows, build_job, check_output,
-                                    infer_iterations_by_period, load_json_file, normalize_op, rank_from_filename)
+from holmes.adapters.build import build_job, check_output, MAX_WORLD_SIZE
+from holmes.adapters.groups import GroupRegistry
+from holmes.adapters.inputs import load_json_file, rank_from_filename
+from holmes.adapters.iterations import infer_iterations_by_period
+from holmes.adapters.notes import Notes
+from holmes.adapters.opnames import normalize_op
+from holmes.adapters.rows import RankRows
 from holmes.adapters.flight_recorder import DTYPE_BYTES
 from holmes.errors import ConvertError, ParseError
 

@@ -23,8 +23,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from holmes.adapters.common import (GroupRegistry, Notes, RankRows, assign_iterations_from_pattern, build_job,
-                                    check_output, normalize_op, read_bytes)
+from holmes.adapters.build import build_job, check_output
+from holmes.adapters.groups import GroupRegistry
+from holmes.adapters.inputs import read_bytes
+from holmes.adapters.iterations import assign_iterations_from_pattern
+from holmes.adapters.notes import Notes
+from holmes.adapters.opnames import normalize_op
+from holmes.adapters.rows import RankRows
 from holmes.errors import ConvertError, ParseError
 
 __all__ = ["convert_nccl_inspector", "read_inspector_log"]

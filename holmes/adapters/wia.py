@@ -35,7 +35,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from holmes.adapters.common import GroupRegistry, Notes, RankRows, build_job, check_output
+from holmes.adapters.build import build_job, check_output
+from holmes.adapters.groups import GroupRegistry
+from holmes.adapters.notes import Notes
+from holmes.adapters.rows import RankRows
 from holmes.errors import ConvertError, ParseError
 from holmes.io import iterations_table
 

@@ -12,8 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from holmes.adapters import ConvertWarning, convert
-from holmes.adapters.common import (GroupRegistry, Notes, align_iterations, align_p2p_by_time, assign_seq,
-                                    infer_iterations_by_period, normalize_op)
+from holmes.adapters.groups import GroupRegistry
+from holmes.adapters.iterations import align_iterations, align_p2p_by_time, infer_iterations_by_period
+from holmes.adapters.notes import Notes
+from holmes.adapters.opnames import normalize_op
+from holmes.adapters.rows import assign_seq
 from holmes.adapters.safe_pickle import safe_load, safe_loads
 from holmes.errors import ConfigError, ConvertError, ParseError
 

@@ -1,0 +1,122 @@
+"""The final step of every converter: assign ``op_index`` / ``seq``, validate every rank's table
+against CommOps v1 and write the job directory; and the early output check."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from holmes.adapters.groups import GroupRegistry
+from holmes.adapters.notes import Notes
+from holmes.adapters.rows import RankRows, assign_seq, group_cumcount
+from holmes.errors import ConvertError
+from holmes.io import JobMeta, JobWriter, ops_table, validate_ops
+
+__all__ = ["build_job", "check_output", "MAX_WORLD_SIZE"]
+
+log = logging.getLogger(__name__)
+
+MAX_WORLD_SIZE = 1 << 24  # ranks / world sizes beyond this are corrupt input, not a job
+
+
+def _rank_table(rows: RankRows, notes: Notes) -> pa.Table:
+    c = rows.cols
+    n = len(rows)
+    op = np.array(c["op"], dtype=object)
+    peer = np.array([-1 if p is None else int(p) for p in c["peer"]], dtype=np.int64)
+    comm = np.array(c["comm_id"], dtype=object)
+    it = np.array(c["iteration"], dtype=np.int64)
+    start = np.array(c["start_ns"], dtype=np.int64)
+    end = np.array(c["end_ns"], dtype=np.int64)
+    given = np.array([-1 if s is None else int(s) for s in c["seq"]], dtype=np.int64)
+    # issue order = (iteration, start_ns, input order); op_index restarts every iteration
+    order = np.lexsort((np.arange(n), start, it))
+    op, peer, comm, it, start, end, given = (x[order] for x in (op, peer, comm, it, start, end, given))
+    bad = end < start
+    if bad.any():
+        notes.warn(f"rank {rows.rank}: {int(bad.sum())} op(s) end before they start; end_ns set to start_ns")
+        end = np.where(bad, start, end)
+    seq = assign_seq(comm, op, peer, given)
+    op_index = group_cumcount(it)
+    cols: dict[str, Any] = dict(
+        rank=pa.array(np.full(n, rows.rank, dtype=np.int32)), iteration=pa.array(it), op_index=pa.array(op_index.astype(np.int32)),
+        comm_id=pa.array(comm.tolist(), type=pa.string()), seq=pa.array(seq), op=pa.array(op.tolist(), type=pa.string()),
+        peer=pa.array(peer.astype(np.int32), mask=peer < 0), nbytes=pa.array(np.array([0 if b is None else int(b) for b in
+                                                                                           np.array(c["nbytes"], dtype=object)[order]], dtype=np.int64)),
+        start_ns=pa.array(start), end_ns=pa.array(end))
+    for name in c:
+        if name in RankRows.BASE:
+            continue
+        vals = [c[name][i] for i in order]
+        cols[name] = pa.array(vals)
+    return ops_table(**cols)
+
+
+def build_job(out: str | Path, notes: Notes, registry: GroupRegistry, rows: Mapping[int, RankRows], *,
+              world_size: int, iterations: Mapping[int, pa.Table] | None = None, overwrite: bool = False,
+              parallel: Mapping[str, Any] | None = None, name: str | None = None) -> Path:
+    """Validate every rank's rows and write the job directory (``job.json`` last).
+
+    Ranks of ``range(world_size)`` without rows are reported as missing in ``job.json``; a rank
+    with rows outside ``world_size`` or a comm_id absent from the registry is a ConvertError.
+    Nothing is written when a table fails validation.
+    """
+    if world_size < 1:
+        raise ConvertError(f"{notes.path}: no ranks found")
+    if world_size > MAX_WORLD_SIZE:
+        raise ConvertError(f"{notes.path}: world_size {world_size} is larger than {MAX_WORLD_SIZE}")
+    tables: dict[int, pa.Table] = {}
+    for r in sorted(rows):
+        if r < 0 or r >= world_size:
+            raise ConvertError(f"{notes.path}: rank {r} is outside world_size {world_size}")
+        tables[r] = _rank_table(rows[r], notes)
+    used = set()
+    for t in tables.values():
+        used.update(t.column("comm_id").unique().to_pylist())
+    comms = registry.communicators()
+    unknown = sorted(used - set(comms))
+    if unknown:
+        raise ConvertError(f"{notes.path}: ops on unknown process group(s) {unknown[:5]}")
+    bad = [cid for cid, c in comms.items() if max(c["ranks"]) >= world_size]
+    if bad:
+        raise ConvertError(f"{notes.path}: process group {bad[0]} lists ranks outside world_size {world_size}")
+    if not comms:
+        raise ConvertError(f"{notes.path}: no communication operators found")
+    missing = [r for r in range(world_size) if r not in tables]
+    if missing:
+        shown = missing if len(missing) <= 20 else missing[:20] + ["..."]
+        notes.warn(f"{len(missing)} of {world_size} rank(s) have no log: {shown}")
+        notes.details["missing_ranks"] = missing
+    notes.details["ops"] = int(sum(t.num_rows for t in tables.values()))
+    notes.details["ranks_written"] = len(tables)
+    for r, t in tables.items():  # validate everything before touching the output directory
+        validate_ops(t, f"rank {r}", world_size=world_size, rank=r, comm_ids=comms)
+    meta = JobMeta.model_validate({"world_size": world_size, "communicators": comms, "source": notes.finish(),
+                                   **({"parallel": dict(parallel)} if parallel else {}),
+                                   **({"name": name} if name else {})})
+    with JobWriter(out, meta, overwrite=overwrite) as w:
+        for r, t in tables.items():
+            w.write_ops(r, t)
+        for r, t in (iterations or {}).items():
+            w.write_iterations(r, t)
+    log.info("wrote %s: %d rank(s), %d op(s)", out, len(tables), notes.details["ops"])
+    return Path(out)
+
+
+def check_output(out: str | Path, overwrite: bool) -> None:
+    """Fail early (before parsing) when ``out`` exists and is not an empty directory or a job."""
+    p = Path(out)
+    if not p.exists():
+        return
+    if not p.is_dir():
+        raise ConvertError(f"{p}: output exists and is not a directory")
+    entries = list(p.iterdir())
+    if entries and not overwrite:
+        raise ConvertError(f"{p}: output directory is not empty (pass overwrite=True / --overwrite to replace a job)")
+    if entries and not ((p / "job.json").is_file() or (p / "ranks").is_dir()):
+        raise ConvertError(f"{p}: output directory holds something else than a job; refusing to overwrite it")
