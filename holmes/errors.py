@@ -25,6 +25,8 @@ __all__ = [
     "NotFittedError",
     "ModelFormatError",
     "ConvertError",
+    "ArgumentTypeError",
+    "InconsistentLogError",
 ]
 
 
@@ -70,3 +72,13 @@ class ModelFormatError(HolmesError, ValueError):
 
 class ConvertError(HolmesError, ValueError):
     """A converter could not turn a captured trace into a CommOps job."""
+
+
+class ArgumentTypeError(ConfigError, TypeError):
+    """An argument of a public function has the wrong type (a ``TypeError`` and a ``ValueError``)."""
+
+
+class InconsistentLogError(SchemaError):
+    """A rank's log contradicts itself or the job (ops ending before they start, duplicated rows,
+    a peer outside the world, a rank writing on a communicator it is not a member of...) beyond
+    what can be excluded and reported as an assumption."""

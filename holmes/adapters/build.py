@@ -4,6 +4,7 @@ against CommOps v1 and write the job directory; and the early output check."""
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -16,12 +17,13 @@ from holmes.adapters.notes import Notes
 from holmes.adapters.rows import RankRows, assign_seq, group_cumcount
 from holmes.errors import ConvertError
 from holmes.io import JobMeta, JobWriter, ops_table, validate_ops
+from holmes.io.limits import LimitError, max_world_size
+from holmes.io.outputs import OutputError
+from holmes.io.outputs import check_output as check_output_path
 
-__all__ = ["build_job", "check_output", "MAX_WORLD_SIZE"]
+__all__ = ["build_job", "check_output"]
 
 log = logging.getLogger(__name__)
-
-MAX_WORLD_SIZE = 1 << 24  # ranks / world sizes beyond this are corrupt input, not a job
 
 
 def _rank_table(rows: RankRows, notes: Notes) -> pa.Table:
@@ -59,8 +61,13 @@ def _rank_table(rows: RankRows, notes: Notes) -> pa.Table:
 
 def build_job(out: str | Path, notes: Notes, registry: GroupRegistry, rows: Mapping[int, RankRows], *,
               world_size: int, iterations: Mapping[int, pa.Table] | None = None, overwrite: bool = False,
-              parallel: Mapping[str, Any] | None = None, name: str | None = None) -> Path:
+              parallel: Mapping[str, Any] | None = None, name: str | None = None,
+              src: str | os.PathLike[str] | None = None) -> Path:
     """Validate every rank's rows and write the job directory (``job.json`` last).
+
+    The job is built in a temporary sibling of ``out`` and swapped in whole (an ``overwrite``
+    replaces an old job entirely; an interrupted conversion leaves the old job or nothing).
+    ``out`` may never lie inside ``src`` or contain it.
 
     Ranks of ``range(world_size)`` without rows are reported as missing in ``job.json``; a rank
     with rows outside ``world_size`` or a comm_id absent from the registry is a ConvertError.
@@ -68,8 +75,10 @@ def build_job(out: str | Path, notes: Notes, registry: GroupRegistry, rows: Mapp
     """
     if world_size < 1:
         raise ConvertError(f"{notes.path}: no ranks found")
-    if world_size > MAX_WORLD_SIZE:
-        raise ConvertError(f"{notes.path}: world_size {world_size} is larger than {MAX_WORLD_SIZE}")
+    cap = max_world_size()
+    if world_size > cap:
+        raise LimitError(f"{notes.path}: world_size {world_size} exceeds the cap of {cap} ranks "
+                         "(raise HOLMES_MAX_WORLD_SIZE for a larger job; see docs/limits.md)")
     tables: dict[int, pa.Table] = {}
     for r in sorted(rows):
         if r < 0 or r >= world_size:
@@ -99,7 +108,7 @@ def build_job(out: str | Path, notes: Notes, registry: GroupRegistry, rows: Mapp
     meta = JobMeta.model_validate({"world_size": world_size, "communicators": comms, "source": notes.finish(),
                                    **({"parallel": dict(parallel)} if parallel else {}),
                                    **({"name": name} if name else {})})
-    with JobWriter(out, meta, overwrite=overwrite) as w:
+    with JobWriter(out, meta, overwrite=overwrite, inputs=[] if src is None else [src]) as w:
         for r, t in tables.items():
             w.write_ops(r, t)
         for r, t in (iterations or {}).items():
@@ -108,15 +117,13 @@ def build_job(out: str | Path, notes: Notes, registry: GroupRegistry, rows: Mapp
     return Path(out)
 
 
-def check_output(out: str | Path, overwrite: bool) -> None:
-    """Fail early (before parsing) when ``out`` exists and is not an empty directory or a job."""
-    p = Path(out)
-    if not p.exists():
-        return
-    if not p.is_dir():
-        raise ConvertError(f"{p}: output exists and is not a directory")
-    entries = list(p.iterdir())
-    if entries and not overwrite:
-        raise ConvertError(f"{p}: output directory is not empty (pass overwrite=True / --overwrite to replace a job)")
-    if entries and not ((p / "job.json").is_file() or (p / "ranks").is_dir()):
-        raise ConvertError(f"{p}: output directory holds something else than a job; refusing to overwrite it")
+def check_output(out: str | os.PathLike[str], overwrite: bool, src: str | os.PathLike[str] | None = None) -> None:
+    """Fail early (before parsing) when ``out`` cannot be written without destroying something.
+
+    Refused: an existing non-empty directory without ``overwrite``, a directory that is not a job,
+    a file, an ``out`` inside ``src`` or containing it (see :func:`holmes.io.outputs.check_output`).
+    """
+    try:
+        check_output_path(out, inputs=[] if src is None else [src], overwrite=overwrite, kind="job")
+    except OutputError as exc:
+        raise ConvertError(str(exc)) from None

@@ -43,6 +43,7 @@ from holmes.adapters.opnames import normalize_op, strip_backend
 from holmes.adapters.rows import RankRows
 from holmes.adapters.safe_pickle import safe_loads
 from holmes.errors import ConvertError, ParseError
+from holmes.io.limits import decode_json
 
 __all__ = ["convert_flight_recorder", "read_fr_dump", "DTYPE_BYTES"]
 
@@ -122,10 +123,7 @@ def read_fr_dump(path: str | os.PathLike[str]) -> dict[str, Any]:
     p = Path(path)
     data = read_bytes(p)
     if data.lstrip()[:1] == b"{":
-        try:
-            d = json.loads(data)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ParseError(f"{p}: not valid JSON (truncated?): {exc}") from None
+        d = decode_json(data, str(p))
     else:
         d = safe_loads(data, source=str(p))
     if not isinstance(d, dict) or not isinstance(d.get("entries"), list):
@@ -219,7 +217,7 @@ def convert_flight_recorder(src: str | os.PathLike[str], out: str | os.PathLike[
     16
     """
     src, out = Path(src), Path(out)
-    check_output(out, overwrite)
+    check_output(out, overwrite, src=src)
     notes = Notes("flight-recorder", str(src))
     files = _list_dumps(src, notes)
     dumps = {r: read_fr_dump(f) for r, f in sorted(files.items())}
@@ -266,7 +264,7 @@ def convert_flight_recorder(src: str | os.PathLike[str], out: str | os.PathLike[
     notes.infer("nbytes = the larger of input and output sizes x dtype width")
     _align_p2p(rows, notes)
     assign_iterations_from_pattern(rows, notes, "fr_collective_seq_id", "Flight Recorder dumps")
-    return build_job(out, notes, reg, rows, world_size=world_size, overwrite=overwrite)
+    return build_job(out, notes, reg, rows, world_size=world_size, overwrite=overwrite, src=src)
 
 
 def _dump_rows(rank: int, d: dict[str, Any], where: str, reg: GroupRegistry, notes: Notes) -> tuple[RankRows, int]:

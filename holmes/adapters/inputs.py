@@ -3,44 +3,36 @@ file names."""
 
 from __future__ import annotations
 
-import gzip
-import json
 import re
-import zlib
 from pathlib import Path
 from typing import Any
 
 from holmes.errors import ParseError
+from holmes.io.limits import decode_json, gunzip_capped, max_trace_bytes, read_capped
 
 __all__ = ["read_bytes", "load_json_file", "rank_from_filename"]
 
 
-def read_bytes(path: Path) -> bytes:
-    """Read a file, transparently gunzipping ``*.gz``; errors name the file (ParseError)."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ParseError(f"{path}: cannot read: {exc.strerror or exc}") from None
+def read_bytes(path: Path, *, limit: int | None = None) -> bytes:
+    """Read a converter input whole, transparently gunzipping it, under the size caps.
+
+    The file (and, for gzip input, its decompressed stream) may hold at most ``limit`` bytes
+    (default :func:`holmes.io.limits.max_trace_bytes`); a device, FIFO or symlink loop is refused.
+    Errors name the file (:class:`~holmes.errors.ParseError`, :class:`~holmes.io.limits.LimitError`).
+    """
+    cap = max_trace_bytes() if limit is None else limit
+    path = Path(path)
+    data = read_capped(path, cap, what="input file")
     if path.suffix == ".gz" or data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise ParseError(f"{path}: not a readable gzip file, truncated or corrupt: {exc}") from None
+        data = gunzip_capped(data, cap, str(path))
     if not data.strip():
         raise ParseError(f"{path}: empty file")
     return data
 
 
 def load_json_file(path: Path) -> Any:
-    """Parse a (possibly gzipped) JSON file; ParseError names the file, line and column."""
-    data = read_bytes(path)
-    try:
-        return json.loads(data)
-    except UnicodeDecodeError as exc:
-        raise ParseError(f"{path}: not UTF-8 text: {exc}") from None
-    except json.JSONDecodeError as exc:
-        hint = " (truncated?)" if exc.pos >= len(data.rstrip()) - 1 else ""
-        raise ParseError(f"{path}: not valid JSON{hint} (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    """Parse a (possibly gzipped) JSON file strictly; ParseError names the file, line and column."""
+    return decode_json(read_bytes(path), str(path))
 
 
 def rank_from_filename(path: Path) -> int | None:

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from holmes.adapters.build import build_job, check_output, MAX_WORLD_SIZE
+from holmes.adapters.build import build_job, check_output
 from holmes.adapters.groups import GroupRegistry
 from holmes.adapters.inputs import load_json_file, rank_from_filename
 from holmes.adapters.iterations import infer_iterations_by_period
@@ -41,6 +41,7 @@ from holmes.adapters.opnames import normalize_op
 from holmes.adapters.rows import RankRows
 from holmes.adapters.flight_recorder import DTYPE_BYTES
 from holmes.errors import ConvertError, ParseError
+from holmes.io.limits import max_world_size
 
 __all__ = ["convert_kineto", "parse_kineto_trace"]
 
@@ -90,7 +91,7 @@ def _group_ranks(args: dict[str, Any]) -> list[int] | None:
         start, stride, size = int(args["Global rank start"]), int(args["Global rank stride"]), int(args["Group size"])
     except (KeyError, TypeError, ValueError, OverflowError):
         return ranks
-    if stride <= 0 or size <= 0 or start < 0 or start + stride * (size - 1) >= MAX_WORLD_SIZE:
+    if stride <= 0 or size <= 0 or start < 0 or start + stride * (size - 1) >= max_world_size():
         return ranks
     return list(range(start, start + stride * size, stride))
 
@@ -364,7 +365,7 @@ def convert_kineto(src: str | os.PathLike[str], out: str | os.PathLike[str], *, 
     ['broadcast', 'all_reduce']
     """
     src, out = Path(src), Path(out)
-    check_output(out, overwrite)
+    check_output(out, overwrite, src=src)
     notes = Notes("kineto", str(src))
     reg = GroupRegistry()
     rows: dict[int, RankRows] = {}
@@ -390,4 +391,4 @@ def convert_kineto(src: str | os.PathLike[str], out: str | os.PathLike[str], *, 
     notes.details["end_source"] = {
         "gpu_kernel": int(sum(v == "gpu_kernel" for r in rows.values() for v in r.cols["end_source"])),
         "cpu_op": int(sum(v == "cpu_op" for r in rows.values() for v in r.cols["end_source"]))}
-    return build_job(out, notes, reg, rows, world_size=world_size, overwrite=overwrite)
+    return build_job(out, notes, reg, rows, world_size=world_size, overwrite=overwrite, src=src)

@@ -125,7 +125,7 @@ def convert_nccl_inspector(src: str | os.PathLike[str], out: str | os.PathLike[s
     >>> convert_nccl_inspector("nccl-inspector-1234/", "/tmp/inspector-job")   # doctest: +SKIP
     """
     src, out = Path(src), Path(out)
-    check_output(out, overwrite)
+    check_output(out, overwrite, src=src)
     notes = Notes("nccl-inspector", str(src))
     procs: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {}
     versions, unknown_keys = set(), set()
@@ -261,4 +261,4 @@ def convert_nccl_inspector(src: str | os.PathLike[str], out: str | os.PathLike[s
     notes.infer("start_ns = event_trace_ts start; end_ns = last kernel stop (else start + exec time)")
     notes.infer("seq: coll_sn for collectives; order per (communicator, direction, peer) for P2P")
     assign_iterations_from_pattern(rows, notes, "inspector_sn", "NCCL Inspector logs")
-    return build_job(out, notes, reg, rows, world_size=world_size, overwrite=overwrite)
+    return build_job(out, notes, reg, rows, world_size=world_size, overwrite=overwrite, src=src)

@@ -88,15 +88,13 @@ def safe_loads(data: bytes, *, source: str | None = None) -> Any:
     except ParseError:
         raise
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, KeyError, IndexError,
-            AttributeError, OverflowError, MemoryError, UnicodeDecodeError) as exc:
+            AttributeError, OverflowError, MemoryError, UnicodeDecodeError, RecursionError) as exc:
         raise ParseError(f"{src}: not a readable pickle, truncated or corrupt: {exc.__class__.__name__}: {exc}") from None
 
 
 def safe_load(path: str | os.PathLike[str]) -> Any:
     """Read and :func:`safe_loads` a pickle file; errors name the file."""
-    try:
-        with open(path, "rb") as f:
-            data = f.read()
-    except OSError as exc:
-        raise ParseError(f"{path}: cannot read: {exc.strerror}") from None
+    from holmes.io.limits import max_trace_bytes, read_capped
+
+    data = read_capped(path, max_trace_bytes(), what="pickle file")
     return safe_loads(data, source=str(path))

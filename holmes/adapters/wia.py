@@ -135,9 +135,12 @@ def _read_meta(path: Path | None, notes: Notes) -> dict[str, Any]:
         return {}
     import yaml
 
+    from holmes.io.limits import max_json_bytes, read_capped
+
+    raw = read_capped(path, max_json_bytes(), what="meta yaml")
     try:
-        meta = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        meta = yaml.safe_load(raw.decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError, RecursionError) as exc:
         raise ParseError(f"{path}: not a readable YAML file: {exc}") from None
     if not isinstance(meta, dict):
         raise ParseError(f"{path}: expected a mapping of job settings")
@@ -171,7 +174,7 @@ def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, ove
     8
     """
     src, out = Path(src), Path(out)
-    check_output(out, overwrite)
+    check_output(out, overwrite, src=src)
     trace, meta_path = _find_files(src)
     notes = Notes("wia", str(src))
     meta = _read_meta(meta_path, notes)
@@ -319,4 +322,4 @@ def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, ove
         iters[r] = iterations_table(np.full(len(st), r, dtype=np.int32), steps[st],
                                     np.round(offset[st] * 1e9).astype(np.int64),
                                     np.round((offset[st] + span[st]) * 1e9).astype(np.int64))
-    return build_job(out, notes, reg, rows, world_size=ws, iterations=iters, overwrite=overwrite)
+    return build_job(out, notes, reg, rows, world_size=ws, iterations=iters, overwrite=overwrite, src=src)

@@ -17,7 +17,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                         help="format of SRC")
     parser.add_argument("src", metavar="SRC", help="trace file or directory (never modified)")
     parser.add_argument("job", metavar="JOB", help="job directory to write (must not exist or be empty)")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing job directory")
+    parser.add_argument("--overwrite", action="store_true", help="replace an existing job directory whole (never merged)")
     parser.add_argument("--world-size", type=int, default=None,
                         help="override the world size (kineto, flight-recorder, nccl-inspector)")
     parser.add_argument("-q", "--quiet", action="store_true", help="do not print the conversion warnings")
@@ -26,11 +26,17 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     options = {}
     if args.world_size is not None:
+        from holmes.io.limits import check_world_size
+
+        check_world_size(args.world_size, "--world-size")
         if args.fmt == "wia":
             from holmes.errors import ConfigError
 
             raise ConfigError("--world-size does not apply to --from wia (sizes come from its meta yaml)")
         options["world_size"] = args.world_size
+    from holmes.adapters.build import check_output
+
+    check_output(args.job, args.overwrite, src=args.src)  # before parsing: never clobber, never inside SRC
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvertWarning)
         out = convert(args.fmt, args.src, args.job, overwrite=args.overwrite, **options)

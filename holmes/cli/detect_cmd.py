@@ -27,15 +27,40 @@ def parse_ranks(text: str | None, world_size: int) -> list[int] | None:
     if text is None:
         return None
     try:
-        out = parse_int_ranges(text)
-    except ValueError:
-        raise ConfigError(f"--ranks {text!r}: expected comma-separated ranks or ranges, e.g. 0,3,8-11") from None
-    bad = sorted(r for r in out if not 0 <= r < world_size)
-    if bad:
-        raise ConfigError(f"--ranks: rank {bad[0]} is outside world_size {world_size}")
+        out = parse_int_ranges(text, lo=0, hi=world_size)
+    except ValueError as exc:
+        shown = text if len(text) <= 60 else text[:57] + "..."
+        raise ConfigError(f"--ranks {shown!r}: {exc} (expected comma-separated ranks or ranges inside "
+                          f"world_size {world_size}, e.g. 0,3,8-11)") from None
     if not out:
         raise ConfigError("--ranks lists no rank")
     return out
+
+
+def _plain(t: pa.Table) -> pa.Table:
+    """Dictionary-encoded columns decoded to their value type (ranks may differ in encoding)."""
+    for i, f in enumerate(t.schema):
+        if pa.types.is_dictionary(f.type):
+            t = t.set_column(i, pa.field(f.name, f.type.value_type, nullable=f.nullable),
+                             t.column(i).cast(f.type.value_type))
+    return t
+
+
+def _concat(tables: list[pa.Table], ranks: list[int]) -> pa.Table:
+    """One table from every rank's scored ops, whatever their extra columns and encodings."""
+    if len({t.schema for t in tables}) == 1:
+        return pa.concat_tables(tables)
+    plain = [_plain(t) for t in tables]
+    try:
+        return pa.concat_tables(plain, promote_options="permissive")
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as exc:
+        base = plain[0].schema
+        for r, t in zip(ranks, plain):
+            for f in t.schema:
+                if f.name in base.names and base.field(f.name).type != f.type:
+                    raise ConfigError(f"rank {r}: extra column '{f.name}' has type {f.type}, rank {ranks[0]} has "
+                                      f"{base.field(f.name).type}; the ranks cannot go into one file") from None
+        raise ConfigError(f"the ranks' tables cannot go into one file: {exc}") from None
 
 
 def add_parser(p: argparse.ArgumentParser) -> None:
@@ -43,13 +68,19 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--ranks", metavar="R,...", help="ranks to score (e.g. 0,3,8-11); default: every rank")
     p.add_argument("--model", metavar="M", help="detector model (NAME, NAME.json); default: the shipped model")
     p.add_argument("--threshold", type=float, help="flag ops with score >= this (default: the model's)")
-    p.add_argument("--out", required=True, metavar="FILE.parquet", help="output parquet file")
+    p.add_argument("--out", required=True, metavar="FILE.parquet",
+                   help="output parquet file (never inside JOB; an existing file needs --overwrite)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
 
 
 def run(args: argparse.Namespace) -> int:
     from holmes.detect import JobContext, OperatorDetector, load_default_detector
     from holmes.io import read_job
+    from holmes.io.outputs import atomic_file, check_output
 
+    # refuse a destructive output before any work: never inside the job, never over a file without --overwrite
+    inputs = [args.job] + ([args.model] if args.model else [])
+    check_output(args.out, inputs=[args.job], overwrite=args.overwrite, kind="file")
     job = read_job(args.job)
     det = OperatorDetector.load(args.model) if args.model else load_default_detector()
     if args.threshold is not None:
@@ -72,11 +103,9 @@ def run(args: argparse.Namespace) -> int:
                       .append_column("flagged", pa.array(flagged, pa.bool_())))
     if not tables:
         raise ConfigError(f"{args.job}: no rank to score")
-    schemas = {t.schema for t in tables}
-    out = pa.concat_tables(tables, promote_options="permissive") if len(schemas) > 1 else pa.concat_tables(tables)
+    out = _concat(tables, ranks)
     dest = Path(args.out)
-    if dest.parent and not dest.parent.exists():
-        raise ConfigError(f"--out {dest}: directory {dest.parent} does not exist")
-    pq.write_table(out, dest, compression="zstd")
+    with atomic_file(dest, inputs=inputs, overwrite=args.overwrite) as tmp:
+        pq.write_table(out, tmp, compression="zstd")
     sys.stderr.write(f"holmes detect: {out.num_rows} ops of {len(ranks)} rank(s), {n_flag} flagged -> {dest}\n")
     return 0

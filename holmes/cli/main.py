@@ -11,6 +11,7 @@ import argparse
 import importlib
 import logging
 import sys
+import warnings
 from collections.abc import Sequence
 
 from holmes import __version__
@@ -67,29 +68,60 @@ def _not_built(name: str):
     return run
 
 
+def _one_line(text: str, limit: int = 2000) -> str:
+    msg = " ".join(str(text).split())
+    return msg if len(msg) <= limit else msg[: limit - 3] + "..."
+
+
+def _fail(command: str, msg: str) -> int:
+    sys.stderr.write(f"holmes {command}: {_one_line(msg)}\n")
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``holmes`` command; returns the exit status.
+
+    0 on success; 2 with exactly one line on stderr for bad input (a :class:`HolmesError`, an
+    unreadable file, input nested too deeply, memory exhausted) and, as a last resort, for any
+    other failure (``internal error: ...``; ``-vv`` logs the traceback); 130 when interrupted.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
+    lg = logging.getLogger("holmes")
     if args.verbose:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        lg = logging.getLogger("holmes")
         lg.addHandler(handler)
         lg.setLevel(logging.DEBUG if args.verbose > 1 else logging.INFO)
+    elif not lg.handlers:
+        lg.addHandler(logging.NullHandler())  # no stray log lines next to the one-line error
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
+    command = args.command
     try:
-        return int(args._run(args) or 0)
+        with warnings.catch_warnings():
+            if not args.verbose:  # library warnings are in the output (convert) or the report
+                warnings.simplefilter("ignore")
+            return int(args._run(args) or 0)
     except HolmesError as exc:
-        msg = " ".join(str(exc).split())
-        sys.stderr.write(f"holmes {args.command}: {msg}\n")
-        return 2
+        return _fail(command, str(exc))
     except KeyboardInterrupt:
         sys.stderr.write("holmes: interrupted\n")
         return 130
     except BrokenPipeError:
         return 0
+    except RecursionError:
+        return _fail(command, "input nested too deeply to process")
+    except MemoryError:
+        return _fail(command, "out of memory while processing the input (see docs/limits.md)")
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        return _fail(command, f"{where}{exc.strerror or exc}")
+    except Exception as exc:  # noqa: BLE001 - the edge: never a traceback
+        lg.debug("internal error", exc_info=True)
+        return _fail(command, f"internal error: {type(exc).__name__}: {exc} (rerun with -vv for details; "
+                              "please report it)")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -44,9 +44,14 @@ def add_parser(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Simulate and write the job; prints a one-line JSON summary on stdout."""
+    from holmes.io.outputs import check_output
     from holmes.simulate import Workload
     from holmes.simulate.simulator import run_simulation
     from holmes.simulate.writer import write_result
+
+    # refuse a destructive output before simulating (the writer checks again and swaps the job in whole)
+    topo_inputs = [args.topology] if args.topology not in ("rail", "fat-tree") else []
+    check_output(args.out, inputs=topo_inputs, overwrite=args.overwrite, kind="job")
 
     w = Workload(micro_batches=args.micro_batches, layers_per_stage=args.layers_per_stage,
                  sequence_parallel=not args.no_sequence_parallel,

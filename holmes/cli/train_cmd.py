@@ -1,8 +1,13 @@
-"""``holmes train JOB... --out MODEL``: train a detector from labelled jobs (an ``abnormal`` column)."""
+"""``holmes train JOB... --out MODEL``: train a detector from labelled jobs (an ``abnormal`` column).
+
+``MODEL.json`` and ``MODEL.npz`` are refused when they exist (unless ``--overwrite``) or lie inside
+an input job, before any training; each is written to a temporary sibling and renamed into place.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from holmes.errors import ConfigError
@@ -21,14 +26,25 @@ def add_parser(p: argparse.ArgumentParser) -> None:
                    help="cross-rank context of the training rows: the whole job's, each rank's own, or "
                         "a mix (default; the model then serves holmes detect and lone rank tables)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--overwrite", action="store_true", help="replace an existing MODEL.json / MODEL.npz")
 
 
 def run(args: argparse.Namespace) -> int:
     from holmes.detect import OperatorDetector
     from holmes.detect.training import jobs_dataset
 
-    if args.n_estimators < 1 or args.max_depth < 1 or args.max_ranks < 1:
-        raise ConfigError("--n-estimators, --max-depth and --max-ranks must be >= 1")
+    if args.n_estimators < 1 or args.max_depth < 1 or args.max_ranks < 1 or args.min_samples_leaf < 1:
+        raise ConfigError("--n-estimators, --max-depth, --min-samples-leaf and --max-ranks must be >= 1")
+    if not 0.0 <= args.threshold <= 1.0:  # also refuses nan
+        raise ConfigError(f"--threshold {args.threshold} must lie in [0, 1]")
+    # refuse a destructive output before training: never over a model without --overwrite, never inside a job
+    from holmes.detect.model_io import model_paths
+    from holmes.io.outputs import check_output
+
+    if args.out.endswith(("/", os.sep)) or os.path.isdir(args.out):
+        raise ConfigError(f"--out {args.out}: is a directory; give a model path such as DIR/NAME")
+    for path in model_paths(args.out):
+        check_output(path, inputs=args.jobs, overwrite=args.overwrite, kind="file")
     X, y, _ = jobs_dataset(args.jobs, max_ranks=args.max_ranks, seed=args.seed, context=args.context)
     if X.shape[0] == 0:
         raise ConfigError("the jobs hold no operators")

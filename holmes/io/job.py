@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import tempfile
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
@@ -22,8 +23,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from holmes.errors import JobError, MissingRankError, ParseError, SchemaError
+from holmes.errors import ArgumentTypeError, ConfigError, JobError, MissingRankError, ParseError, SchemaError
+from holmes.io.limits import check_world_size, read_json_capped
 from holmes.io.models import JobMeta, TruthModel, load_model
+from holmes.io.outputs import replace_file_text
 from holmes.io.schema import SCHEMA_ID, iterations_table, validate_iterations, validate_ops
 
 if TYPE_CHECKING:
@@ -88,6 +91,13 @@ def derive_iterations(ops: pa.Table) -> pa.Table:
     return iterations_table(np.full(len(iters), rank, dtype=np.int32), iters, start, last)
 
 
+def _rank_arg(rank: Any) -> int:
+    """``rank`` as an int; a float, bool or string is an :class:`ArgumentTypeError` (not truncated)."""
+    if isinstance(rank, (bool, np.bool_)) or not isinstance(rank, (int, np.integer)):
+        raise ArgumentTypeError(f"rank must be an integer, not {type(rank).__name__} {rank!r}"[:200])
+    return int(rank)
+
+
 class _JobBase:
     """What every job offers, whatever stores its rows."""
 
@@ -141,7 +151,7 @@ class _JobBase:
         return name
 
     def check_rank(self, rank: int) -> int:
-        r = int(rank)
+        r = _rank_arg(rank)
         if r < 0 or r >= self.world_size:
             raise JobError(f"rank {r} is outside world_size {self.world_size}")
         return r
@@ -162,8 +172,16 @@ class Job(_JobBase):
     """A CommOps job directory opened for reading; see :func:`read_job`."""
 
     def __init__(self, path: str | os.PathLike[str], *, cache_size: int = 64) -> None:
+        if not isinstance(path, (str, os.PathLike)):
+            raise ArgumentTypeError(f"read_job: path must be a str or os.PathLike, not {type(path).__name__}")
+        if isinstance(cache_size, bool) or not isinstance(cache_size, (int, np.integer)) or cache_size < 1:
+            raise ConfigError(f"read_job: cache_size must be a positive integer, not {cache_size!r}")
         self.path = Path(path)
-        if not self.path.is_dir():
+        try:
+            is_dir = self.path.is_dir()
+        except (OSError, ValueError) as exc:
+            raise JobError(f"{self.path}: cannot open job directory: {exc}") from None
+        if not is_dir:
             raise JobError(f"{self.path}: not a job directory")
         super().__init__(load_model(self.path / "job.json", JobMeta, JobError))
         self._cache: OrderedDict[int, pa.Table] = OrderedDict()
@@ -268,9 +286,11 @@ class Job(_JobBase):
             p = self.path / "topology.json"
             if not p.is_file():
                 return None
+            from holmes.errors import TopologyError
             from holmes.topology.cluster import ClusterTopology
 
-            self._topology = ClusterTopology.load(p)
+            data = read_json_capped(p, error=TopologyError, what="topology file")
+            self._topology = ClusterTopology.from_dict(data, source=str(p))
         return self._topology
 
     @property
@@ -373,31 +393,27 @@ def read_job(path: str | os.PathLike[str], *, cache_size: int = 64) -> Job:
     return Job(path, cache_size=cache_size)
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=path.suffix)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 class JobWriter:
-    """Write a job directory rank by rank, ``job.json`` last (so a half-written job is not a job).
+    """Write a job directory rank by rank: built in a temporary sibling, swapped in whole on close.
+
+    Files go to :attr:`staging` (a ``.holmes-tmp-*`` sibling of ``path``); :meth:`close` writes
+    ``job.json`` last and swaps the directory into place (see :func:`holmes.io.outputs.staged_directory`),
+    so an interrupted write never leaves a half-new job, and ``overwrite`` replaces an old job
+    whole (nothing of it survives beside the new files). Leaving the ``with`` block on an
+    exception, or :meth:`abort`, deletes the staging directory and leaves ``path`` untouched.
 
     Parameters
     ----------
     path : path-like
         Target directory. It must not exist or be empty, unless ``overwrite=True``; a writer never
-        touches a directory that holds something else than a job.
+        replaces a directory that holds something else than a job.
     meta : JobMeta or dict
         The contents of ``job.json``.
     overwrite : bool, default False
-        Replace the files of an existing job directory.
+        Replace an existing job directory.
     compression : str, default "zstd"
+    inputs : iterable of path-like, optional
+        What the caller reads; ``path`` may not lie inside (or contain) one of them.
 
     Examples
     --------
@@ -414,19 +430,24 @@ class JobWriter:
     """
 
     def __init__(self, path: str | os.PathLike[str], meta: JobMeta | Mapping[str, Any], *,
-                 overwrite: bool = False, compression: str = "zstd") -> None:
+                 overwrite: bool = False, compression: str = "zstd",
+                 inputs: Iterable[str | os.PathLike[str]] = ()) -> None:
+        from holmes.io.outputs import TMP_PREFIX, OutputError, check_output
+
+        if not isinstance(path, (str, os.PathLike)):
+            raise ConfigError(f"job path must be a path, not {type(path).__name__}")
         self.path = Path(path)
         self.meta = meta if isinstance(meta, JobMeta) else JobMeta.model_validate(dict(meta))
+        check_world_size(self.meta.world_size, f"{self.path}/job.json")
         self.compression = compression
-        if self.path.exists():
-            if not self.path.is_dir():
-                raise JobError(f"{self.path}: exists and is not a directory")
-            entries = [e for e in os.listdir(self.path)]
-            if entries and not overwrite:
-                raise JobError(f"{self.path}: directory is not empty (pass overwrite=True to replace a job)")
-            if entries and overwrite and not (self.path / "job.json").is_file() and "ranks" not in entries:
-                raise JobError(f"{self.path}: not a job directory; refusing to overwrite it")
-        (self.path / "ranks").mkdir(parents=True, exist_ok=True)
+        self.overwrite = bool(overwrite)
+        try:
+            check_output(self.path, inputs=inputs, overwrite=self.overwrite, kind="job")
+        except OutputError as exc:
+            raise JobError(str(exc)) from None
+        parent = Path(os.path.realpath(os.path.abspath(self.path))).parent
+        self.staging = Path(tempfile.mkdtemp(dir=parent, prefix=f"{TMP_PREFIX}{self.path.name}."))
+        (self.staging / "ranks").mkdir()
         self._comm_ids = None if self.meta.communicators is None else set(self.meta.communicators)
         self.ranks_written: set[int] = set()
         self._closed = False
@@ -437,18 +458,38 @@ class JobWriter:
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
         if exc_type is None:
             self.close()
+        else:
+            self.abort()
+
+    def __del__(self) -> None:  # a writer dropped without close leaves no staging directory
+        try:
+            if not self._closed:
+                self.abort()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    def abort(self) -> None:
+        """Delete what was staged; ``path`` stays as it was."""
+        self._closed = True
+        shutil.rmtree(self.staging, ignore_errors=True)
 
     def _check_rank(self, rank: int) -> int:
-        r = int(rank)
+        r = _rank_arg(rank)
         if r < 0 or r >= self.meta.world_size:
             raise JobError(f"rank {r} is outside world_size {self.meta.world_size}")
         return r
 
+    def staged_path(self, *parts: str) -> Path:
+        """Where a file of the job is written before the swap (``staged_path("ranks", name)``)."""
+        if self._closed:
+            raise JobError(f"{self.path}: writer is closed")
+        return self.staging.joinpath(*parts)
+
     def write_ops(self, rank: int, table: pa.Table) -> Path:
-        """Validate and write one rank's ops; returns the file written."""
+        """Validate and write one rank's ops; returns the file written (in the staging directory)."""
         r = self._check_rank(rank)
         t = validate_ops(table, f"rank {r}", world_size=self.meta.world_size, rank=r, comm_ids=self._comm_ids)
-        p = self.path / "ranks" / rank_filename(r)
+        p = self.staged_path("ranks", rank_filename(r))
         pq.write_table(t, p, compression=self.compression)
         self.ranks_written.add(r)
         return p
@@ -456,37 +497,46 @@ class JobWriter:
     def write_iterations(self, rank: int, table: pa.Table) -> Path:
         r = self._check_rank(rank)
         t = validate_iterations(table, f"iterations of rank {r}")
-        d = self.path / "iterations"
+        d = self.staged_path("iterations")
         d.mkdir(exist_ok=True)
         p = d / rank_filename(r)
         pq.write_table(t, p, compression=self.compression)
         return p
 
     def write_topology(self, topology: Any) -> Path:
-        p = self.path / "topology.json"
-        topology.save(p)
+        p = self.staged_path("topology.json")
+        replace_file_text(p, json.dumps(topology.to_dict(), indent=1, allow_nan=False) + "\n")
         return p
 
     def write_truth(self, truth: TruthModel | Mapping[str, Any]) -> Path:
         model = truth if isinstance(truth, TruthModel) else TruthModel.model_validate(dict(truth))
-        p = self.path / "truth.json"
-        _atomic_write_text(p, json.dumps(model.model_dump(by_alias=True, mode="json"), indent=2) + "\n")
+        p = self.staged_path("truth.json")
+        replace_file_text(p, json.dumps(model.model_dump(by_alias=True, mode="json"), indent=2, allow_nan=False) + "\n")
         return p
 
     def close(self) -> Path:
-        """Write ``job.json``; returns the job directory."""
+        """Write ``job.json`` (last) and swap the staged directory into place; returns the job directory."""
         if not self._closed:
-            _atomic_write_text(self.path / "job.json", json.dumps(self.meta.to_json_dict(), indent=2) + "\n")
+            from holmes.io.outputs import _swap_in
+
+            try:
+                replace_file_text(self.staging / "job.json",
+                                  json.dumps(self.meta.to_json_dict(), indent=2, allow_nan=False) + "\n")
+                _swap_in(self.staging, Path(os.path.realpath(os.path.abspath(self.path))), self.overwrite)
+            except BaseException:
+                self.abort()
+                raise
             self._closed = True
         return self.path
 
 
 def write_job(path: str | os.PathLike[str], meta: JobMeta | Mapping[str, Any], ops: Mapping[int, pa.Table] | Iterable[tuple[int, pa.Table]],
               *, iterations: Mapping[int, pa.Table] | None = None, topology: Any = None,
-              truth: TruthModel | Mapping[str, Any] | None = None, overwrite: bool = False) -> Path:
+              truth: TruthModel | Mapping[str, Any] | None = None, overwrite: bool = False,
+              inputs: Iterable[str | os.PathLike[str]] = ()) -> Path:
     """Write a whole job directory at once; see :class:`JobWriter`."""
     items = ops.items() if isinstance(ops, Mapping) else ops
-    with JobWriter(path, meta, overwrite=overwrite) as w:
+    with JobWriter(path, meta, overwrite=overwrite, inputs=inputs) as w:
         for r, t in items:
             w.write_ops(r, t)
         for r, t in (iterations or {}).items():

@@ -60,6 +60,12 @@ class JobMeta(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> "JobMeta":
+        from holmes.io.limits import max_world_size
+
+        cap = max_world_size()
+        if self.world_size > cap:
+            raise ValueError(f"world_size {self.world_size} exceeds the cap of {cap} ranks "
+                             "(raise HOLMES_MAX_WORLD_SIZE for a larger job; see docs/limits.md)")
         if self.parallel is None and self.communicators is None:
             raise ValueError("job.json needs 'communicators' or 'parallel' (or both)")
         if self.communicators:
@@ -106,17 +112,14 @@ def format_validation_error(exc: ValidationError) -> str:
 
 def load_model(path: Path, model: type[BaseModel], error: type[Exception] = JobError) -> Any:
     """Parse a JSON file into ``model``, raising ``error`` that names the file and the bad keys."""
-    try:
-        raw = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise error(f"{path}: file not found") from None
-    except OSError as exc:
-        raise error(f"{path}: cannot read: {exc.strerror}") from None
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise error(f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    from holmes.io.limits import read_json_capped
+
+    data = read_json_capped(path, error=error, what=path.name)
+    if not isinstance(data, dict):
+        raise error(f"{path}: expected a JSON object, got {type(data).__name__}")
     try:
         return model.model_validate(data)
     except ValidationError as exc:
         raise error(f"{path}: {format_validation_error(exc)}") from None
+    except RecursionError:
+        raise error(f"{path}: nested too deeply") from None

@@ -17,7 +17,9 @@ from typing import Any
 
 from holmes.errors import JobError
 from holmes.io.job import read_job
+from holmes.io.limits import read_json_capped
 from holmes.io.models import JobMeta
+from holmes.io.outputs import replace_file_text
 from holmes.logger.recorder import COMMS_DIR
 
 __all__ = ["finalize_job"]
@@ -93,9 +95,12 @@ def finalize_job(out_dir: str | os.PathLike[str], world_size: int | None = None,
         sides = {}
         for r, p in found.items():
             try:
-                sides[r] = json.loads(p.read_text(encoding="utf-8"))
-            except (OSError, ValueError) as exc:
-                raise JobError(f"{p}: unreadable communicator sidecar of rank {r}: {exc}") from None
+                side = read_json_capped(p, error=JobError, what="communicator sidecar")
+            except JobError as exc:
+                raise JobError(f"unreadable communicator sidecar of rank {r}: {exc}") from None
+            if not isinstance(side, dict):
+                raise JobError(f"{p}: communicator sidecar of rank {r} is not a JSON object")
+            sides[r] = side
         ws = world_size
         if ws is None:
             reported = [int(s["world_size"]) for s in sides.values() if s.get("world_size")]
@@ -135,9 +140,8 @@ def finalize_job(out_dir: str | os.PathLike[str], world_size: int | None = None,
     except Exception as exc:  # pydantic ValidationError
         raise JobError(f"{out / 'job.json'}: merged metadata is invalid: {exc}") from None
     path = out / "job.json"
-    tmp = path.with_name(".job.json.partial")
-    tmp.write_text(json.dumps(model.to_json_dict(), indent=1, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, path)
+    # a temporary sibling renamed into place: readers see no job.json or a complete one
+    replace_file_text(path, json.dumps(model.to_json_dict(), indent=1, sort_keys=True, allow_nan=False))
     if validate:
         job = read_job(out)
         for r in range(job.world_size):

@@ -6,7 +6,8 @@ and written one rank at a time (a thread pool overlaps building with pyarrow's c
 which releases the GIL), so memory stays bounded by the compact result, not the tables.
 
 The directory, ``job.json``, ``topology.json`` and ``truth.json`` go through
-:class:`holmes.io.JobWriter`. Rank files are written here with tuned parquet options
+:class:`holmes.io.JobWriter`: the job is built in a temporary sibling directory and swapped in
+whole once complete, so an interrupted run leaves the old job (or nothing), never a mix. Rank files are written here with tuned parquet options
 (``DELTA_BINARY_PACKED`` for the monotone integer columns, dictionaries only for ``comm_id`` and
 ``op``, no statistics) -- 2-3x faster and smaller than ``JobWriter.write_ops``' defaults. Tables
 are correct by construction; the first rank's table is still checked with
@@ -77,16 +78,10 @@ def write_result(res, out: str | os.PathLike[str], *, overwrite: bool = False, t
     ``compression`` is any parquet codec pyarrow knows (lz4: fastest; zstd: smallest).
     """
     meta = res.meta()
+    # everything goes to a staging sibling that replaces ``out`` whole on close (job.json last)
     writer = JobWriter(out, meta, overwrite=overwrite)
-    it_dir = Path(out) / "iterations"
-    if it_dir.is_dir():
-        for p in it_dir.glob("rank-*.parquet"):
-            p.unlink()
-    ranks_dir = Path(out) / "ranks"
-    for p in ranks_dir.glob("rank-*.parquet"):
-        if int(p.name[5:10]) >= res.world_size:
-            p.unlink()  # left over from an overwritten, larger job
-
+    ranks_dir = writer.staged_path("ranks")
+    it_dir = writer.staged_path("iterations")
     it_dir.mkdir(exist_ok=True)
     validate_ops(rank_table(res, 0), "simulated rank 0", world_size=res.world_size, rank=0,
                  comm_ids=meta.communicators)
@@ -99,15 +94,19 @@ def write_result(res, out: str | os.PathLike[str], *, overwrite: bool = False, t
                        write_statistics=False)
 
     W = res.world_size
-    if threads > 1 and W > 1:
-        with ThreadPoolExecutor(max_workers=threads) as ex:
-            for _ in ex.map(one, range(W), chunksize=64):
-                pass
-    else:
-        for r in range(W):
-            one(r)
-    writer.write_topology(res.topology)
-    writer.write_truth(res.truth())
+    try:
+        if threads > 1 and W > 1:
+            with ThreadPoolExecutor(max_workers=threads) as ex:
+                for _ in ex.map(one, range(W), chunksize=64):
+                    pass
+        else:
+            for r in range(W):
+                one(r)
+        writer.write_topology(res.topology)
+        writer.write_truth(res.truth())
+    except BaseException:
+        writer.abort()
+        raise
     path = writer.close()
     log.info("wrote %s: %d ranks x %d iterations", path, W, res.iterations)
     return path
