@@ -26,19 +26,39 @@ __all__ = ["build_job", "check_output"]
 log = logging.getLogger(__name__)
 
 
+_I64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _int64_col(values: list[Any], rank: int, name: str, *, none: int | None = None) -> np.ndarray:
+    """A converted column as int64; a value that is not an integer inside int64 is a ConvertError."""
+    try:
+        vals = values if none is None else [none if v is None else v for v in values]
+        arr = np.array(vals, dtype=np.int64)
+    except (OverflowError, TypeError, ValueError):
+        bad = next((v for v in values if not isinstance(v, (int, np.integer)) or not _I64[0] <= int(v) <= _I64[1]), None)
+        raise ConvertError(f"rank {rank}: column '{name}' holds {bad!r}, not an integer inside int64"[:300]) from None
+    if arr.size and (arr.min() == _I64[0] or arr.max() == _I64[1]):
+        raise ConvertError(f"rank {rank}: column '{name}' holds an int64 extreme (a sentinel, not a value)")
+    return arr
+
+
 def _rank_table(rows: RankRows, notes: Notes) -> pa.Table:
     c = rows.cols
     n = len(rows)
     op = np.array(c["op"], dtype=object)
-    peer = np.array([-1 if p is None else int(p) for p in c["peer"]], dtype=np.int64)
+    peer = _int64_col(c["peer"], rows.rank, "peer", none=-1)
     comm = np.array(c["comm_id"], dtype=object)
-    it = np.array(c["iteration"], dtype=np.int64)
-    start = np.array(c["start_ns"], dtype=np.int64)
-    end = np.array(c["end_ns"], dtype=np.int64)
-    given = np.array([-1 if s is None else int(s) for s in c["seq"]], dtype=np.int64)
+    it = _int64_col(c["iteration"], rows.rank, "iteration")
+    start = _int64_col(c["start_ns"], rows.rank, "start_ns")
+    end = _int64_col(c["end_ns"], rows.rank, "end_ns")
+    given = _int64_col(c["seq"], rows.rank, "seq", none=-1)
+    nbytes = _int64_col(c["nbytes"], rows.rank, "nbytes", none=0)
+    if peer.size and (peer.max() >= max_world_size() or peer.min() < -1):
+        bad = int(peer.max()) if peer.max() >= max_world_size() else int(peer.min())
+        raise ConvertError(f"rank {rows.rank}: column 'peer' holds rank {bad} outside the world")
     # issue order = (iteration, start_ns, input order); op_index restarts every iteration
     order = np.lexsort((np.arange(n), start, it))
-    op, peer, comm, it, start, end, given = (x[order] for x in (op, peer, comm, it, start, end, given))
+    op, peer, comm, it, start, end, given, nbytes = (x[order] for x in (op, peer, comm, it, start, end, given, nbytes))
     bad = end < start
     if bad.any():
         notes.warn(f"rank {rows.rank}: {int(bad.sum())} op(s) end before they start; end_ns set to start_ns")
@@ -48,8 +68,7 @@ def _rank_table(rows: RankRows, notes: Notes) -> pa.Table:
     cols: dict[str, Any] = dict(
         rank=pa.array(np.full(n, rows.rank, dtype=np.int32)), iteration=pa.array(it), op_index=pa.array(op_index.astype(np.int32)),
         comm_id=pa.array(comm.tolist(), type=pa.string()), seq=pa.array(seq), op=pa.array(op.tolist(), type=pa.string()),
-        peer=pa.array(peer.astype(np.int32), mask=peer < 0), nbytes=pa.array(np.array([0 if b is None else int(b) for b in
-                                                                                           np.array(c["nbytes"], dtype=object)[order]], dtype=np.int64)),
+        peer=pa.array(peer.astype(np.int32), mask=peer < 0), nbytes=pa.array(nbytes),
         start_ns=pa.array(start), end_ns=pa.array(end))
     for name in c:
         if name in RankRows.BASE:

@@ -132,16 +132,25 @@ def read_fr_dump(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _nbytes(sizes: Any, dtypes: Any) -> int:
+    """Bytes of a list of tensor shapes; 0 when unknown; an impossible size (negative, beyond int64)
+    makes the entry malformed (skipped and counted)."""
     if not isinstance(sizes, (list, tuple)):
         return 0
     total = 0
     for i, shape in enumerate(sizes):
         dt = dtypes[i] if isinstance(dtypes, (list, tuple)) and i < len(dtypes) else None
         width = DTYPE_BYTES.get(str(dt).lower(), 0)
-        try:
-            total += math.prod(int(x) for x in shape) * width
-        except (TypeError, ValueError):
+        if not isinstance(shape, (list, tuple)):
             continue
+        try:
+            dims = [int(x) for x in shape]
+        except (TypeError, ValueError, OverflowError):
+            continue
+        if any(d < 0 or d >= 1 << 62 for d in dims):
+            raise _BadField(f"tensor size {shape!r} is negative or beyond int64"[:200])
+        total += math.prod(dims) * width
+        if total >= 1 << 62:
+            raise _BadField(f"tensor sizes {sizes!r} add up to more than int64 bytes"[:200])
     return total
 
 

@@ -7,9 +7,16 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from holmes.errors import ConvertError
+from holmes.io.limits import max_world_size
 from holmes.topology import kind_from_group_name
 
 __all__ = ["GroupRegistry"]
+
+
+def _rank(r: Any) -> int:
+    if isinstance(r, bool) or isinstance(r, float) and not r.is_integer():
+        raise TypeError(r)
+    return int(r)
 
 
 class GroupRegistry:
@@ -55,13 +62,23 @@ class GroupRegistry:
         key = str(key)
         if desc is not None and not isinstance(desc, str):
             desc = str(desc)
-        order = [int(r) for r in ranks]
+        where = f"{source}: " if source else ""
+        cap = max_world_size()
+        try:
+            order = [_rank(r) for r in ranks]
+        except (TypeError, ValueError, OverflowError):
+            raise ConvertError(f"{where}process group '{key}' has a rank that is not an integer: "
+                               f"{list(ranks)[:8]!r}"[:300]) from None
+        bad = [r for r in order if r < 0 or r >= cap]
+        if bad:
+            raise ConvertError(f"{where}process group '{key}' has rank {bad[0]} outside [0, {cap})")
+        if len(order) > cap:
+            raise ConvertError(f"{where}process group '{key}' lists more than {cap} ranks")
         members = sorted(set(order))
         if key in self._by_key:
             cid = self._by_key[key]
             g = self._groups[cid]
             if g["ranks"] != members:
-                where = f"{source}: " if source else ""
                 raise ConvertError(f"{where}process group '{key}' ({desc or g['name']}) has ranks {members} here "
                                    f"but {g['ranks']} elsewhere")
             if desc and not g["name"]:

@@ -31,6 +31,7 @@ from holmes.adapters.notes import Notes
 from holmes.adapters.opnames import normalize_op
 from holmes.adapters.rows import RankRows
 from holmes.errors import ConvertError, ParseError
+from holmes.io.limits import LimitError, json_depth, max_json_depth
 
 __all__ = ["convert_nccl_inspector", "read_inspector_log"]
 
@@ -52,6 +53,9 @@ def read_inspector_log(path: Path, notes: Notes) -> list[dict[str, Any]]:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ParseError(f"{path}: not UTF-8 text: {exc}") from None
+    cap = max_json_depth()
+    if text.count("{") + text.count("[") > cap and json_depth(text) > cap:
+        raise LimitError(f"{path}: JSON nested deeper than {cap} levels (see docs/limits.md)")
     dec = json.JSONDecoder()
     out: list[dict[str, Any]] = []
     i, n = 0, len(text)
@@ -62,6 +66,8 @@ def read_inspector_log(path: Path, notes: Notes) -> list[dict[str, Any]]:
             break
         try:
             obj, j = dec.raw_decode(text, i)
+        except RecursionError:
+            raise ParseError(f"{path}: JSON nested too deeply at line {text.count(chr(10), 0, i) + 1}") from None
         except json.JSONDecodeError as exc:
             line = text.count("\n", 0, exc.pos) + 1
             rest = text[i:]

@@ -16,13 +16,13 @@ cap                        default                       environment variable
 small JSON (job.json ...)  64 MiB                        ``HOLMES_MAX_JSON_BYTES``
 trace file read whole      1 GiB                         ``HOLMES_MAX_TRACE_BYTES``
 decompressed gzip stream   1 GiB                         ``HOLMES_MAX_TRACE_BYTES``
-world size / ranks         1,048,576                     ``HOLMES_MAX_WORLD_SIZE``
+world size / ranks         262,144                       ``HOLMES_MAX_WORLD_SIZE``
 JSON nesting depth         64                            ``HOLMES_MAX_JSON_DEPTH``
 ========================== ============================= ====================================
 
 Examples
 --------
->>> max_world_size() >= 1 << 20
+>>> max_world_size() >= 1 << 18
 True
 >>> check_world_size(8, "job.json")
 8
@@ -79,7 +79,7 @@ def max_trace_bytes() -> int:
 
 def max_world_size() -> int:
     """Cap on a world size (job.json, converter input) and on the ranks a range may name."""
-    return _env_int("HOLMES_MAX_WORLD_SIZE", 1 << 20)
+    return _env_int("HOLMES_MAX_WORLD_SIZE", 1 << 18)
 
 
 def max_json_depth() -> int:
