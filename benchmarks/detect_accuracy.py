@@ -2,7 +2,7 @@
 
 Part 1: F1 / precision / recall of the shipped RF, RF (Gini, entropy) trained here, 3-sigma, KNN,
 KNN+PCA and SVM, per scale bucket, on held-out jobs (seeds 9000.. of
-:func:`holmes.detect.training.random_scenario`, never used by the default model's training).
+:func:`holmes.simulate.scenarios.random_scenario`, never used by the default model's training).
 The bench-trained models all use the same training set (seeds 1000..1000+N_TRAIN-1); the two
 forests' thresholds are chosen on validation jobs (seeds 5000..5000+N_VAL-1). Every model
 but 3-sigma sees the cross-rank features of a :class:`holmes.detect.JobContext` built from every
@@ -28,10 +28,11 @@ from pathlib import Path
 
 import numpy as np
 
-from holmes.detect import (AutoTuner, FeatureBaseline, JobContext, OperatorDetector, ThreeSigmaDetector,
-                           load_default_detector, operator_features)
+from holmes.detect import AutoTuner, JobContext, OperatorDetector, load_default_detector, operator_features
+from holmes.eval.detect_baselines import FeatureBaseline, ThreeSigmaDetector
 from holmes.detect.features import DEFAULT_WINDOW
-from holmes.detect.training import best_threshold, f1_precision_recall as prf, jobs_dataset, labels, simulate_scenarios
+from holmes.detect.training import best_threshold, f1_precision_recall as prf, jobs_dataset, labels
+from holmes.simulate.scenarios import simulate_scenarios
 from holmes.io import read_job
 
 PAPER_FEATURES = ["dur_ms", "iter_ms", "win_mean_ms", "win_std_ms", "q1_ms", "q2_ms", "q3_ms", "iqr_ms",

@@ -1,6 +1,6 @@
 """``holmes detect`` with the shipped model on every rank of held-out simulated jobs: F1 against the labels.
 
-The jobs are :func:`holmes.detect.training.random_scenario` scenarios with seeds 9000.. (never used
+The jobs are :func:`holmes.simulate.scenarios.random_scenario` scenarios with seeds 9000.. (never used
 to train or tune the default model: training 1000..1139, validation 5000..5011). Each job goes
 through the real command, ``holmes detect JOB --out FILE`` (all ranks, the job's cross-rank
 context), and the ``flagged`` column of its output is scored against the ``abnormal`` labels.
@@ -30,7 +30,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from holmes.cli.main import main as holmes_main
-from holmes.detect.training import random_scenario, simulate_scenarios
+from holmes.simulate.scenarios import random_scenario, simulate_scenarios
 
 STRETCH_BINS = (1.1, 1.2, 1.3, 1.5, 2.0, np.inf)
 

@@ -41,7 +41,7 @@ import numpy as np
 
 import holmes
 from holmes.localize import localize
-from holmes.localize.baselines import RandomWalkLocalizer, SeerLikeLocalizer
+from holmes.eval.localize_baselines import RandomWalkLocalizer, SeerLikeLocalizer
 from holmes.simulate.scenarios import KINDS, PATTERNS, irregular_fault_job
 
 SIZES = {2048: dict(tp=8, pp=8, dp=32), 4096: dict(tp=8, pp=8, dp=64), 8192: dict(tp=8, pp=8, dp=128)}

@@ -2,7 +2,9 @@
 
 The pipeline (see ``DESIGN.md``): per-rank CommOps logs -> iteration monitor on a pivot rank ->
 abnormal-operator detector -> communication-operator graph search, fetching only the ranks it
-visits -> cross-iteration device ranking -> report.
+visits -> cross-iteration device ranking -> report with a verdict.
+
+The simulator is the subpackage :mod:`holmes.simulate` (``from holmes.simulate import simulate``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,11 @@ from holmes.errors import (ConfigError, ConvertError, HolmesError, JobError, Lay
                            ModelFormatError, NotFittedError, ParseError, SchemaError, TopologyError)
 from holmes.io import Job, JobMeta, JobWriter, MemoryJob, read_job, write_job
 
+# ``holmes.localize`` is the front-door function (the subpackage stays importable as a package:
+# ``from holmes.localize import GraphSearch``). Binding it after the subpackage import replaces the
+# attribute Python set to the module.
+from holmes.localize import Localizer, LocalizeParams, localize  # noqa: E402  (after io: no cycle)
+
 __version__ = "0.1.0"
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())
@@ -22,17 +29,5 @@ __all__ = [
     "HolmesError", "SchemaError", "ParseError", "JobError", "MissingRankError", "TopologyError",
     "LayoutError", "ConfigError", "NotFittedError", "ModelFormatError", "ConvertError",
     "Job", "JobMeta", "JobWriter", "MemoryJob", "read_job", "write_job",
-    "localize", "simulate",
+    "localize", "Localizer", "LocalizeParams",
 ]
-
-
-def __getattr__(name: str):  # lazy: keep ``import holmes`` light
-    if name == "localize":
-        from holmes.localize import localize
-
-        return localize
-    if name == "simulate":
-        from holmes.simulate import simulate
-
-        return simulate
-    raise AttributeError(f"module 'holmes' has no attribute {name!r}")

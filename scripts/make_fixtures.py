@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from holmes.simulate.fixtures import FIXTURES, make_fixtures  # noqa: E402
+from holmes.eval.fixtures import FIXTURES, make_fixtures  # noqa: E402
 
 LIMIT = 1 << 20
 

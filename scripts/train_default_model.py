@@ -1,6 +1,6 @@
 """Train the default detector shipped in holmes/detect/models/ from simulated jobs.
 
-Deterministic: the jobs are :func:`holmes.detect.training.random_scenario` scenarios (2D-6D
+Deterministic: the jobs are :func:`holmes.simulate.scenarios.random_scenario` scenarios (2D-6D
 hybrid-parallel shapes, 32-512 GPUs, 0-2 faults of every device kind and pattern, some with
 compute drift) with seeds
 
@@ -35,7 +35,8 @@ from pathlib import Path
 import numpy as np
 
 from holmes.detect import OperatorDetector
-from holmes.detect.training import best_threshold, f1_precision_recall as f1_parts, jobs_dataset, simulate_scenarios
+from holmes.detect.training import best_threshold, f1_precision_recall as f1_parts, jobs_dataset
+from holmes.simulate.scenarios import simulate_scenarios
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.ensemble import RandomForestClassifier
 
-from holmes.detect import (FEATURE_NAMES, AutoTuner, CompiledForest, DriftMonitor, FeatureBaseline,
-                           OperatorDetector, ThreeSigmaDetector, operator_features)
+from holmes.detect import (FEATURE_NAMES, AutoTuner, CompiledForest, DriftMonitor, OperatorDetector,
+                           operator_features)
+from holmes.eval.detect_baselines import FeatureBaseline, ThreeSigmaDetector
 from holmes.detect.features import DRIFT_FEATURES
 from holmes.errors import ConfigError, ModelFormatError, NotFittedError, SchemaError
 from holmes.io.schema import ops_table
@@ -605,7 +606,7 @@ def test_auto_tuner_first_period_is_the_baseline():
 
 
 def test_random_scenario_is_deterministic_and_kinds_focus_the_faults():
-    from holmes.detect.training import random_scenario
+    from holmes.simulate.scenarios import random_scenario
 
     assert random_scenario(17) == random_scenario(17)
     fabric = [random_scenario(s, kinds={"link": 1, "switch": 1}, p_fault_free=0.0) for s in range(40)]
@@ -628,3 +629,38 @@ def test_f1_and_best_threshold_on_validation_scores():
     assert t == 0.375 and t in THRESHOLD_GRID
     assert f1_precision_recall(y, proba >= t)[0] == 1.0
     assert best_threshold(y, proba, grid=[0.5, 0.9]) == 0.5
+
+
+def test_operator_detector_passes_the_scikit_learn_checks_that_apply():
+    """check_estimator over OperatorDetector: every check passes except those that fit on small
+    random matrices, which the detector refuses because it needs the 57 operator features."""
+    import warnings
+
+    from sklearn.utils.estimator_checks import check_estimator
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results = check_estimator(OperatorDetector(n_estimators=4), on_fail=None)
+    failed = {r["check_name"]: str(r["exception"]) for r in results if r["status"] == "failed"}
+    passed = [r["check_name"] for r in results if r["status"] == "passed"]
+    width = "needs the operator feature matrix"
+    other = {k: v for k, v in failed.items()
+             if f"expected {len(FEATURE_NAMES)}" not in v and k != "check_positive_only_tag_during_fit"}
+    assert other == {}, f"checks failing for another reason than the fixed feature width ({width}): {other}"
+    for name in ("check_parameters_default_constructible", "check_no_attributes_set_in_init",
+                 "check_get_params_invariance", "check_set_params", "check_estimators_unfitted",
+                 "check_classifiers_one_label", "check_all_zero_sample_weights_error"):
+        assert name in passed, name
+
+
+def test_operator_detector_validates_params_and_labels():
+    X = np.zeros((10, len(FEATURE_NAMES)), np.float32)
+    with pytest.raises(ConfigError, match="n_estimators"):
+        OperatorDetector(n_estimators=0).fit(X, np.arange(10) % 2 == 0)
+    with pytest.raises(ConfigError, match="one class"):
+        OperatorDetector(n_estimators=2).fit(X, np.zeros(10, bool))
+    with pytest.raises(NotFittedError) as info:
+        OperatorDetector().predict(X)
+    from sklearn.exceptions import NotFittedError as SkNotFitted
+
+    assert isinstance(info.value, SkNotFitted) and isinstance(info.value, ValueError)

@@ -201,15 +201,12 @@ def test_negative_seq_names_no_instance():
 @given(st.lists(st.tuples(st.integers(0, 5), st.floats(-1e3, 1e3)), min_size=1, max_size=60),
        st.lists(st.sampled_from([0.05, 0.1, 0.25, 0.5, 0.9]), min_size=1, max_size=3))
 def test_group_quantiles_match_numpy(rows, qs):
-    from holmes.detect.context import _group_quantiles
+    from holmes.stats import group_order, group_quantiles
 
     g = np.array([r[0] for r in rows])
     v = np.array([r[1] for r in rows])
-    order = np.argsort(g, kind="stable")
-    gs = g[order]
-    bounds = np.r_[0, np.flatnonzero(np.diff(gs)) + 1, len(g)].astype(np.int64)
-    out = np.empty((len(qs), len(g)))
-    _group_quantiles(v, order, bounds, np.array(qs), out)
+    order, bounds = group_order(g)
+    out = group_quantiles(v, order, bounds, qs)
     for j, q in enumerate(qs):
         for k in np.unique(g):
             want = np.median(v[g == k]) if q == 0.5 else np.quantile(v[g == k], q)

@@ -11,10 +11,26 @@ from holmes.detect import IterationMonitor, classify_episode, episodes, irregula
 from holmes.errors import ConfigError
 
 
-def test_delta_rule_against_previous_window_mean():
+def test_delta_rule_against_previous_window_low_percentile():
     d = [10.0, 10.0, 10.0, 11.5, 10.0, 10.9]
-    # 11.5 > 1.1 * 10; 10.9 vs mean(10, 11.5, 10)=10.5 -> 11.55: not irregular
+    # 11.5 > 1.1 * 10; 10.9 vs p10(10, 11.5, 10) = 10 -> 11.0: not irregular
     assert irregular_iterations(d, delta=1.1, window=3).tolist() == [False, False, False, True, False, False]
+    # a persistent slowdown filling the window stays irregular while one fast iteration is in it
+    d = [10.0, 10.0, 13.0, 13.0, 13.0]
+    assert irregular_iterations(d, delta=1.1, window=3).tolist() == [False, False, True, True, True]
+
+
+def test_one_rule_for_batch_and_streaming():
+    """localize's window rule and the streaming monitor are the same IrregularityRule."""
+    from holmes.detect import IrregularityRule, irregular_mask
+
+    d = np.array([10.0, 10.2, 9.9, 13.0, 10.1, 10.0])
+    rule = IrregularityRule(delta=1.2)
+    assert irregular_mask(d, 1.2).tolist() == rule.mask(d).tolist() == [False, False, False, True, False, False]
+    m = IterationMonitor(delta=1.2, window=len(d))
+    assert [m.update(x) for x in d] == [rule.is_irregular(x, d[:i]) for i, x in enumerate(d)]
+    with pytest.raises(ConfigError):
+        IrregularityRule(delta=1.0)
 
 
 def test_first_iteration_never_irregular_and_short_logs():

@@ -10,7 +10,8 @@ import holmes
 from holmes.cli.main import main
 from holmes.errors import ConfigError, JobError
 from holmes.io import write_job
-from holmes.localize import LabelDetector, Report, RobustDetector, localize
+from holmes.detect import LabelDetector, RobustDetector
+from holmes.localize import Report, localize
 
 from test_localize_synth import synth_job
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from holmes.io import MemoryJob
 from holmes.io.schema import ops_table
-from holmes.localize import COMPUTE, NETWORK, GraphSearch, JobSource, LabelDetector
+from holmes.detect import LabelDetector
+from holmes.localize import COMPUTE, NETWORK, GraphSearch, JobSource
 
 
 def _t(rank, rows):

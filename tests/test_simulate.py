@@ -13,10 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import holmes
+import holmes.simulate
 from holmes.cli.main import main as cli_main
 from holmes.errors import ConfigError, LayoutError
 from holmes.simulate import FaultSpec, Workload, active_factors, run_simulation
-from holmes.simulate.fixtures import FIXTURES, dir_size
+from holmes.eval.fixtures import FIXTURES, dir_size
 
 FIXTURES_DIR = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -188,9 +189,9 @@ def test_compute_fault_only_delays_waiting_peers_and_is_labelled():
 
 
 def test_same_seed_same_job_and_other_seed_differs(tmp_path):
-    a = holmes.simulate(tmp_path / "a", tp=2, pp=2, dp=2, iterations=4, seed=11, faults=["nic:3@spike*2"])
-    b = holmes.simulate(tmp_path / "b", tp=2, pp=2, dp=2, iterations=4, seed=11, faults=["nic:3@spike*2"])
-    c = holmes.simulate(tmp_path / "c", tp=2, pp=2, dp=2, iterations=4, seed=12, faults=["nic:3@spike*2"])
+    a = holmes.simulate.simulate(tmp_path / "a", tp=2, pp=2, dp=2, iterations=4, seed=11, faults=["nic:3@spike*2"])
+    b = holmes.simulate.simulate(tmp_path / "b", tp=2, pp=2, dp=2, iterations=4, seed=11, faults=["nic:3@spike*2"])
+    c = holmes.simulate.simulate(tmp_path / "c", tp=2, pp=2, dp=2, iterations=4, seed=12, faults=["nic:3@spike*2"])
     ja, jb, jc = holmes.read_job(a), holmes.read_job(b), holmes.read_job(c)
     for r in range(8):
         assert ja.ops(r).equals(jb.ops(r))
@@ -200,7 +201,7 @@ def test_same_seed_same_job_and_other_seed_differs(tmp_path):
 
 
 def test_job_directory_reads_back(tmp_path):
-    out = holmes.simulate(tmp_path / "job", tp=2, pp=2, dp=2, ep=2, iterations=3, seed=0,
+    out = holmes.simulate.simulate(tmp_path / "job", tp=2, pp=2, dp=2, ep=2, iterations=3, seed=0,
                           faults=["gpu:6@persistent:1*2", "switch:leaf-1@fluctuation*1.5"], drift=1e-3)
     job = holmes.read_job(out)
     assert job.world_size == 8 and job.layout.tp == 2
@@ -215,8 +216,8 @@ def test_job_directory_reads_back(tmp_path):
     meta = json.loads((out / "job.json").read_text())
     assert meta["parallel"]["ep"] == 2 and "communicators" in meta
     with pytest.raises(holmes.JobError):
-        holmes.simulate(out, tp=2, pp=2, dp=2, iterations=1)
-    holmes.simulate(out, tp=2, pp=1, dp=1, iterations=1, overwrite=True)
+        holmes.simulate.simulate(out, tp=2, pp=2, dp=2, iterations=1)
+    holmes.simulate.simulate(out, tp=2, pp=1, dp=1, iterations=1, overwrite=True)
     assert holmes.read_job(out).available_ranks() == [0, 1]
 
 

@@ -7,8 +7,9 @@ Prints the ranked devices, root causes and what was read; JSON on stdout with ``
 from __future__ import annotations
 
 import argparse
-import json
 import sys
+
+from holmes.localize.params import ANALYSES
 
 __all__ = ["add_parser", "run"]
 
@@ -29,8 +30,13 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", type=int, default=2, metavar="K", help="devices reported (default 2)")
     parser.add_argument("--delta", type=float, default=1.1, metavar="D",
                         help="an iteration is irregular above D times the reference (default 1.1)")
-    parser.add_argument("--detector", default="auto", metavar="NAME",
-                        help="auto (default), model, robust, or label (ground truth of generated jobs)")
+    parser.add_argument("--detector", default="auto", metavar="NAME|PATH",
+                        help="auto (default), model, robust, label (ground truth of generated jobs), "
+                             "or the path of a model written by holmes train")
+    parser.add_argument("--topology", default=None, metavar="FILE",
+                        help="topology.json of the cluster (default: the job's own, else a default cluster)")
+    parser.add_argument("--analysis", choices=ANALYSES, default="all",
+                        help="which analyses run (default all)")
     parser.add_argument("--method", choices=("map", "linear"), default="map", help="device accumulation")
     parser.add_argument("--alpha", type=float, default=1.0, help="strength of the Beta prior (default 1)")
     parser.add_argument("--max-iterations", type=int, default=None, metavar="N",
@@ -44,9 +50,9 @@ def run(args: argparse.Namespace) -> int:
 
     report = localize(args.job, pivot=args.pivot, window=args.window, top_k=args.top, delta=args.delta,
                       detector=args.detector, monitors=args.monitors, method=args.method, alpha=args.alpha,
-                      max_iterations=args.max_iterations)
+                      max_iterations=args.max_iterations, topology=args.topology, analysis=args.analysis)
     if args.format == "json":
-        sys.stdout.write(json.dumps(report.to_json(evidence=not args.no_evidence), indent=2) + "\n")
+        sys.stdout.write(report.dumps(evidence=not args.no_evidence) + "\n")
     else:
         sys.stdout.write(report.to_text() + "\n")
     return 0

@@ -38,6 +38,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from holmes.stats import excess_over_low
+
 __all__ = ["RankOps", "CommOpGraph", "OP_CODES"]
 
 log = logging.getLogger(__name__)
@@ -196,8 +198,8 @@ class RankOps:
         """
         if self._excess is None:
             gap = self.gap
-            self._excess = (_excess_over_reference(gap, self.op_index, quantile),
-                            _excess_over_reference(self.duration, self.op_index, quantile))
+            self._excess = (excess_over_low(gap, self.op_index, quantile),
+                            excess_over_low(self.duration, self.op_index, quantile))
         return self._excess
 
     def describe(self, row: int, comm_ids: list[str]) -> dict[str, Any]:
@@ -211,26 +213,6 @@ class RankOps:
         if self.abnormal is not None:
             d["abnormal"] = bool(self.abnormal[row])
         return d
-
-
-def _excess_over_reference(values: np.ndarray, groups: np.ndarray, quantile: float) -> np.ndarray:
-    """``max(0, values - ref[group])`` with ``ref`` the lower ``quantile`` of each group's values.
-
-    >>> _excess_over_reference(np.array([5, 7, 1, 9, 5]), np.array([0, 0, 1, 1, 0]), 0.0).tolist()
-    [0, 2, 0, 8, 0]
-    """
-    n = len(values)
-    if n == 0:
-        return np.zeros(0, dtype=np.int64)
-    order = np.lexsort((values, groups))
-    g = groups[order]
-    starts = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    sizes = np.diff(np.r_[starts, n])
-    pick = starts + np.floor(quantile * (sizes - 1)).astype(np.int64)
-    ref_sorted = np.repeat(values[order][pick], sizes)
-    ref = np.empty(n, dtype=values.dtype)
-    ref[order] = ref_sorted
-    return np.maximum(values - ref, 0).astype(np.int64)
 
 
 class CommOpGraph:

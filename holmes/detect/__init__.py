@@ -2,32 +2,39 @@
 
 Public pieces:
 
-* :class:`IterationMonitor`, :func:`irregular_iterations`, :func:`classify_episode` -- delta-irregularity
-  on a pivot rank and the kind of an irregular stretch (spike, fluctuation, persistent);
+* :class:`IrregularityRule`, :func:`irregular_mask`, :class:`IterationMonitor`,
+  :func:`irregular_iterations`, :func:`classify_episode` -- the one delta-irregularity rule (on a
+  finished window or streaming) and the kind of an irregular stretch (spike, fluctuation, persistent);
 * :func:`operator_features` / :data:`FEATURE_NAMES` -- per-operator features of one rank's table;
 * :class:`JobContext` -- cross-rank evidence (per-iteration and per-instance slowness over ranks)
   that lets the detector see faults too weak for one rank's log;
 * :class:`OperatorDetector` -- the random forest (compiled numba inference, JSON + npz model files),
   :func:`load_default_detector` -- the model shipped with Holmes;
-* :class:`DriftMonitor`, :class:`AutoTuner` -- drift auto-tuning by shifting split thresholds;
-* :class:`ThreeSigmaDetector`, :class:`FeatureBaseline` -- the paper's baselines.
+* :class:`RobustDetector` (no model), :class:`LabelDetector` (ground truth, for evaluation), the
+  :class:`Detector` protocol and :func:`resolve_detector` (a detector from a name or a model path);
+* :class:`DriftMonitor`, :class:`AutoTuner` -- drift auto-tuning by shifting split thresholds.
+
+The paper's baselines (3-sigma, KNN, SVM) are evaluation code: :mod:`holmes.eval.detect_baselines`.
 """
 
-from holmes.detect.baselines import BASELINES, FeatureBaseline, ThreeSigmaDetector
+from holmes.detect.autotune import AutoTuner
 from holmes.detect.context import CONTEXT_FEATURE_NAMES, JobContext
 from holmes.detect.detector import DEFAULT_MODEL, OperatorDetector, load_default_detector
-from holmes.detect.drift import AutoTuner, DriftMonitor, RetuneRecord
+from holmes.detect.drift import DriftMonitor, RetuneRecord
 from holmes.detect.features import DRIFT_FEATURES, FEATURE_NAMES, operator_features
 from holmes.detect.forest import CompiledForest
 from holmes.detect.model_io import load_model, save_model
-from holmes.detect.monitor import IterationMonitor, classify_episode, episodes, irregular_iterations
+from holmes.detect.monitor import (DEFAULT_DELTA, IrregularityRule, IterationMonitor, classify_episode, episodes,
+                                   irregular_iterations, irregular_mask)
+from holmes.detect.simple import Detector, LabelDetector, RobustDetector, resolve_detector
 from holmes.detect.training import job_dataset, jobs_dataset, rank_dataset
 
 __all__ = [
-    "IterationMonitor", "irregular_iterations", "classify_episode", "episodes",
+    "DEFAULT_DELTA", "IrregularityRule", "irregular_mask", "IterationMonitor", "irregular_iterations",
+    "classify_episode", "episodes",
     "FEATURE_NAMES", "DRIFT_FEATURES", "operator_features", "JobContext", "CONTEXT_FEATURE_NAMES",
     "OperatorDetector", "load_default_detector", "DEFAULT_MODEL", "CompiledForest", "save_model", "load_model",
+    "Detector", "LabelDetector", "RobustDetector", "resolve_detector",
     "DriftMonitor", "AutoTuner", "RetuneRecord",
-    "ThreeSigmaDetector", "FeatureBaseline", "BASELINES",
     "rank_dataset", "job_dataset", "jobs_dataset",
 ]

@@ -12,16 +12,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
+from holmes.stats import quantile_sorted
+
 _F32_MAX = np.float32(np.finfo(np.float32).max)
-
-
-@numba.njit(cache=True, nogil=True)
-def _quantile_sorted(a, m, q):
-    pos = q * (m - 1)
-    lo = int(np.floor(pos))
-    hi = min(lo + 1, m - 1)
-    frac = pos - lo
-    return a[lo] + (a[hi] - a[lo]) * frac
 
 
 _WBATCH = 32  # windows whose statistics are computed together (SIMD lanes across windows)
@@ -60,11 +53,11 @@ def _flush_windows(snap, m, nw, wstat, rat, best, ncand, first):
             wstat[1, w] += (snap[j, w] - wstat[0, w]) ** 2
     for w in range(nw):
         wstat[1, w] = np.sqrt(wstat[1, w] / m)
-        wstat[2, w] = _quantile_sorted(snap[:, w], m, 0.25)
-        wstat[3, w] = _quantile_sorted(snap[:, w], m, 0.5)
-        wstat[4, w] = _quantile_sorted(snap[:, w], m, 0.75)
+        wstat[2, w] = quantile_sorted(snap[:, w], m, 0.25)
+        wstat[3, w] = quantile_sorted(snap[:, w], m, 0.5)
+        wstat[4, w] = quantile_sorted(snap[:, w], m, 0.75)
         wstat[5, w] = snap[0, w]
-        wstat[6, w] = _quantile_sorted(snap[:, w], m, 0.10)
+        wstat[6, w] = quantile_sorted(snap[:, w], m, 0.10)
     if m < 2:
         for w in range(nw):
             wstat[7, w] = 0.0

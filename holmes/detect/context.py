@@ -61,13 +61,13 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-import numba
 import numpy as np
 import pyarrow as pa
 
 from holmes.detect._columns import codes_values, column
 from holmes.errors import SchemaError
 from holmes.io.schema import P2P_OPS
+from holmes.stats import MAD_SIGMA, group_medians, healthy_low
 
 __all__ = ["JobContext", "CONTEXT_FEATURE_NAMES", "log_slowness", "rank_context_features"]
 
@@ -93,51 +93,7 @@ CONTEXT_FEATURE_NAMES: tuple[str, ...] = (
 )
 
 _NEEDED = ("rank", "iteration", "op_index", "comm_id", "seq", "op", "peer", "start_ns", "end_ns")
-_Q25_Q05 = 0.9704  # (z(0.25) - z(0.05)) of the standard normal
-_MEDIAN = np.array([0.5])
-_HEALTHY_QS = np.array([0.1, 0.05, 0.25])
 _LR_CLIP = 9.0  # |log-slowness| bound (a factor of ~8000) so one broken row cannot dominate a mean
-
-
-@numba.njit(cache=True, nogil=True)
-def _group_quantiles(values, order, bounds, qs, out):  # pragma: no cover - compiled
-    """``out[j, i]`` = the ``qs[j]`` quantile of ``values`` over the rows of row i's group
-    (``order[bounds[g]:bounds[g+1]]``), interpolated linearly as ``np.quantile``; q = 0.5 is the
-    median computed as ``np.median`` does. Each group is sorted once for all the quantiles."""
-    for g in range(bounds.size - 1):
-        a = bounds[g]
-        c = bounds[g + 1] - a
-        tmp = np.empty(c)
-        for k in range(c):
-            tmp[k] = values[order[a + k]]
-        tmp.sort()
-        for j in range(qs.size):
-            q = qs[j]
-            if q == 0.5:
-                v = (tmp[(c - 1) // 2] + tmp[c // 2]) / 2.0
-            else:
-                x = q * (c - 1)
-                lo = int(np.floor(x))
-                hi = min(lo + 1, c - 1)
-                v = tmp[lo] + (tmp[hi] - tmp[lo]) * (x - lo)
-            for k in range(c):
-                out[j, order[a + k]] = v
-
-
-def _group_medians(values: np.ndarray, order: np.ndarray, bounds: np.ndarray, out: np.ndarray) -> None:
-    """``out[i]`` = median of ``values`` over the rows of row i's group."""
-    _group_quantiles(values, order, bounds, _MEDIAN, out.reshape(1, -1))
-
-
-def _healthy(values: np.ndarray, order: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, its group's 10th percentile and healthy spread ``(q25 - q05) / 0.97``: the normal-
-    equivalent sigma of the fast side. A fault only slows, so while it covers under ~3/4 of the
-    iterations (a fluctuation covers about half) the fast quarter is healthy, where the MAD is
-    inflated by the slow iterations."""
-    q = np.empty((3, values.size))
-    if values.size:
-        _group_quantiles(np.ascontiguousarray(values, dtype=np.float64), order, bounds, _HEALTHY_QS, q)
-    return q[0], (q[2] - q[1]) / _Q25_Q05
 
 
 class _RankView:
@@ -197,15 +153,15 @@ class _RankView:
         """Per row, the median of ``values`` over the rows of its position ``(op_index, comm_id, op)``."""
         out = np.empty(self.n)
         if self.n:
-            _group_medians(np.ascontiguousarray(values, dtype=np.float64), self.order, self.bounds, out)
+            group_medians(values, self.order, self.bounds, out)
         return out
 
     def healthy(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per row, the 10th percentile and the healthy spread (:func:`_healthy`) of ``values``
+        """Per row, the 10th percentile and the healthy spread (:func:`holmes.stats.healthy_low`) of ``values``
         over the rows of its position."""
         if self.n == 0:
             return np.zeros(0), np.zeros(0)
-        return _healthy(values, self.order, self.bounds)
+        return healthy_low(values, self.order, self.bounds)
 
     def log_slowness(self) -> np.ndarray:
         if self._lr is None:  # computed once: a lone rank adds itself, then reads its features
@@ -325,7 +281,7 @@ class _CommIterations:
             bounds = np.r_[0, np.flatnonzero(grp[1:] != grp[:-1]) + 1, keys.size].astype(np.int64)
             med, mad, low, healthy = _levels(mean, bounds)
             dev, rise = mean - med, mean - low
-            self._stats = (keys, dev, dev / (1.4826 * mad + 0.01), rise, rise / (healthy + 0.01))
+            self._stats = (keys, dev, dev / (MAD_SIGMA * mad + 0.01), rise, rise / (healthy + 0.01))
         return self._stats
 
     def lookup(self, keys: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -347,14 +303,14 @@ def _global_ids(ids: dict, keys: list, create: bool) -> np.ndarray:
 
 def _levels(values: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per row, its group's median, median absolute deviation, 10th percentile and healthy spread
-    (:func:`_healthy`; groups are the contiguous runs ``values[bounds[g]:bounds[g+1]]``): the usual
+    (:func:`holmes.stats.healthy_low`; groups are the contiguous runs ``values[bounds[g]:bounds[g+1]]``): the usual
     and the healthy level over iterations, and the spread of the healthy ones."""
     order = np.arange(values.size, dtype=np.int64)
     med, mad = np.empty(values.size), np.empty(values.size)
     if values.size:
-        _group_medians(values, order, bounds, med)
-        _group_medians(np.abs(values - med), order, bounds, mad)
-    low, healthy = _healthy(values, order, bounds)
+        group_medians(values, order, bounds, med)
+        group_medians(np.abs(values - med), order, bounds, mad)
+    low, healthy = healthy_low(values, order, bounds)
     return med, mad, low, healthy
 
 
@@ -440,7 +396,7 @@ class JobContext:
             m = self._it_sum / np.maximum(self._it_cnt, 1)
             med, mad, low, healthy = (float(a[0]) if m.size else 0.0
                                       for a in _levels(m, np.array([0, m.size], np.int64)))
-            self._stats = (m, med, max(1.4826 * mad, 1e-3), low, max(healthy, 1e-3))
+            self._stats = (m, med, max(MAD_SIGMA * mad, 1e-3), low, max(healthy, 1e-3))
         return self._stats
 
     def features(self, ops: pa.Table) -> np.ndarray:
@@ -470,7 +426,7 @@ class JobContext:
         # positions are far noisier than others, e.g. a reduce-scatter after uneven compute)
         dev = inst - v.median(inst)
         out[:, 5] = dev
-        out[:, 6] = dev / (1.4826 * v.median(np.abs(dev)) + 0.01)
+        out[:, 6] = dev / (MAD_SIGMA * v.median(np.abs(dev)) + 0.01)
         low_i, healthy_i = v.healthy(inst)
         out[:, 13] = (inst - low_i) / (healthy_i + 0.01)
         own = v.log_slowness()

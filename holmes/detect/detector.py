@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import functools
 import logging
+import numbers
 import os
 from collections.abc import Iterable, Sequence
 from importlib import resources
@@ -34,6 +35,10 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 from sklearn.base import BaseEstimator, ClassifierMixin
+from sklearn.exceptions import NotFittedError as SklearnNotFittedError
+from sklearn.utils._param_validation import Interval, InvalidParameterError, StrOptions
+from sklearn.utils.multiclass import check_classification_targets
+from sklearn.utils.validation import check_array, check_is_fitted, column_or_1d
 
 from holmes.detect.context import CONTEXT_FEATURE_NAMES, JobContext
 from holmes.detect.drift import STATS, DriftMonitor, RetuneRecord, column_stat
@@ -42,7 +47,7 @@ from holmes.detect.forest import CompiledForest
 from holmes.detect.model_io import load_model, save_model
 from holmes.errors import ConfigError, ModelFormatError, NotFittedError
 
-__all__ = ["OperatorDetector", "load_default_detector", "DEFAULT_MODEL"]
+__all__ = ["OperatorDetector", "DetectorNotFittedError", "load_default_detector", "DEFAULT_MODEL"]
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +56,10 @@ DEFAULT_MODEL = "default"
 
 _PARAMS = ("n_estimators", "criterion", "max_depth", "min_samples_leaf", "max_features", "max_samples", "class_weight",
            "threshold", "window", "features", "random_state", "n_jobs")
+
+
+class DetectorNotFittedError(NotFittedError, SklearnNotFittedError):
+    """An :class:`OperatorDetector` used before ``fit``: both Holmes's and scikit-learn's error."""
 
 
 class OperatorDetector(ClassifierMixin, BaseEstimator):
@@ -87,6 +96,24 @@ class OperatorDetector(ClassifierMixin, BaseEstimator):
         Only after an in-process ``fit`` (not stored in model files).
     """
 
+    _parameter_constraints: dict = {
+        "n_estimators": [Interval(numbers.Integral, 1, None, closed="left")],
+        "criterion": [StrOptions({"gini", "entropy", "log_loss"})],
+        "max_depth": [Interval(numbers.Integral, 1, None, closed="left"), None],
+        "min_samples_leaf": [Interval(numbers.Integral, 1, None, closed="left"),
+                             Interval(numbers.Real, 0.0, 1.0, closed="neither")],
+        "max_features": [Interval(numbers.Integral, 1, None, closed="left"),
+                         Interval(numbers.Real, 0.0, 1.0, closed="right"), StrOptions({"sqrt", "log2"}), None],
+        "max_samples": [None, Interval(numbers.Integral, 1, None, closed="left"),
+                        Interval(numbers.Real, 0.0, 1.0, closed="right")],
+        "class_weight": [StrOptions({"balanced", "balanced_subsample"}), dict, None],
+        "threshold": [Interval(numbers.Real, 0.0, 1.0, closed="both")],
+        "window": [Interval(numbers.Integral, 2, None, closed="left")],
+        "features": ["array-like", None],
+        "random_state": ["random_state"],
+        "n_jobs": [numbers.Integral, None],
+    }
+
     def __init__(self, n_estimators: int = 64, criterion: str = "gini", max_depth: int | None = 14,
                  min_samples_leaf: int = 2, max_features: Any = "sqrt", max_samples: Any = None,
                  class_weight: Any = None,
@@ -115,10 +142,7 @@ class OperatorDetector(ClassifierMixin, BaseEstimator):
         return np.array([FEATURE_NAMES.index(f) for f in self.features], dtype=np.int64)
 
     def _select(self, X: np.ndarray) -> np.ndarray:
-        X = np.asarray(X, dtype=np.float32)
-        if X.ndim != 2 or X.shape[1] != len(FEATURE_NAMES):
-            raise ConfigError(f"feature matrix has shape {X.shape}; expected (n, {len(FEATURE_NAMES)}) "
-                              "as produced by holmes.detect.operator_features")
+        X = _check_width(np.asarray(X, dtype=np.float32))
         if not hasattr(self, "feature_idx_"):
             cols = self._columns()
         else:
@@ -129,17 +153,30 @@ class OperatorDetector(ClassifierMixin, BaseEstimator):
         """Train on a full feature matrix (columns :data:`FEATURE_NAMES`) and boolean labels."""
         from sklearn.ensemble import RandomForestClassifier
 
-        if self.criterion not in ("gini", "entropy", "log_loss"):
-            raise ConfigError(f"criterion must be gini, entropy or log_loss (got {self.criterion!r})")
-        if not 0.0 <= float(self.threshold) <= 1.0:
-            raise ConfigError(f"threshold must lie in [0, 1] (got {self.threshold!r})")
+        try:
+            self._validate_params()
+        except InvalidParameterError as exc:
+            raise ConfigError(f"OperatorDetector: {exc}") from None
         cols = self._columns()
-        X = np.asarray(X, dtype=np.float32)
-        y = np.asarray(y).astype(bool).ravel()
-        if X.ndim != 2 or X.shape[1] != len(FEATURE_NAMES):
-            raise ConfigError(f"feature matrix has shape {X.shape}; expected (n, {len(FEATURE_NAMES)})")
-        if X.shape[0] != y.shape[0] or X.shape[0] == 0:
-            raise ConfigError(f"X has {X.shape[0]} rows and y {y.shape[0]}; need the same, non-zero")
+        try:
+            X = check_array(X, dtype=np.float32, ensure_min_samples=2)
+            y = column_or_1d(y, warn=True)
+            check_classification_targets(y)
+        except ValueError as exc:
+            raise ConfigError(f"OperatorDetector.fit: {exc}") from None
+        weighted = y
+        if sample_weight is not None:
+            sw = np.asarray(sample_weight, dtype=np.float64).ravel()
+            if sw.size == y.size and not np.any(sw > 0):
+                raise ConfigError("OperatorDetector.fit: every sample weight is zero")
+            weighted = y[sw > 0] if sw.size == y.size else y
+        if np.unique(weighted).size < 2:
+            raise ConfigError(f"OperatorDetector.fit: the (weighted) labels hold one class only: a detector "
+                              "needs both normal and abnormal operators to learn from")
+        X = _check_width(X)
+        if X.shape[0] != y.shape[0]:
+            raise ConfigError(f"X has {X.shape[0]} rows and y {y.shape[0]}; need the same")
+        y = y.astype(bool)
         Xs = np.ascontiguousarray(X[:, cols])
         rf = RandomForestClassifier(n_estimators=self.n_estimators, criterion=self.criterion,
                                     max_depth=self.max_depth, min_samples_leaf=self.min_samples_leaf,
@@ -173,8 +210,11 @@ class OperatorDetector(ClassifierMixin, BaseEstimator):
 
     # ------------------------------------------------------------------ prediction
     def _check_fitted(self) -> None:
-        if not hasattr(self, "forest_"):
-            raise NotFittedError("this OperatorDetector is not fitted: call fit()/fit_jobs() or load a model")
+        try:
+            check_is_fitted(self, "forest_")
+        except SklearnNotFittedError:
+            raise DetectorNotFittedError("this OperatorDetector is not fitted: call fit()/fit_jobs() "
+                                         "or load a model") from None
 
     def compute_features(self, ops: pa.Table, *, iteration_times: Any = None,
                          context: JobContext | None = None) -> np.ndarray:
@@ -350,3 +390,12 @@ def load_default_detector(name: str = DEFAULT_MODEL) -> OperatorDetector:
     """
     forest, meta, src = _default_parts(name)
     return OperatorDetector._from_parts(forest, copy.deepcopy(meta), src)
+
+
+def _check_width(X: np.ndarray) -> np.ndarray:
+    """``X`` when it is the full feature matrix of :func:`operator_features`, else a ConfigError."""
+    if X.ndim != 2 or X.shape[1] != len(FEATURE_NAMES):
+        width = X.shape[1] if X.ndim == 2 else "?"
+        raise ConfigError(f"feature matrix has shape {X.shape}: X has {width} feature(s); expected "
+                          f"{len(FEATURE_NAMES)} (n, {len(FEATURE_NAMES)}) as produced by holmes.detect.operator_features")
+    return X

@@ -1,11 +1,17 @@
 """The iteration monitor: delta-irregularity on a pivot rank (paper section 3.1, Definition 1).
 
-An iteration is *irregular* when its duration is more than ``delta`` times the mean duration of
-the ``window`` iterations before it. The first iteration of a log has no history and is never
-irregular; iterations 1 .. window-1 are compared with the (shorter) history they have.
+**The one irregularity rule of Holmes** (:class:`IrregularityRule`): an iteration is *irregular*
+when its duration is more than ``delta`` times a robust reference, the ``quantile``-th percentile
+(default the 10th) of the reference durations. Unlike the paper's window mean, a low percentile
+stays on the fault-free level when a persistent slowdown or a fluctuation covers much of the
+reference. Every part of Holmes that calls an iteration irregular uses this rule:
 
-:class:`IterationMonitor` is the streaming form (one :meth:`~IterationMonitor.update` per
-iteration); :func:`irregular_iterations` is the vectorized batch form and gives the same flags.
+* :func:`irregular_mask` -- the reference is the analysed window itself (what
+  :func:`holmes.localize` and :class:`~holmes.detect.RobustDetector` use on a finished log);
+* :class:`IterationMonitor` / :func:`irregular_iterations` -- streaming: the reference is the
+  ``window`` iterations *before* each one (what a live monitor can know). The first iteration of a
+  log has no history and is never irregular.
+
 :func:`classify_episode` names the kind of an irregularity: an isolated ``"spike"``, a periodic
 ``"fluctuation"`` (Appendix B: a dominant DFT component) or a ``"persistent"`` degradation.
 """
@@ -15,35 +21,112 @@ from __future__ import annotations
 import logging
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
 from holmes.errors import ConfigError
 
-__all__ = ["IterationMonitor", "irregular_iterations", "classify_episode", "episodes"]
+__all__ = ["DEFAULT_DELTA", "IrregularityRule", "irregular_mask", "IterationMonitor", "irregular_iterations",
+           "classify_episode", "episodes"]
 
 log = logging.getLogger(__name__)
 
+DEFAULT_DELTA = 1.1
+"""The paper's delta: an iteration 10% longer than the reference is irregular."""
+
 
 def _check(delta: float, window: int) -> tuple[float, int]:
-    d = float(delta)
-    if not np.isfinite(d) or d <= 1.0:
-        raise ConfigError(f"delta must be a number > 1 (got {delta!r})")
+    d = _check_delta(delta)
     w = int(window)
     if w < 1 or w != window:
         raise ConfigError(f"window must be a positive integer (got {window!r})")
     return d, w
 
 
-class IterationMonitor:
-    """Streaming delta-irregularity detector for one (pivot) rank.
+def _check_delta(delta: float) -> float:
+    try:
+        d = float(delta)
+    except (TypeError, ValueError):
+        raise ConfigError(f"delta must be a number > 1 (got {delta!r})") from None
+    if not np.isfinite(d) or d <= 1.0:
+        raise ConfigError(f"delta must be a number > 1 (got {delta!r})")
+    return d
+
+
+@dataclass(frozen=True)
+class IrregularityRule:
+    """``duration > delta * percentile(reference, quantile)``.
 
     Parameters
     ----------
     delta : float, default 1.1
-        An iteration is irregular when it lasts more than ``delta`` x the window mean.
+        How much longer than the reference an irregular iteration lasts (> 1).
+    quantile : float, default 10
+        The reference percentile (0-100) of the reference durations.
+
+    Examples
+    --------
+    >>> rule = IrregularityRule(delta=1.1)
+    >>> rule.mask(np.array([10., 10.2, 9.9, 13., 10.1])).tolist()
+    [False, False, False, True, False]
+    >>> rule.is_irregular(11.5, [10.0, 10.4, 10.2])
+    True
+    """
+
+    delta: float = DEFAULT_DELTA
+    quantile: float = 10.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "delta", _check_delta(self.delta))
+        q = float(self.quantile)
+        if not 0.0 <= q <= 100.0:
+            raise ConfigError(f"quantile must be in [0, 100] (got {self.quantile!r})")
+        object.__setattr__(self, "quantile", q)
+
+    def reference(self, durations: Sequence[float] | np.ndarray) -> float:
+        """The reference duration of ``durations`` (nan when empty)."""
+        d = np.asarray(durations, dtype=np.float64)
+        return float(np.percentile(d, self.quantile)) if d.size else float("nan")
+
+    def is_irregular(self, duration: float, reference_durations: Sequence[float] | np.ndarray) -> bool:
+        """Whether one ``duration`` is irregular against ``reference_durations``."""
+        ref = self.reference(reference_durations)
+        return bool(np.isfinite(ref) and duration > self.delta * ref)
+
+    def mask(self, durations: Sequence[float] | np.ndarray) -> np.ndarray:
+        """Flags of ``durations`` against their own reference (the window is its own reference)."""
+        d = np.asarray(durations, dtype=np.float64)
+        if d.size == 0:
+            return np.zeros(0, dtype=bool)
+        return d > self.delta * self.reference(d)
+
+
+def irregular_mask(durations: Sequence[float] | np.ndarray, delta: float = DEFAULT_DELTA,
+                   quantile: float = 10.0) -> np.ndarray:
+    """Iterations longer than ``delta`` x the ``quantile``-th percentile of the same durations.
+
+    The batch form of :class:`IrregularityRule` on a finished window.
+
+    >>> irregular_mask(np.array([10., 10.2, 9.9, 13., 10.1]), 1.1).tolist()
+    [False, False, False, True, False]
+    """
+    return IrregularityRule(delta, quantile).mask(durations)
+
+
+class IterationMonitor:
+    """Streaming delta-irregularity detector for one (pivot) rank.
+
+    Each iteration is judged by :class:`IrregularityRule` against the ``window`` iterations before it.
+
+    Parameters
+    ----------
+    delta : float, default 1.1
+        An iteration is irregular when it lasts more than ``delta`` x the reference.
     window : int, default 20
-        How many preceding iterations form the reference mean.
+        How many preceding iterations form the reference.
+    quantile : float, default 10
+        The reference percentile of those iterations.
 
     Attributes
     ----------
@@ -54,7 +137,7 @@ class IterationMonitor:
     n_irregular : int
         Irregular iterations seen so far.
     reference : float
-        The window mean the last iteration was compared with (nan before the second iteration).
+        The reference the last iteration was compared with (nan before the second iteration).
 
     Examples
     --------
@@ -65,10 +148,11 @@ class IterationMonitor:
     (False, 1)
     """
 
-    def __init__(self, delta: float = 1.1, window: int = 20) -> None:
+    def __init__(self, delta: float = DEFAULT_DELTA, window: int = 20, quantile: float = 10.0) -> None:
         self.delta, self.window = _check(delta, window)
+        self.quantile = quantile
+        self._rule = IrregularityRule(self.delta, quantile)
         self._buf: deque[float] = deque(maxlen=self.window)
-        self._sum = 0.0
         self.irregular = False
         self.n_seen = 0
         self.n_irregular = 0
@@ -80,8 +164,7 @@ class IterationMonitor:
         if not np.isfinite(d) or d < 0:
             raise ConfigError(f"iteration duration must be a finite number >= 0 (got {duration!r})")
         if self._buf:
-            # recompute the sum from the buffer: exact, and equal to the batch form's arithmetic
-            self.reference = float(np.mean(np.fromiter(self._buf, dtype=np.float64)))
+            self.reference = self._rule.reference(np.fromiter(self._buf, dtype=np.float64))
             self.irregular = bool(d > self.delta * self.reference)
         else:
             self.reference = float("nan")
@@ -93,11 +176,16 @@ class IterationMonitor:
 
     def reset(self) -> None:
         """Forget the history."""
-        self.__init__(self.delta, self.window)  # type: ignore[misc]
+        self._buf.clear()
+        self.irregular = False
+        self.n_seen = 0
+        self.n_irregular = 0
+        self.reference = float("nan")
 
 
-def irregular_iterations(durations: Sequence[float] | np.ndarray, delta: float = 1.1, window: int = 20) -> np.ndarray:
-    """Batch delta-irregularity: ``out[i] = durations[i] > delta * mean(durations[i-window:i])``.
+def irregular_iterations(durations: Sequence[float] | np.ndarray, delta: float = DEFAULT_DELTA, window: int = 20,
+                         quantile: float = 10.0) -> np.ndarray:
+    """Batch form of :class:`IterationMonitor`: each iteration against the ``window`` before it.
 
     Parameters
     ----------
@@ -105,6 +193,7 @@ def irregular_iterations(durations: Sequence[float] | np.ndarray, delta: float =
         Iteration durations of one rank in iteration order (any unit).
     delta : float, default 1.1
     window : int, default 20
+    quantile : float, default 10
 
     Returns
     -------
@@ -117,6 +206,7 @@ def irregular_iterations(durations: Sequence[float] | np.ndarray, delta: float =
     [False, False, False, True, False, False]
     """
     delta, window = _check(delta, window)
+    rule = IrregularityRule(delta, quantile)
     d = np.asarray(durations, dtype=np.float64).ravel()
     if d.size and (not np.all(np.isfinite(d)) or np.any(d < 0)):
         raise ConfigError("iteration durations must be finite numbers >= 0")
@@ -124,21 +214,12 @@ def irregular_iterations(durations: Sequence[float] | np.ndarray, delta: float =
     out = np.zeros(n, dtype=bool)
     if n < 2:
         return out
-    idx = np.arange(1, n)
-    lo = np.maximum(idx - window, 0)
-    # windowed means of the preceding iterations: exactly the streaming monitor's arithmetic for
-    # logs of up to 4096 iterations, a cumulative sum (relative error ~1e-15) beyond
-    if n <= 4096:
-        ref = np.array([d[a:b].mean() for a, b in zip(lo, idx)])
-    else:
-        ref = _cum_mean(d, lo, idx)
-    out[1:] = d[1:] > delta * ref
+    if n > window:  # full windows: one vectorized percentile over a strided view
+        view = np.lib.stride_tricks.sliding_window_view(d[:-1], window)
+        out[window:] = d[window:] > delta * np.percentile(view, rule.quantile, axis=1)
+    for i in range(1, min(n, window + 1) if n > window else n):
+        out[i] = d[i] > delta * rule.reference(d[max(0, i - window):i])
     return out
-
-
-def _cum_mean(d: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    c = np.concatenate([[0.0], np.cumsum(d)])
-    return (c[hi] - c[lo]) / (hi - lo)
 
 
 def episodes(irregular: Sequence[bool] | np.ndarray) -> list[tuple[int, int]]:

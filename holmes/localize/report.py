@@ -7,14 +7,15 @@ a readable summary.
 
 Examples
 --------
->>> r = Report(devices=[DeviceScore("gpu:3", "gpu", 0.8)], world_size=8, fetched=[0, 3])
->>> r.top.id, r.to_json()["fetched_ranks"]
-('gpu:3', 2)
+>>> r = Report(devices=[DeviceScore("gpu:3", "gpu", 0.8)], world_size=8, fetched=[0, 3], verdict="culprit")
+>>> r.top.id, r.to_json()["fetched_ranks"], r.to_json()["verdict"]
+('gpu:3', 2, 'culprit')
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,17 +26,46 @@ __all__ = ["DeviceScore", "Report"]
 
 @dataclass(frozen=True)
 class DeviceScore:
-    """One ranked device: its id, kind, normalised score, the paper's I(d) and how many causes implicated it."""
+    """One ranked device.
+
+    Attributes
+    ----------
+    id, kind : str
+    score : float
+        Normalised score (the devices' scores of one report sum to 1).
+    index : float
+        The paper's I(d).
+    causes : int
+        How many root causes implicated it.
+    confidence : float or None
+        How sure the report is, in [0, 1], measured against the job's own noise (None where no
+        analysis measured it).
+    impact_pct : float or None
+        How much shorter the step would be without the device (None where not estimated).
+    evidence : tuple of str
+        The analyses that found it (``"irregular"``, ...).
+    """
 
     id: str
     kind: str
     score: float
     index: float = 0.0
     causes: int = 0
+    confidence: float | None = None
+    impact_pct: float | None = None
+    evidence: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "kind": self.kind, "score": round(self.score, 6), "index": round(self.index, 6),
-                "causes": self.causes}
+        return {"id": self.id, "kind": self.kind, "score": _num(self.score), "index": _num(self.index),
+                "causes": self.causes, "confidence": _num(self.confidence), "impact_pct": _num(self.impact_pct),
+                "evidence": list(self.evidence)}
+
+
+def _num(x: float | None) -> float | None:
+    """A JSON number rounded to 6 digits, or None for a missing or non-finite value."""
+    if x is None or not math.isfinite(x):
+        return None
+    return round(float(x), 6)
 
 
 @dataclass
@@ -44,6 +74,9 @@ class Report:
 
     Attributes
     ----------
+    verdict : {"culprit", "healthy", "inconclusive"}
+        ``culprit``: devices are named; ``healthy``: nothing to explain; ``inconclusive``:
+        something was irregular but no device could be named with confidence.
     devices : list of DeviceScore
         The top-K devices, best first.
     all_devices : list of DeviceScore
@@ -71,6 +104,7 @@ class Report:
     bytes_read: int = 0
     params: dict[str, Any] = field(default_factory=dict)
     iterations_without_cause: list[int] = field(default_factory=list)
+    verdict: str = "healthy"
 
     @property
     def top(self) -> DeviceScore | None:
@@ -86,6 +120,7 @@ class Report:
                 d.pop("evidence", None)
             causes.append(d)
         return {
+            "verdict": self.verdict,
             "devices": [d.to_json() for d in self.devices],
             "root_causes": causes,
             "irregular_iterations": list(self.irregular_iterations),
@@ -98,11 +133,14 @@ class Report:
             "pivots": list(self.pivots),
             "window": [self.window[0], self.window[-1]] if self.window else [],
             "iterations_without_cause": list(self.iterations_without_cause),
+            "slowdown": None,
+            "hang": None,
             "params": dict(self.params),
         }
 
     def dumps(self, **kw: Any) -> str:
-        return json.dumps(self.to_json(**kw), indent=2)
+        """:meth:`to_json` as strict JSON text (no NaN or Infinity)."""
+        return json.dumps(self.to_json(**kw), indent=2, allow_nan=False)
 
     def to_text(self, max_causes: int = 10) -> str:
         """A readable summary (what the CLI prints with ``--format text``)."""
@@ -111,11 +149,14 @@ class Report:
         lines.append(f"Holmes localization: {len(self.irregular_iterations)} irregular iteration(s) of {n_it} "
                      f"in the window; read {len(self.fetched)} of {self.world_size} ranks"
                      f" ({self.bytes_read / 1e6:.1f} MB)")
-        if not self.devices:
-            lines.append("No anomalous device found" + (" (no irregular iteration)" if not self.irregular_iterations
-                                                          else " (no root cause could be attributed)") + ".")
+        if self.verdict == "healthy":
+            lines.append("Verdict: healthy. No anomalous device found: nothing irregular to explain.")
+        elif not self.devices:
+            lines.append("Verdict: inconclusive. No anomalous device found"
+                         + (" (no root cause could be attributed)." if self.root_causes or self.irregular_iterations
+                            else "."))
         else:
-            lines.append("Most likely anomalous devices:")
+            lines.append(f"Verdict: {self.verdict}. Most likely anomalous devices:")
             for i, d in enumerate(self.devices, 1):
                 lines.append(f"  {i}. {d.id:<28} score {d.score:.3f}  ({d.causes} cause(s))")
         if self.root_causes:

@@ -1,6 +1,6 @@
 """The trace simulator: CommOps jobs of hybrid-parallel LLM training with injected faults.
 
-``holmes.simulate(out, tp=..., pp=..., dp=..., faults=[...])`` writes a job directory
+``holmes.simulate.simulate(out, tp=..., pp=..., dp=..., faults=[...])`` writes a job directory
 (``job.json`` with ``parallel`` and ``communicators``, ``ranks/``, ``iterations/``,
 ``topology.json``, ``truth.json``) whose rank files carry the ground-truth ``abnormal`` column.
 
@@ -9,13 +9,14 @@ with tp/cp/ep/dp/pp collectives), :mod:`~holmes.simulate.network` (ring transfer
 cluster topology), :mod:`~holmes.simulate.faults` (fault specs, spike/fluctuation/persistent
 patterns, drift), :mod:`~holmes.simulate.engine` (numba timing engine),
 :mod:`~holmes.simulate.simulator` (runs faulted and counterfactual passes, labels ops),
-:mod:`~holmes.simulate.writer` (tables and job directory), :mod:`~holmes.simulate.fixtures`
-(the small jobs under ``fixtures/``).
+:mod:`~holmes.simulate.writer` (tables and job directory), :mod:`~holmes.simulate.scenarios`
+(random training jobs, single-fault localization jobs).
 
 Examples
 --------
 >>> import tempfile, holmes
->>> job_dir = holmes.simulate(tempfile.mkdtemp() + "/job", tp=2, pp=2, dp=2, iterations=4,
+>>> from holmes.simulate import simulate
+>>> job_dir = simulate(tempfile.mkdtemp() + "/job", tp=2, pp=2, dp=2, iterations=4,
 ...                           faults=["gpu:5@persistent:2*3"])
 >>> job = holmes.read_job(job_dir)
 >>> job.world_size, job.truth.faults[0].iterations
@@ -25,8 +26,6 @@ Examples
 from __future__ import annotations
 
 import os
-import sys
-import types
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -102,16 +101,3 @@ def simulate(out: str | os.PathLike[str], *, tp: int = 1, pp: int = 1, dp: int =
     from holmes.simulate.writer import write_result
 
     return write_result(res, out, overwrite=overwrite, threads=threads)
-
-
-class _CallableModule(types.ModuleType):
-    """``holmes.simulate`` is both this package and the :func:`simulate` function: once the
-    package is imported, Python binds the attribute ``holmes.simulate`` to the module, which
-    shadows ``holmes.__getattr__``; making the module callable keeps ``holmes.simulate(...)``
-    working either way."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Path:
-        return simulate(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

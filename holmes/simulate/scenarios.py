@@ -1,4 +1,11 @@
-"""Localization scenarios: one fault of a given kind and pattern, strong enough to be irregular.
+"""Simulated scenarios: random training jobs for the detector, and single-fault jobs for localization.
+
+:func:`random_scenario` draws the keyword arguments of :func:`holmes.simulate.simulate` for one
+random training job (any shape of 2D-6D parallelism, 0-2 faults of any kind and pattern, drift);
+:func:`simulate_scenarios` writes many of them. ``scripts/train_default_model.py`` and the detector
+benchmarks train and test on these.
+
+**Localization scenarios**: one fault of a given kind and pattern, strong enough to be irregular.
 
 Holmes (like the paper) explains *delta-irregular* iterations: a fault that does not stretch an
 iteration on the monitored rank by ``delta`` (default 10%) is not a slowdown to explain. To
@@ -20,6 +27,7 @@ True
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +35,8 @@ import numpy as np
 
 from holmes.errors import ConfigError
 
-__all__ = ["KINDS", "PATTERNS", "BASE_FACTOR", "draw_fault_device", "pivot_irregularity", "irregular_fault_job"]
+__all__ = ["KINDS", "PATTERNS", "BASE_FACTOR", "draw_fault_device", "pivot_irregularity", "irregular_fault_job",
+           "random_scenario", "simulate_scenarios"]
 
 #: fault kinds a scenario can inject (``link`` = a cable between two switches)
 KINDS = ("gpu", "host", "nic", "nvswitch", "switch", "link")
@@ -64,9 +73,9 @@ def draw_fault_device(world: int, kind: str, seed: int, attempt: int = 0) -> str
 
 def pivot_irregularity(path: str | os.PathLike[str], pivot: int = 0) -> float:
     """Longest faulted iteration of ``pivot`` over its 10th-percentile iteration time."""
-    import holmes
+    from holmes.io import read_job
 
-    job = holmes.read_job(path)
+    job = read_job(path)
     its, dur = job.iteration_times(pivot)
     faulted = set()
     for f in job.truth.faults:
@@ -84,14 +93,14 @@ def irregular_fault_job(out: str | os.PathLike[str], cfg: dict[str, Any], kind: 
     An existing job at ``out`` that already meets ``min_ratio`` is reused when ``reuse``. If no
     draw reaches the ratio, the last job simulated is returned (check :func:`pivot_irregularity`).
     """
-    import holmes
+    from holmes.io import read_job
     from holmes.simulate import simulate
 
     if pattern not in PATTERNS:
         raise ConfigError(f"fault pattern {pattern!r} must be one of {', '.join(PATTERNS)}")
     out = Path(out)
     if reuse and (out / "job.json").is_file() and pivot_irregularity(out) >= min_ratio:
-        return out, holmes.read_job(out).truth.faults[0].device
+        return out, read_job(out).truth.faults[0].device
     world = int(cfg["tp"]) * int(cfg["pp"]) * int(cfg["dp"]) * int(cfg.get("cp", 1))
     dev = ""
     for attempt in range(max_attempts):
@@ -100,10 +109,91 @@ def irregular_fault_job(out: str | os.PathLike[str], cfg: dict[str, Any], kind: 
         for _ in range(max_doublings + 1):
             simulate(out, micro_batches=micro_batches, iterations=iterations, seed=seed,
                      faults=[f"{dev}@{pattern}*{factor:g}"], overwrite=True, **cfg)
-            crossing = holmes.read_job(out).truth.extra.get("transfer_groups_crossing", {})
+            crossing = read_job(out).truth.extra.get("transfer_groups_crossing", {})
             if kind not in ("gpu", "host") and crossing.get(dev, 1) == 0:
                 break  # no transfer uses this device: draw another
             if pivot_irregularity(out) >= min_ratio:
                 return out, dev
             factor *= 2
     return out, dev
+
+
+# ---------------------------------------------------------------------------- training scenarios
+_KIND_P = {"gpu": 0.30, "host": 0.05, "nic": 0.25, "link": 0.12, "nvswitch": 0.05, "switch": 0.23}
+
+
+def random_scenario(seed: int, *, min_gpus: int = 32, max_gpus: int = 512, iterations: tuple[int, int] = (30, 80),
+                    p_fault_free: float = 0.1, p_two_faults: float = 0.25, p_drift: float = 0.3,
+                    factor: tuple[float, float] = (1.15, 4.0), gpus_per_host: int = 8,
+                    kinds: dict[str, float] | None = None) -> dict[str, Any]:
+    """Keyword arguments of :func:`holmes.simulate.simulate` for one random training scenario.
+
+    Deterministic in ``seed``: a hybrid-parallel shape with 2 to 6 parallel dimensions (counting
+    micro-batching as one, like the paper's 2D-6D) and ``min_gpus`` .. ``max_gpus`` ranks, 0-2 faults
+    on any device kind (gpu, host, nic, link, nvswitch, switch) with any pattern (spike,
+    fluctuation, persistent) and a log-uniform factor, and sometimes compute drift. ``kinds`` maps
+    device kinds to their relative probability (default: every kind, GPUs and NICs most often); a
+    subset focuses the scenarios, e.g. ``{"link": 1, "switch": 1}`` for fabric faults only.
+
+    Examples
+    --------
+    >>> s = random_scenario(3)
+    >>> 32 <= s["tp"] * s["pp"] * s["dp"] * s["cp"] <= 512 and s["seed"] == 3
+    True
+    """
+    from holmes.topology import rail_optimized
+
+    rng = np.random.default_rng([seed, 7211])
+    while True:
+        tp = int(rng.choice([1, 2, 4, 8]))
+        pp = int(rng.choice([1, 2, 4, 8]))
+        cp = int(rng.choice([1, 1, 2]))
+        dp = int(rng.choice([1, 2, 4, 8, 16, 32]))
+        ep = int(rng.choice([e for e in (1, 1, 2, 4) if dp * cp * tp % e == 0 and e <= dp]))
+        world = tp * pp * dp * cp
+        dims = sum(x > 1 for x in (tp, pp, dp, cp, ep))
+        if min_gpus <= world <= max_gpus and dims >= 2 and tp * cp <= gpus_per_host * 2:
+            break
+    mb = int(max(pp, rng.choice([2, 4, 8])))
+    n_it = int(rng.integers(iterations[0], iterations[1] + 1))
+    u = rng.random()
+    n_faults = 0 if u < p_fault_free else (2 if u < p_fault_free + p_two_faults else 1)
+    topo = rail_optimized(-(-world // gpus_per_host) * gpus_per_host, gpus_per_host)
+    kp = _KIND_P if kinds is None else kinds
+    if not kp or any(k not in _KIND_P for k in kp) or any(not v >= 0 for v in kp.values()) or sum(kp.values()) <= 0:
+        raise ConfigError(f"kinds must map some of {sorted(_KIND_P)} to probabilities >= 0, not all 0 (got {kinds!r})")
+    kinds, probs = list(kp), np.array([float(v) for v in kp.values()])
+    faults = []
+    for _ in range(n_faults):
+        kind = str(rng.choice(kinds, p=probs / probs.sum()))
+        if kind in ("gpu", "nic"):
+            dev = f"{kind}:{int(rng.integers(world))}"
+        elif kind in ("host", "nvswitch"):
+            dev = f"{kind}:{int(rng.integers(-(-world // gpus_per_host)))}"
+        else:
+            devs = topo.devices(kind)
+            dev = str(devs[int(rng.integers(len(devs)))])
+        pat = str(rng.choice(["spike", "fluctuation", "persistent"]))
+        f = float(np.exp(rng.uniform(np.log(factor[0]), np.log(factor[1]))))
+        faults.append(f"{dev}@{pat}*{f:.3f}")
+    drift = float(rng.uniform(2e-4, 2e-3)) if rng.random() < p_drift else 0.0
+    return {"tp": tp, "pp": pp, "dp": dp, "ep": ep, "cp": cp, "micro_batches": mb, "iterations": n_it,
+            "seed": int(seed), "faults": tuple(faults), "drift": drift}
+
+
+def simulate_scenarios(root: str | os.PathLike[str], seeds: Iterable[int], *, reuse: bool = True,
+                       **scenario_kw: Any) -> list[Any]:
+    """Simulate :func:`random_scenario` jobs into ``root/job-<seed>``; returns their paths.
+
+    An existing complete job directory (``job.json`` present) is reused when ``reuse``.
+    """
+    from holmes.simulate import simulate
+
+    out = []
+    for s in seeds:
+        d = Path(root) / f"job-{int(s):05d}"
+        if not (reuse and (d / "job.json").is_file()):
+            kw = random_scenario(int(s), **scenario_kw)
+            simulate(d, overwrite=True, **kw)
+        out.append(d)
+    return out

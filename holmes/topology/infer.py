@@ -1,8 +1,7 @@
 """Process-group names -> communicator kinds, and inference of a :class:`ParallelLayout` from
 observed process groups (e.g. a Flight Recorder ``pg_config``).
 
-Both functions are also importable from :mod:`holmes.topology.layout` and
-:mod:`holmes.topology`.
+Both functions are also importable from :mod:`holmes.topology`.
 
 Examples
 --------

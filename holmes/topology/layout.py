@@ -50,10 +50,8 @@ Examples
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,8 +64,6 @@ __all__ = [
     "MEGATRON_GROUP_KINDS",
     "Communicator",
     "ParallelLayout",
-    "kind_from_group_name",
-    "infer_layout",
 ]
 
 logger = logging.getLogger(__name__)
@@ -182,19 +178,6 @@ def _masked_groups(sizes: Sequence[int], mask: Sequence[bool]) -> np.ndarray:
     axes = [n - 1 - i for i in reversed(unmasked)] + [n - 1 - i for i in reversed(masked)]
     group_size = int(np.prod([sizes[i] for i in masked])) if masked else 1
     return np.ascontiguousarray(grid.transpose(axes).reshape(world // group_size, group_size))
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic GC while building many small tuples (none of them cyclic): at 16k
-    ranks the collections it would trigger cost more than building the groups."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _check_degree(name: str, value: object) -> int:
@@ -378,8 +361,7 @@ class ParallelLayout:
                 arr = pp[:, cols]
             else:
                 arr = self._array(kind)
-            with _gc_paused():
-                out = list(map(tuple, arr.tolist()))
+            out = list(map(tuple, arr.tolist()))
             cache[("list", kind)] = out
         return list(out)
 
@@ -460,14 +442,13 @@ class ParallelLayout:
         out: dict[str, Communicator] = {}
         kinds = ["tp", "cp", "dp", "ep", "pp"] + (["edp"] if expert_data else [])
         make = Communicator._trusted
-        with _gc_paused():
-            for kind in kinds:
-                arr = self._array(_COMM_GROUP[kind])
-                if arr.shape[1] < 2:
-                    continue
-                ckind = "dp" if kind == "edp" else kind
-                for i, row in enumerate(self.groups(_COMM_GROUP[kind])):
-                    out[f"{kind}-{i}"] = make(ckind, row)
+        for kind in kinds:
+            arr = self._array(_COMM_GROUP[kind])
+            if arr.shape[1] < 2:
+                continue
+            ckind = "dp" if kind == "edp" else kind
+            for i, row in enumerate(self.groups(_COMM_GROUP[kind])):
+                out[f"{kind}-{i}"] = make(ckind, row)
         return out
 
     def coords(self, rank: int) -> dict[str, int]:
@@ -529,13 +510,3 @@ class ParallelLayout:
             out["etp"] = self.etp
         out["order"] = self.order
         return out
-
-
-def __getattr__(name: str) -> object:
-    # kind_from_group_name and infer_layout live in holmes.topology.infer (kept out of this
-    # module to keep it small); re-exported here lazily to avoid an import cycle.
-    if name in ("kind_from_group_name", "infer_layout"):
-        from holmes.topology import infer
-
-        return getattr(infer, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

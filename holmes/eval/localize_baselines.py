@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from holmes.errors import NotFittedError
-from holmes.localize.detectors import resolve_detector
+from holmes.detect.simple import resolve_detector
 from holmes.localize.ranking import network_devices
 from holmes.localize.sources import open_source
 

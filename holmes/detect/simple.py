@@ -1,4 +1,4 @@
-"""Abnormal-operator detectors as the localizer sees them.
+"""Detectors that need no model, the detector protocol, and the choice of a detector by name.
 
 The localizer needs one thing from a detector: ``predict_ops(ops_table) -> bool array``, one flag
 per row of a rank's CommOps table (the :class:`Detector` protocol; :class:`holmes.detect.OperatorDetector`
@@ -11,7 +11,8 @@ follows it). Two detectors live here:
   median duration of the same operator position (same ``op_index``, ``comm_id`` and ``op`` across
   the rank's iterations) by a relative ``margin`` and by ``k`` robust standard deviations (MAD).
 
-:func:`resolve_detector` maps a name ("auto", "model", "label", "robust") or an object to a detector.
+:func:`resolve_detector` maps a name ("auto", "model", "label", "robust"), a saved model's path
+or an object to a detector.
 
 Examples
 --------
@@ -28,12 +29,15 @@ Examples
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import pyarrow as pa
 
+from holmes.detect.monitor import DEFAULT_DELTA, IrregularityRule
 from holmes.errors import ConfigError, SchemaError
+from holmes.stats import robust_sigma
 
 __all__ = ["Detector", "LabelDetector", "RobustDetector", "resolve_detector"]
 
@@ -81,10 +85,9 @@ class RobustDetector:
     """Per-operator-position median/MAD rule over the rank's regular iterations; needs no model.
 
     The reference of an operator position (same ``op_index``, ``comm_id`` and ``op``) is the
-    median of its durations over the rank's *regular* iterations, those not longer than
-    ``delta`` times the 10th percentile of the rank's iteration times (so a persistent slowdown
-    covering most iterations does not become the reference), and its spread the MAD over the
-    same iterations. An operator is abnormal when it exceeds the reference by more than
+    median of its durations over the rank's *regular* iterations (:class:`IrregularityRule` with
+    ``delta``: so a persistent slowdown covering most iterations does not become the reference),
+    and its spread the MAD over the same iterations. An operator is abnormal when it exceeds the reference by more than
     ``margin`` (relative), ``k`` robust standard deviations (1.4826 x MAD) and ``min_excess_ns``.
 
     Parameters
@@ -93,9 +96,11 @@ class RobustDetector:
     k : float, default 5.0
     min_excess_ns : int, default 20000
     delta : float, default 1.1
+        The irregularity rule's delta; :func:`holmes.localize` passes its own.
     """
 
-    def __init__(self, margin: float = 0.15, k: float = 5.0, min_excess_ns: int = 20_000, delta: float = 1.1) -> None:
+    def __init__(self, margin: float = 0.15, k: float = 5.0, min_excess_ns: int = 20_000,
+                 delta: float = DEFAULT_DELTA) -> None:
         self.margin = margin
         self.k = k
         self.min_excess_ns = min_excess_ns
@@ -111,7 +116,7 @@ class RobustDetector:
             return np.ones(ops.num_rows, dtype=bool)
         body = dur[1:]  # the first iteration's start is unknown
         ok = np.ones(its.size, dtype=bool)
-        ok[1:] = body <= self.delta * np.percentile(body, 10)
+        ok[1:] = ~IrregularityRule(self.delta).mask(body)
         ok[0] = False
         if ok.sum() < 3:
             return np.ones(ops.num_rows, dtype=bool)
@@ -141,14 +146,14 @@ class RobustDetector:
                 ref = seg
             m = np.median(ref)
             base[lo:hi] = m
-            sigma[lo:hi] = 1.4826 * np.median(np.abs(ref - m))
+            sigma[lo:hi] = robust_sigma(ref)
         out = np.empty(n, dtype=bool)
         excess = ds - base
         out[order] = (excess > self.margin * base) & (excess > self.k * sigma) & (excess > self.min_excess_ns)
         return out
 
     def __repr__(self) -> str:
-        return f"RobustDetector(margin={self.margin}, k={self.k})"
+        return f"RobustDetector(margin={self.margin}, k={self.k}, delta={self.delta})"
 
 
 def _position_key(ops: pa.Table) -> np.ndarray:
@@ -165,31 +170,47 @@ def _position_key(ops: pa.Table) -> np.ndarray:
     return (idx * (len(comm.dictionary) + 1) + c) * 16 + o
 
 
-def resolve_detector(detector: Any = None) -> Any:
-    """A detector from a name or an object.
+def resolve_detector(detector: Any = None, *, delta: float = DEFAULT_DELTA) -> Any:
+    """A detector from a name, a saved model's path or an object.
 
-    ``None`` or ``"auto"``: the shipped model of :mod:`holmes.detect` when it can be loaded, else
-    :class:`RobustDetector`; ``"model"``: the shipped model (error if unavailable); ``"label"``:
-    :class:`LabelDetector`; ``"robust"``: :class:`RobustDetector`; an object with
-    ``predict_ops`` is returned unchanged.
+    ``None`` or ``"auto"``: the shipped model (:func:`holmes.detect.load_default_detector`) when it
+    can be loaded, else :class:`RobustDetector`; ``"model"``: the shipped model (error if
+    unavailable); ``"label"``: :class:`LabelDetector`; ``"robust"``: :class:`RobustDetector` judging
+    regular iterations with ``delta``; a path to a model written by ``holmes train`` /
+    :meth:`OperatorDetector.save`: that model; an object with ``predict_ops`` is returned unchanged.
+
+    >>> resolve_detector("robust", delta=1.3)
+    RobustDetector(margin=0.15, k=5.0, delta=1.3)
     """
-    if detector is not None and not isinstance(detector, str):
+    if detector is not None and not isinstance(detector, (str, os.PathLike)):
         if not hasattr(detector, "predict_ops"):
             raise ConfigError(f"detector {detector!r} has no predict_ops(ops) method")
         return detector
+    if isinstance(detector, os.PathLike) or (isinstance(detector, str) and _looks_like_path(detector)):
+        from holmes.detect.detector import OperatorDetector
+
+        return OperatorDetector.load(detector)
     name = (detector or "auto").lower()
     if name == "label":
         return LabelDetector()
     if name == "robust":
-        return RobustDetector()
+        return RobustDetector(delta=delta)
     if name in ("auto", "model"):
-        try:
-            from holmes.detect import load_default_detector  # type: ignore[attr-defined]
+        from holmes.detect.detector import load_default_detector
 
+        try:
             return load_default_detector()
         except Exception as exc:  # noqa: BLE001 - any failure to load the model falls back
             if name == "model":
                 raise ConfigError(f"the default detector model cannot be loaded: {exc}") from None
             log.info("default detector unavailable (%s); using RobustDetector", exc)
-            return RobustDetector()
-    raise ConfigError(f"unknown detector {detector!r}; expected auto, model, label or robust")
+            return RobustDetector(delta=delta)
+    raise ConfigError(f"unknown detector {detector!r}; expected auto, model, label, robust or a model path")
+
+
+def _looks_like_path(text: str) -> bool:
+    """A detector given as text names a saved model when it is not one of the names and exists
+    (with or without the ``.json`` of the model's metadata file) or has a path separator."""
+    if text.lower() in ("auto", "model", "label", "robust"):
+        return False
+    return os.sep in text or "/" in text or os.path.exists(text) or os.path.exists(text + ".json")

@@ -1,0 +1,176 @@
+"""The irregular analysis (the paper's Holmes, §4.3-4.4): explain the pivot's slow iterations.
+
+Its steps, as :class:`~holmes.localize.pipeline.Localizer` runs them:
+
+1. **select** -- the pivot's delta-irregular iterations in the window
+   (:class:`holmes.detect.IrregularityRule`), at most ``max_iterations`` of the most irregular;
+2. **gather** -- per chosen iteration, Algorithm 1 from the monitored ranks' abnormal operators
+   (:class:`~holmes.localize.search.GraphSearch`, fetching only the ranks it visits); per root
+   cause its irregularity rate R and the devices it implicates, after clearing devices crossed
+   quickly (:mod:`~holmes.localize.healthy`), the network probes (:mod:`~holmes.localize.probe`)
+   and the host probe (:mod:`~holmes.localize.host_probe`); network causes narrowed by coverage;
+3. **rank** -- MAP accumulation over the causes with the topology decay
+   (:class:`~holmes.localize.ranking.DeviceRanking`), hosts explained away by their GPUs.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from holmes.detect.monitor import IrregularityRule
+from holmes.errors import JobError
+from holmes.localize.healthy import HealthyPaths
+from holmes.localize.host_probe import HostProbe
+from holmes.localize.probe import NetworkProbe
+from holmes.localize.ranking import DeviceRanking, cause_devices, device_kind, irregularity_rate, narrow_by_coverage
+from holmes.localize.report import DeviceScore
+from holmes.localize.search import COMPUTE, GraphSearch, RootCause
+
+__all__ = ["IrregularAnalysis", "Selection", "Evidence"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Selection:
+    """What the irregular analysis explains: the pivot's window and its irregular iterations."""
+
+    window: np.ndarray            # iteration numbers of the analysed window
+    durations: np.ndarray         # the pivot's iteration durations over the window (ns)
+    irregular: np.ndarray         # the irregular iterations
+    chosen: np.ndarray            # those searched (all, or the most irregular ``max_iterations``)
+
+
+@dataclass
+class Evidence:
+    """What the search found: root causes and the devices each implicates."""
+
+    causes: list[RootCause] = field(default_factory=list)
+    implicated: list[list[str]] = field(default_factory=list)
+    without_cause: list[int] = field(default_factory=list)
+
+
+class IrregularAnalysis:
+    """Explain the pivot's delta-irregular iterations (select -> gather -> rank)."""
+
+    name = "irregular"
+
+    def select(self, run: Any) -> Selection:
+        """The window of the pivot's iterations and its irregular ones."""
+        p = run.params
+        search = run.search
+        if search.rank_ops(p.pivot) is None:
+            raise JobError(f"pivot rank {p.pivot}: {run.source.missing.get(p.pivot, 'log unavailable')}")
+        it_all, dur_all = _iteration_times(run.source, p.pivot)
+        its, durs = it_all[-p.window:], dur_all[-p.window:].astype(float)
+        irregular = its[IrregularityRule(p.delta).mask(durs)]
+        if len(its) < 5:
+            run.assume(f"only {len(its)} iteration(s) in the window: irregularity rates are unreliable")
+        chosen = irregular
+        if p.max_iterations is not None and len(irregular) > p.max_iterations:
+            sev = durs[np.isin(its, irregular)]
+            chosen = np.sort(irregular[np.argsort(-sev, kind="stable")[:p.max_iterations]])
+            run.assume(f"searched the {p.max_iterations} most irregular of {len(irregular)} irregular iterations")
+        if not len(irregular):
+            run.assume(f"no irregular iteration (delta={p.delta}) on pivot rank {p.pivot}: nothing to localize")
+        return Selection(its, durs, irregular, chosen)
+
+    def gather(self, run: Any, sel: Selection) -> Evidence:
+        """Root causes of the chosen iterations and the devices each implicates."""
+        p, search, topo = run.params, run.search, run.topology
+        ev = Evidence()
+        for it in sel.chosen.tolist():
+            starts = [s for piv in p.pivots for s in start_operators(search, piv, it, p.max_starts)]
+            found = search.search(it, starts) if starts else []
+            if not found:
+                ev.without_cause.append(it)
+            ev.causes += found
+        healthy = HealthyPaths(search.graph, topo) if p.exonerate else None
+        probe = NetworkProbe(search, topo, max_reads=p.probe_reads) if p.probe_reads > 0 else None
+        hprobe = HostProbe(search, topo, max_reads=p.host_reads) if p.include_host and p.host_reads > 0 else None
+        for c in ev.causes:
+            ro = search.graph.ranks[c.rank]
+            series = ro.position_series(int(ro.op_index[c.row]), sel.window, gap=c.cause == COMPUTE)
+            c.rate = irregularity_rate(series, sel.durations, max_lag=p.rate_lag)
+            ev.implicated.append(implicated_devices(c, ro, topo, healthy=healthy, hprobe=hprobe, probe=probe,
+                                                    include_host=p.include_host, min_share=p.exonerate_bytes,
+                                                    speedup=p.exonerate_speedup))
+        if p.narrow:
+            narrowed = narrow_by_coverage(ev.implicated, [c.rate for c in ev.causes],
+                                          [c.cause != COMPUTE for c in ev.causes])
+            for c, before, devs in zip(ev.causes, ev.implicated, narrowed):
+                if len(devs) < len(before):
+                    c.devices = devs
+            ev.implicated = narrowed
+        return ev
+
+    def rank(self, run: Any, ev: Evidence) -> list[DeviceScore]:
+        """Every implicated device, best first (MAP over the causes' rates, topology decay)."""
+        p, topo = run.params, run.topology
+        ranking = DeviceRanking(method=p.method, prior=p.prior, alpha=p.alpha, decay=topo.decay)
+        for c, devs in zip(ev.causes, ev.implicated):
+            ranking.add(devs, c.rate)
+        if p.include_host:
+            gpus_of: dict[str, list[str]] = {}
+            for d in ranking.sums:
+                if device_kind(d) == "gpu":
+                    gpus_of.setdefault(f"host:{topo.host_of(int(d.split(':', 1)[1]))}", []).append(d)
+            ranking.explain_away(gpus_of)
+        index = ranking.index()
+        return [DeviceScore(d, device_kind(d), s, index.get(d, 0.0), ranking.counts.get(d, 0), evidence=(self.name,))
+                for d, s in ranking.ranked()]
+
+
+def start_operators(search: GraphSearch, pivot: int, iteration: int, max_starts: int | None) -> list[tuple[int, int]]:
+    """The pivot's abnormal operators of ``iteration`` to search from, ``(rank, row)`` in start
+    order: all of them, or the ``max_starts`` that lasted longest beyond their usual duration."""
+    ro = search.rank_ops(pivot)
+    if ro is None:
+        return []
+    assert ro.abnormal is not None
+    lo, hi = ro.iteration_rows(iteration)
+    rows = np.arange(lo, hi)
+    rows = rows[ro.abnormal[rows]]
+    if max_starts is not None and rows.size > max_starts:
+        rows = rows[np.argsort(-ro.excess()[1][rows], kind="stable")[:max_starts]]
+    rows = rows[np.argsort(ro.start[rows], kind="stable")]
+    return [(pivot, int(r)) for r in rows]
+
+
+def implicated_devices(c: RootCause, ro: Any, topo: Any, *, healthy: HealthyPaths | None, hprobe: HostProbe | None,
+                       probe: NetworkProbe | None, include_host: bool, min_share: float, speedup: float) -> list[str]:
+    """Devices one root cause implicates, after clearing and probing (also set on ``c.devices``
+    when a probe narrowed them)."""
+    nb = int(ro.nbytes[c.row])
+    if c.cause == COMPUTE:
+        devs = cause_devices(c.cause, c.ranks, topo, include_host=include_host)
+        verdict = hprobe.verdict(c.ranks[0], c.iteration) if hprobe is not None and len(c.ranks) == 1 else None
+        if verdict is not None:
+            devs = [d for d in devs if device_kind(d) == verdict]
+            c.devices = devs
+        return devs
+    ex = None
+    if healthy is not None:
+        slow_speed = nb / max(int(ro.excess()[1][c.row]), 1)
+        ex = healthy.devices(c.iteration, nb * min_share, min_speed=speedup * slow_speed)
+    devs = cause_devices(c.cause, c.ranks, topo, include_host=include_host, exonerated=ex)
+    if probe is not None:
+        t0, t1 = int(ro.start[c.row]), int(ro.end[c.row])
+        devs = probe.refine(int(ro.iteration[c.row]), c.ranks, devs, window=(t0 - 2 * (t1 - t0), t1),
+                            min_fine_bytes=nb * min_share)
+        c.devices = devs
+    return devs
+
+
+def _iteration_times(src: Any, rank: int) -> tuple[np.ndarray, np.ndarray]:
+    got = src.iteration_times(rank)
+    exc = getattr(src, "errors", {}).get(rank) if got is None else None
+    if exc is not None:
+        raise exc  # the typed error naming the unreadable iterations/ops file
+    if got is None or len(got[0]) == 0:
+        raise JobError(f"pivot rank {rank}: no iterations in its log")
+    return np.asarray(got[0]), np.asarray(got[1])

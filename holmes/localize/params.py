@@ -1,0 +1,212 @@
+"""The parameters of a localization: one frozen, validated object, recorded whole in the report.
+
+:class:`LocalizeParams` is the single place where the defaults of :func:`holmes.localize` live and
+where every argument is checked. A bad value raises :class:`~holmes.errors.ConfigError` (also a
+``ValueError``) naming the parameter; :meth:`LocalizeParams.to_json` is what ``Report.params``
+holds.
+
+Examples
+--------
+>>> p = LocalizeParams(pivot=3, delta=1.2)
+>>> p.pivot, p.window, p.delta
+(3, 100, 1.2)
+>>> p.replace(top_k=5).top_k
+5
+>>> LocalizeParams(window=None)
+Traceback (most recent call last):
+...
+holmes.errors.ConfigError: localize: window: Input should be a valid integer (got None)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from holmes.detect.monitor import DEFAULT_DELTA
+from holmes.errors import ConfigError
+
+__all__ = ["LocalizeParams", "ANALYSES"]
+
+#: analyses a localization can run; ``"all"`` runs every one that applies to the job
+ANALYSES = ("irregular", "all")
+
+
+class LocalizeParams(BaseModel):
+    """Every parameter of :func:`holmes.localize` / :class:`~holmes.localize.Localizer`.
+
+    Parameters
+    ----------
+    analysis : {"all", "irregular"}, default "all"
+        Which analyses run. ``"irregular"`` explains the pivot's delta-irregular iterations (the
+        paper's Holmes); ``"all"`` runs every analysis this version has.
+    pivot : int, default 0
+        The monitored rank whose iteration times define the irregular iterations.
+    monitors : tuple of int, default ()
+        Extra monitored ranks; the search also starts from their abnormal operators.
+    window : int, default 100
+        T: the last ``window`` iterations of the pivot are analysed (>= 2).
+    top_k : int, default 2
+        Devices in ``Report.devices`` (>= 1).
+    delta : float, default 1.1
+        An iteration is irregular when it lasts more than ``delta`` times the reference
+        (:class:`holmes.detect.IrregularityRule`); the robust detector judges with the same delta.
+    detector : str, path or object, optional
+        ``"auto"`` (the shipped model, else the robust rule), ``"model"``, ``"label"`` (ground
+        truth, for evaluation), ``"robust"``, a model path written by ``holmes train``, or any
+        object with ``predict_ops`` (:func:`holmes.detect.resolve_detector`).
+    topology : ClusterTopology or path, optional
+        Defaults to the job's ``topology.json``, else a default rail-optimized cluster (recorded in
+        the assumptions).
+    prior : mapping, optional
+        p(d) per device kind (gpu, nic, link, switch, cpu, other).
+    alpha : float, default 1.0
+        Strength of the Beta prior (> 0).
+    max_iterations : int, optional
+        Search at most this many irregular iterations (the most irregular ones).
+    max_starts : int or None, default 4
+        Start operators per monitored rank and iteration: the abnormal ones that lasted longest
+        beyond their usual duration, searched in start order.
+    method : {"map", "linear"}, default "map"
+        Cross-iteration accumulation of the device evidence.
+    include_host : bool, default True
+        Compute causes also implicate the host (explained away by its most-blamed GPU).
+    exonerate : bool, default True
+        Leave out of a network cause the devices crossed quickly, in the same iteration, by
+        operators that ran normally (:mod:`holmes.localize.healthy`).
+    exonerate_bytes : float, default 1/16
+        Only operators moving at least this share of the cause operator's bytes clear a device.
+    exonerate_speedup : float, default 2.0
+        ... and only those at least this many times as fast as the cause operator.
+    probe_reads : int, default 64
+        Extra ranks the network probes may read (0 turns them off).
+    rate_lag : int, default 1
+        The irregularity rate R is the best Pearson correlation over lags 0 .. ``rate_lag``.
+    narrow : bool, default True
+        Narrow each network cause to its devices the other network causes implicate most.
+    late_ratio : float, default 0.5
+        A member's copy lasting at most this fraction of the searched operator marks it as the
+        late arriver even when the detector flagged it (0 trusts the detector alone).
+    host_reads : int, default 32
+        Extra ranks the host probe may read to tell a slow GPU from a slow host (0 turns it off).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    analysis: Literal["irregular", "all"] = "all"
+    pivot: int = Field(default=0, ge=0)
+    monitors: tuple[int, ...] = ()
+    window: int = Field(default=100, ge=2)
+    top_k: int = Field(default=2, ge=1)
+    delta: float = DEFAULT_DELTA
+    detector: Any = None
+    topology: Any = None
+    prior: dict[str, float] | None = None
+    alpha: float = Field(default=1.0, gt=0)
+    max_iterations: int | None = Field(default=None, ge=1)
+    max_starts: int | None = Field(default=4, ge=1)
+    method: Literal["map", "linear"] = "map"
+    include_host: bool = True
+    exonerate: bool = True
+    exonerate_bytes: float = Field(default=1 / 16, ge=0)
+    exonerate_speedup: float = Field(default=2.0, ge=0)
+    probe_reads: int = Field(default=64, ge=0)
+    rate_lag: int = Field(default=1, ge=0)
+    narrow: bool = True
+    late_ratio: float = Field(default=0.5, ge=0, le=1)
+    host_reads: int = Field(default=32, ge=0)
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise ConfigError(_one_line(exc)) from None
+
+    @field_validator("delta", "alpha", "exonerate_bytes", "exonerate_speedup", "late_ratio")
+    @classmethod
+    def _finite(cls, v: float) -> float:
+        if not math.isfinite(v):
+            raise ValueError("must be a finite number")
+        return v
+
+    @field_validator("delta")
+    @classmethod
+    def _delta(cls, v: float) -> float:
+        if not v > 1.0:
+            raise ValueError("must be > 1")
+        return v
+
+    @field_validator("monitors", mode="before")
+    @classmethod
+    def _monitors(cls, v: Any) -> Any:
+        if v is None:
+            return ()
+        if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
+            raise ValueError("must be a sequence of ranks")
+        return tuple(v)
+
+    @field_validator("prior")
+    @classmethod
+    def _prior(cls, v: dict[str, float] | None) -> dict[str, float] | None:
+        if v is not None and any(not (math.isfinite(x) and x >= 0) for x in v.values()):
+            raise ValueError("probabilities must be finite numbers >= 0")
+        return v
+
+    @field_validator("detector")
+    @classmethod
+    def _detector(cls, v: Any) -> Any:
+        if v is None or isinstance(v, (str, os.PathLike)) or hasattr(v, "predict_ops"):
+            return v
+        raise ValueError("must be a name, a model path or an object with predict_ops(ops)")
+
+    @field_validator("topology")
+    @classmethod
+    def _topology(cls, v: Any) -> Any:
+        if v is None or isinstance(v, (str, os.PathLike)) or hasattr(v, "decay"):
+            return v
+        raise ValueError("must be a ClusterTopology or the path of a topology.json")
+
+    @model_validator(mode="after")
+    def _ranks(self) -> "LocalizeParams":
+        if any(m < 0 for m in self.monitors):
+            raise ValueError("monitors: ranks must be >= 0")
+        return self
+
+    @property
+    def pivots(self) -> list[int]:
+        """The pivot followed by the extra monitors (each once)."""
+        return [self.pivot] + [m for m in self.monitors if m != self.pivot]
+
+    def replace(self, **changes: Any) -> "LocalizeParams":
+        """A copy with some parameters changed (validated again)."""
+        return LocalizeParams(**{**self.as_kwargs(), **changes})
+
+    def as_kwargs(self) -> dict[str, Any]:
+        """The parameters as keyword arguments (objects kept as they are)."""
+        return {k: getattr(self, k) for k in type(self).model_fields}
+
+    def to_json(self) -> dict[str, Any]:
+        """Every parameter as JSON values: a detector or topology object by its ``repr``."""
+        out: dict[str, Any] = {}
+        for k, v in self.as_kwargs().items():
+            if k in ("detector", "topology") and v is not None and not isinstance(v, str):
+                v = os.fspath(v) if isinstance(v, os.PathLike) else " ".join(repr(v).split())
+            elif isinstance(v, tuple):
+                v = list(v)
+            out[k] = v
+        return out
+
+
+def _one_line(exc: ValidationError) -> str:
+    parts = []
+    for e in exc.errors():
+        loc = ".".join(str(x) for x in e.get("loc", ())) or "parameters"
+        msg = e.get("msg", "invalid").removeprefix("Value error, ")
+        if e.get("type") == "extra_forbidden":
+            parts.append(f"unknown parameter {loc!r}")
+        else:
+            parts.append(f"{loc}: {msg} (got {e.get('input')!r})")
+    return "localize: " + "; ".join(parts)

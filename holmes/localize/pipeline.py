@@ -1,0 +1,232 @@
+"""The localization pipeline: one run of named steps that every analysis plugs into.
+
+::
+
+    Localizer(params).localize(job)
+      prepare   open the job, resolve the topology and the detector       -> Run
+      for each analysis that applies (params.analysis):
+        select  what to explain (irregular: the pivot's irregular iterations)
+        gather  evidence (irregular: Algorithm 1 search, probes)
+        rank    devices, best first
+      verdict   culprit | healthy | inconclusive, from every analysis's finding
+      report    Report (params recorded whole)
+
+An analysis is any object with a ``name`` and the three methods ``select(run)``,
+``gather(run, selection)`` and ``rank(run, evidence)`` (:class:`Analysis`); the irregular
+analysis of the paper is :class:`~holmes.localize.irregular.IrregularAnalysis`. A new analysis
+(persistent stragglers, hangs) adds a class and a name in :data:`ANALYSIS_CLASSES`; its devices are
+merged with the others' in :func:`merge_devices` (a device found by several analyses is one entry
+with every kind of evidence).
+
+Examples
+--------
+>>> import holmes
+>>> report = holmes.localize("fixtures/gpu64-3d-slow-gpu")
+>>> report.verdict, report.top.id
+('culprit', 'gpu:21')
+>>> loc = Localizer(top_k=1, delta=1.2)
+>>> loc.params.delta, loc.localize("fixtures/gpu16-clean").verdict
+(1.2, 'healthy')
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from holmes.detect.simple import resolve_detector
+from holmes.errors import ConfigError
+from holmes.localize.irregular import IrregularAnalysis
+from holmes.localize.params import LocalizeParams
+from holmes.localize.report import DeviceScore, Report
+from holmes.localize.search import GraphSearch, RootCause
+from holmes.localize.sources import JobSource, open_source
+
+__all__ = ["Localizer", "localize", "Analysis", "Finding", "Run", "ANALYSIS_CLASSES", "merge_devices", "decide_verdict"]
+
+log = logging.getLogger(__name__)
+
+
+class Analysis(Protocol):
+    """The steps an analysis plugs into the pipeline."""
+
+    name: str
+
+    def select(self, run: "Run") -> Any: ...
+
+    def gather(self, run: "Run", selection: Any) -> Any: ...
+
+    def rank(self, run: "Run", evidence: Any) -> list[DeviceScore]: ...
+
+
+#: the analyses by name, in the order ``analysis="all"`` runs them
+ANALYSIS_CLASSES: dict[str, type] = {"irregular": IrregularAnalysis}
+
+
+@dataclass
+class Run:
+    """What every step of one localization sees: the parameters, the job, the shared search."""
+
+    params: LocalizeParams
+    source: JobSource
+    topology: Any
+    detector: Any
+    search: GraphSearch
+    assumptions: list[str] = field(default_factory=list)
+
+    def assume(self, text: str) -> None:
+        """Record an assumption or limitation the report shows."""
+        self.assumptions.append(text)
+
+
+@dataclass
+class Finding:
+    """One analysis's result: its selection, evidence and ranked devices."""
+
+    analysis: str
+    selection: Any
+    evidence: Any
+    devices: list[DeviceScore]
+
+
+class Localizer:
+    """A reusable localization configuration: ``Localizer(**params).localize(job) -> Report``.
+
+    Parameters
+    ----------
+    params : LocalizeParams, optional
+        A ready parameters object; keyword arguments override its fields.
+    **kwargs
+        Any :class:`~holmes.localize.params.LocalizeParams` field.
+    """
+
+    def __init__(self, params: LocalizeParams | None = None, **kwargs: Any) -> None:
+        if params is not None and not isinstance(params, LocalizeParams):
+            raise ConfigError(f"params must be a LocalizeParams, not {type(params).__name__}")
+        self.params = (params or LocalizeParams()).replace(**kwargs) if kwargs else (params or LocalizeParams())
+
+    def __repr__(self) -> str:
+        changed = {k: v for k, v in self.params.to_json().items() if v != LocalizeParams().to_json()[k]}
+        return f"Localizer({', '.join(f'{k}={v!r}' for k, v in changed.items())})"
+
+    def prepare(self, job: Any) -> Run:
+        """Open the job and resolve the topology and the detector (the first step)."""
+        p = self.params
+        src = open_source(job)
+        world = src.world_size
+        for r in p.pivots:
+            if r >= world:
+                raise ConfigError(f"pivot rank {r} is outside world_size {world}")
+        assumptions: list[str] = []
+        topo = _topology(p.topology, src, world, assumptions)
+        det = resolve_detector(p.detector, delta=p.delta)
+        assumptions.append("abnormal operators flagged by " + " ".join(repr(det).split()))
+        return Run(p, src, topo, det, GraphSearch(src, det, late_ratio=p.late_ratio), assumptions)
+
+    def analyses(self) -> list[Analysis]:
+        """The analyses ``params.analysis`` asks for."""
+        names = list(ANALYSIS_CLASSES) if self.params.analysis == "all" else [self.params.analysis]
+        return [ANALYSIS_CLASSES[n]() for n in names]
+
+    def localize(self, job: Any) -> Report:
+        """Run every step on ``job`` (a path, Job, MemoryJob or JobSource) and report."""
+        run = self.prepare(job)
+        findings = []
+        for a in self.analyses():
+            sel = a.select(run)
+            ev = a.gather(run, sel)
+            findings.append(Finding(a.name, sel, ev, a.rank(run, ev)))
+        return self.report(run, findings)
+
+    def report(self, run: Run, findings: list[Finding]) -> Report:
+        """The merged devices, the verdict and everything read (the last step)."""
+        src, p = run.source, run.params
+        if src.missing:
+            run.assume(f"{len(src.missing)} rank(s) missing or unreadable; the search went around them")
+        ranked = merge_devices([f.devices for f in findings])
+        irr = next((f for f in findings if f.analysis == "irregular"), None)
+        causes: list[RootCause] = irr.evidence.causes if irr else []
+        verdict = decide_verdict(findings, ranked)
+        log.info("localize: verdict %s, %d causes, %d ranks read", verdict, len(causes), len(src.ranks_read))
+        return Report(devices=ranked[:p.top_k], all_devices=ranked, root_causes=causes, verdict=verdict,
+                      irregular_iterations=[int(i) for i in irr.selection.irregular] if irr else [],
+                      world_size=src.world_size, fetched=src.ranks_read, missing=dict(src.missing),
+                      assumptions=run.assumptions, pivots=p.pivots,
+                      window=[int(i) for i in irr.selection.window] if irr else [], bytes_read=src.bytes_read,
+                      params=p.to_json(), iterations_without_cause=irr.evidence.without_cause if irr else [])
+
+
+def localize(job: Any, **params: Any) -> Report:
+    """Rank the devices most likely making a job slow: ``Localizer(**params).localize(job)``.
+
+    Parameters
+    ----------
+    job : path, Job, MemoryJob or JobSource
+    **params
+        Any :class:`~holmes.localize.params.LocalizeParams` field (``pivot``, ``window``,
+        ``top_k``, ``delta``, ``detector``, ``topology``, ...); each is validated.
+
+    Returns
+    -------
+    Report
+
+    Raises
+    ------
+    ConfigError
+        A bad parameter (also a ``ValueError``), naming it.
+    JobError
+        A bad job (the pivot's log missing, a rank outside the world, ...).
+
+    Examples
+    --------
+    >>> import holmes
+    >>> holmes.localize("fixtures/gpu64-3d-slow-gpu", top_k=1).top.id
+    'gpu:21'
+    """
+    return Localizer(**params).localize(job)
+
+
+def merge_devices(lists: list[list[DeviceScore]]) -> list[DeviceScore]:
+    """One entry per device over the analyses' rankings, best score first; a device several
+    analyses found keeps its best score and the union of their evidence."""
+    best: dict[str, DeviceScore] = {}
+    for devs in lists:
+        for d in devs:
+            old = best.get(d.id)
+            if old is None:
+                best[d.id] = d
+            else:
+                keep = d if d.score > old.score else old
+                ev = tuple(dict.fromkeys(old.evidence + d.evidence))
+                best[d.id] = DeviceScore(keep.id, keep.kind, keep.score, keep.index, old.causes + d.causes,
+                                         confidence=keep.confidence, impact_pct=keep.impact_pct, evidence=ev)
+    return sorted(best.values(), key=lambda d: -d.score)
+
+
+def decide_verdict(findings: list[Finding], ranked: list[DeviceScore]) -> str:
+    """``"culprit"`` when a device is named, ``"healthy"`` when no analysis found anything to
+    explain, ``"inconclusive"`` when something was irregular but no device could be named."""
+    if ranked:
+        return "culprit"
+    explained = [f for f in findings if f.analysis == "irregular"]
+    if any(len(f.selection.irregular) for f in explained):
+        return "inconclusive"
+    return "healthy"
+
+
+def _topology(topology: Any, src: JobSource, world: int, assumptions: list[str]) -> Any:
+    """The cluster topology: given (object or topology.json path), the job's own, or the default."""
+    from holmes.topology import default_topology, load_topology
+
+    topo = load_topology(topology) if isinstance(topology, (str, bytes)) or hasattr(topology, "__fspath__") \
+        else topology
+    if topo is None:
+        topo = src.topology
+    if topo is None:
+        topo = default_topology(world)
+        assumptions.append(f"no topology.json: default rail-optimized two-tier Clos, "
+                           f"{topo.gpus_per_host} GPUs per host ({world} GPUs)")
+    elif topo.num_gpus < world:
+        raise ConfigError(f"topology has {topo.num_gpus} GPUs, the job {world} ranks")
+    return topo
