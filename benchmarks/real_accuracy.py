@@ -1,0 +1,111 @@
+"""Localization accuracy of Holmes on real multi-process PyTorch runs (``fixtures/real``).
+
+The corpus comes from ``python scripts/real_runs.py corpus --out fixtures/real`` (see
+docs/real-runs.md): 8-16 gloo ranks, 4 per virtual host, with an injected compute (gpu, host) or
+network (nic, one direction of a pipeline pair) fault, or none. Runs are split by seed into
+``dev`` and ``test`` (``MANIFEST.json``).
+
+Scoring (one fault per run):
+
+* compute fault (``gpu:<r>``, ``host:<n>``): a hit when the truth device is ranked first;
+* network fault: a hit when the faulty device is among the top 2. ``nic:<r>``: ``nic:<r>`` or its
+  own cable ``link:nic:<r>|...`` (no traffic tells them apart). A pair fault ``p2p:a>b`` (truth:
+  the sender's cable): any device of the pair's path (its NICs, cables, switches), as only that
+  one transfer direction is slow and no log separates the devices it crosses;
+* healthy run: counted when the report names any device.
+
+Prints one row per run (run, truth, top devices, verdict when the report has one, hit) and, as the
+last line, ``real_compute_top1=<%> real_network_top2=<%> healthy_named_pct=<%>``.
+
+Usage::
+
+    python benchmarks/real_accuracy.py                 # test split
+    python benchmarks/real_accuracy.py --split dev
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _pct(hits: list[bool]) -> str:
+    return f"{100.0 * sum(hits) / len(hits):.1f}" if hits else "nan"
+
+
+def score(truth: dict, ids: list[str]) -> tuple[str, bool | None]:
+    """``(category, hit)`` of one run; category compute, network or healthy."""
+    faults = truth.get("faults") or []
+    if not faults:
+        return "healthy", bool(ids)
+    extra = {e.get("device"): e for e in (truth.get("extra") or {}).get("faults", [])}
+    f = faults[0]
+    dev = f["device"]
+    kind = (extra.get(dev) or {}).get("kind") or dev.split(":", 1)[0]
+    if kind in ("gpu", "host"):
+        return "compute", bool(ids) and ids[0] == dev
+    top2 = ids[:2]
+    if kind == "nic":
+        ok = {dev} | {i for i in top2 if i.startswith(f"link:{dev}|") or i.endswith(f"|{dev}")}
+        return "network", any(i in ok for i in top2)
+    if kind == "p2p":
+        path = set((extra.get(dev) or {}).get("path") or [dev])
+        return "network", any(i in path for i in top2)
+    return "network", dev in top2
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--root", default=str(REPO / "fixtures" / "real"))
+    ap.add_argument("--split", choices=("test", "dev", "all"), default="test")
+    ap.add_argument("--top", type=int, default=5, help="devices asked of localize (table shows 3)")
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.ERROR)
+    import holmes
+
+    root = Path(a.root)
+    try:
+        runs = json.loads((root / "MANIFEST.json").read_text())["runs"]
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"real_accuracy: {root}/MANIFEST.json unreadable ({exc}); generate the corpus with "
+              f"python scripts/real_runs.py corpus --out {root}", file=sys.stderr)
+        return 2
+    runs = [r for r in runs if a.split == "all" or r["split"] == a.split]
+    res: dict[str, list[bool]] = {"compute": [], "network": [], "healthy": []}
+    by_kind: dict[str, list[bool]] = {}
+    print(f"{'run':44s} {'truth':34s} {'top devices':60s} {'verdict':12s} hit")
+    t0 = time.perf_counter()
+    for r in runs:
+        d = root / r["name"]
+        truth = json.loads((d / "truth.json").read_text())
+        try:
+            rep = holmes.localize(str(d), top_k=a.top)
+            js = rep.to_json()
+            ids = [x["id"] for x in js.get("devices", [])]
+            verdict = js.get("verdict") or "-"
+        except Exception as exc:  # noqa: BLE001 - a benchmark reports failures and goes on
+            ids, verdict = [], f"error:{type(exc).__name__}"
+        cat, hit = score(truth, ids)
+        res[cat].append(bool(hit))
+        kind = "healthy" if not r["fault"] else r["fault"].split(":", 1)[0]
+        by_kind.setdefault(kind, []).append(bool(hit))
+        tdesc = r["fault"] or "healthy"
+        if truth.get("devices"):
+            tdesc = f"{truth['devices'][0]} ({r['fault'].split('@', 1)[1]})" if r["fault"] else tdesc
+        print(f"{r['name']:44s} {tdesc[:34]:34s} {', '.join(ids[:3])[:60]:60s} {verdict:12s} "
+              f"{'yes' if hit else 'no'}")
+    print(f"# {len(runs)} runs of split {a.split} in {time.perf_counter() - t0:.1f} s; per kind (hit %): " +
+          " ".join(f"{k}={_pct(v)}(n={len(v)})" for k, v in sorted(by_kind.items())))
+    print(f"real_compute_top1={_pct(res['compute'])} real_network_top2={_pct(res['network'])} "
+          f"healthy_named_pct={_pct(res['healthy'])}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
