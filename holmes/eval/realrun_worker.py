@@ -243,12 +243,15 @@ def worker(rank: int, cfg: dict, out: str, init_file: str, topology: Any, factor
     factors : numpy.ndarray
         ``(n_faults, iterations)`` active factor of every fault in every iteration.
     """
+    import warnings
+
     import torch
     import torch.distributed as dist
 
     import holmes.logger
     from holmes.topology.layout import ParallelLayout
 
+    warnings.filterwarnings("ignore", message=".*reduce_scatter_tensor.*deprecated", category=FutureWarning)
     torch.set_num_threads(1)
     W = cfg["tp"] * cfg["pp"] * cfg["dp"]
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=W,
