@@ -46,11 +46,11 @@ def run_stats(path: str | Path) -> dict[str, Any]:
     holmes.errors.JobError
         ``path`` is not a readable job or lacks ``realrun.json``.
     """
-    import holmes
     from holmes.errors import JobError
+    from holmes.io.job import read_job
 
     p = Path(path)
-    job = holmes.read_job(p)
+    job = read_job(p)
     try:
         rec = json.loads((p / "realrun.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
