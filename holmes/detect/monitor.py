@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 DEFAULT_DELTA = 1.1
 """The paper's delta: an iteration 10% longer than the reference is irregular."""
 
+_Q20_Q02 = 1.2122  # z(0.20) - z(0.02) of the standard normal
+
 
 def _check(delta: float, window: int) -> tuple[float, int]:
     d = _check_delta(delta)
@@ -93,6 +95,26 @@ class IrregularityRule:
         """Whether one ``duration`` is irregular against ``reference_durations``."""
         ref = self.reference(reference_durations)
         return bool(np.isfinite(ref) and duration > self.delta * ref)
+
+    def z_scores(self, durations: Sequence[float] | np.ndarray, min_rel_sigma: float = 0.002) -> np.ndarray:
+        """How many healthy sigmas each duration stands above the reference.
+
+        The healthy sigma is the spread of the fast side, ``(q20 - q02) / 1.212`` (the normal
+        equivalent), relative to the reference and at least ``min_rel_sigma``: a slowdown only
+        slows, so while it covers under ~4/5 of the window the fast side is the job's own noise.
+
+        >>> d = np.r_[np.random.default_rng(0).normal(100.0, 1.0, 200), [130.0]]
+        >>> z = IrregularityRule().z_scores(d)
+        >>> bool(z[-1] > 20), bool(z[:200].max() < 6)
+        (True, True)
+        """
+        d = np.asarray(durations, dtype=np.float64)
+        if d.size == 0:
+            return np.zeros(0)
+        ref = self.reference(d)
+        q02, q20 = np.percentile(d, [2.0, 20.0])
+        sigma = max((q20 - q02) / _Q20_Q02, min_rel_sigma * ref, 1e-12)
+        return (d - ref) / sigma
 
     def mask(self, durations: Sequence[float] | np.ndarray) -> np.ndarray:
         """Flags of ``durations`` against their own reference (the window is its own reference)."""

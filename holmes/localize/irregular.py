@@ -3,14 +3,18 @@
 Its steps, as :class:`~holmes.localize.pipeline.Localizer` runs them:
 
 1. **select** -- the pivot's delta-irregular iterations in the window
-   (:class:`holmes.detect.IrregularityRule`), at most ``max_iterations`` of the most irregular;
+   (:class:`holmes.detect.IrregularityRule`), each weighed by how far it stands above the job's
+   healthy spread (:func:`~holmes.localize.confidence.iteration_weights`); those within the noise
+   are not searched; at most ``max_iterations`` of the most irregular;
 2. **gather** -- per chosen iteration, Algorithm 1 from the monitored ranks' abnormal operators
    (:class:`~holmes.localize.search.GraphSearch`, fetching only the ranks it visits); per root
    cause its irregularity rate R and the devices it implicates, after clearing devices crossed
    quickly (:mod:`~holmes.localize.healthy`), the network probes (:mod:`~holmes.localize.probe`)
    and the host probe (:mod:`~holmes.localize.host_probe`); network causes narrowed by coverage;
 3. **rank** -- MAP accumulation over the causes with the topology decay
-   (:class:`~holmes.localize.ranking.DeviceRanking`), hosts explained away by their GPUs.
+   (:class:`~holmes.localize.ranking.DeviceRanking`), hosts explained away by their GPUs; each
+   device's confidence against how often chance would blame it
+   (:func:`~holmes.localize.confidence.confidences`); devices ordered by confidence, then score.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import numpy as np
 
 from holmes.detect.monitor import IrregularityRule
 from holmes.errors import JobError
+from holmes.localize.confidence import confidences, iteration_weights, network_opportunity, weighted_hits
 from holmes.localize.healthy import HealthyPaths
 from holmes.localize.host_probe import HostProbe
 from holmes.localize.probe import NetworkProbe
@@ -42,7 +47,8 @@ class Selection:
     window: np.ndarray            # iteration numbers of the analysed window
     durations: np.ndarray         # the pivot's iteration durations over the window (ns)
     irregular: np.ndarray         # the irregular iterations
-    chosen: np.ndarray            # those searched (all, or the most irregular ``max_iterations``)
+    chosen: np.ndarray            # those searched (beyond the noise; at most ``max_iterations``)
+    weights: dict[int, float] = field(default_factory=dict)  # irregular iteration -> weight in [0, 1]
 
 
 @dataclass
@@ -67,17 +73,24 @@ class IrregularAnalysis:
             raise JobError(f"pivot rank {p.pivot}: {run.source.missing.get(p.pivot, 'log unavailable')}")
         it_all, dur_all = _iteration_times(run.source, p.pivot)
         its, durs = it_all[-p.window:], dur_all[-p.window:].astype(float)
-        irregular = its[IrregularityRule(p.delta).mask(durs)]
+        rule = IrregularityRule(p.delta)
+        mask = rule.mask(durs)
+        irregular = its[mask]
+        w = iteration_weights(rule.z_scores(durs)[mask], p.noise_z)
+        weights = {int(i): float(x) for i, x in zip(irregular, w)}
         if len(its) < 5:
             run.assume(f"only {len(its)} iteration(s) in the window: irregularity rates are unreliable")
-        chosen = irregular
-        if p.max_iterations is not None and len(irregular) > p.max_iterations:
-            sev = durs[np.isin(its, irregular)]
-            chosen = np.sort(irregular[np.argsort(-sev, kind="stable")[:p.max_iterations]])
+        chosen = irregular[w > 0]
+        if len(chosen) < len(irregular):
+            run.assume(f"{len(irregular) - len(chosen)} of {len(irregular)} irregular iteration(s) lie within the "
+                       f"job's own noise (under {p.noise_z - 1:g} healthy sigmas): not searched")
+        if p.max_iterations is not None and len(chosen) > p.max_iterations:
+            sev = durs[np.isin(its, chosen)]
+            chosen = np.sort(chosen[np.argsort(-sev, kind="stable")[:p.max_iterations]])
             run.assume(f"searched the {p.max_iterations} most irregular of {len(irregular)} irregular iterations")
         if not len(irregular):
             run.assume(f"no irregular iteration (delta={p.delta}) on pivot rank {p.pivot}: nothing to localize")
-        return Selection(its, durs, irregular, chosen)
+        return Selection(its, durs, irregular, chosen, weights)
 
     def gather(self, run: Any, sel: Selection) -> Evidence:
         """Root causes of the chosen iterations and the devices each implicates."""
@@ -108,8 +121,9 @@ class IrregularAnalysis:
             ev.implicated = narrowed
         return ev
 
-    def rank(self, run: Any, ev: Evidence) -> list[DeviceScore]:
-        """Every implicated device, best first (MAP over the causes' rates, topology decay)."""
+    def rank(self, run: Any, ev: Evidence, sel: Selection | None = None) -> list[DeviceScore]:
+        """Every implicated device: MAP over the causes' rates with the topology decay, and its
+        confidence against how often chance would blame it; ordered by confidence, then score."""
         p, topo = run.params, run.topology
         ranking = DeviceRanking(method=p.method, prior=p.prior, alpha=p.alpha, decay=topo.decay)
         for c, devs in zip(ev.causes, ev.implicated):
@@ -121,8 +135,21 @@ class IrregularAnalysis:
                     gpus_of.setdefault(f"host:{topo.host_of(int(d.split(':', 1)[1]))}", []).append(d)
             ranking.explain_away(gpus_of)
         index = ranking.index()
-        return [DeviceScore(d, device_kind(d), s, index.get(d, 0.0), ranking.counts.get(d, 0), evidence=(self.name,))
-                for d, s in ranking.ranked()]
+        conf = self.confidence(run, ev, sel)
+        out = [DeviceScore(d, device_kind(d), s, index.get(d, 0.0), ranking.counts.get(d, 0),
+                           confidence=conf.get(d), evidence=(self.name,)) for d, s in ranking.ranked()]
+        return sorted(out, key=lambda d: (-round(d.confidence or 0.0, 2), -d.score))
+
+    def confidence(self, run: Any, ev: Evidence, sel: Selection | None) -> dict[str, float]:
+        """Per implicated device, ``1 - P(chance blames it as often)`` over the weighted iterations."""
+        weights = sel.weights if sel is not None else {c.iteration: 1.0 for c in ev.causes}
+        hits, n = weighted_hits([c.iteration for c in ev.causes], ev.implicated, weights)
+        if not hits:
+            return {}
+        src = run.source
+        share = network_opportunity(src.communicators, run.topology) if any(
+            device_kind(d) not in ("gpu", "host") for d in hits) else {}
+        return confidences(hits, n, src.world_size, run.topology, share)
 
 
 def start_operators(search: GraphSearch, pivot: int, iteration: int, max_starts: int | None) -> list[tuple[int, int]]:

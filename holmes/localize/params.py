@@ -92,6 +92,13 @@ class LocalizeParams(BaseModel):
         late arriver even when the detector flagged it (0 trusts the detector alone).
     host_reads : int, default 32
         Extra ranks the host probe may read to tell a slow GPU from a slow host (0 turns it off).
+    noise_z : float, default 3.0
+        An irregular iteration counts by how far it stands above the job's healthy spread: not at
+        all within ``noise_z - 1`` healthy sigmas, fully beyond ``noise_z + 1``
+        (:mod:`holmes.localize.confidence`); iterations within the noise are not searched.
+    min_confidence : float, default 0.9
+        A device is named only when its confidence (against how often chance would blame it)
+        reaches this; otherwise the verdict is ``inconclusive`` and the devices are candidates.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
@@ -118,6 +125,8 @@ class LocalizeParams(BaseModel):
     narrow: bool = True
     late_ratio: float = Field(default=0.5, ge=0, le=1)
     host_reads: int = Field(default=32, ge=0)
+    noise_z: float = Field(default=3.0, ge=0)
+    min_confidence: float = Field(default=0.9, ge=0, le=1)
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -125,7 +134,8 @@ class LocalizeParams(BaseModel):
         except ValidationError as exc:
             raise ConfigError(_one_line(exc)) from None
 
-    @field_validator("delta", "alpha", "exonerate_bytes", "exonerate_speedup", "late_ratio")
+    @field_validator("delta", "alpha", "exonerate_bytes", "exonerate_speedup", "late_ratio", "noise_z",
+                     "min_confidence")
     @classmethod
     def _finite(cls, v: float) -> float:
         if not math.isfinite(v):

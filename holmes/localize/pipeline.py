@@ -5,14 +5,15 @@
     Localizer(params).localize(job)
       prepare   open the job, resolve the topology and the detector       -> Run
       for each analysis that applies (params.analysis):
-        select  what to explain (irregular: the pivot's irregular iterations)
+        select  what to explain (irregular: the pivot's irregular iterations beyond the noise)
         gather  evidence (irregular: Algorithm 1 search, probes)
-        rank    devices, best first
-      verdict   culprit | healthy | inconclusive, from every analysis's finding
+        rank    devices with their confidence, best first
+      verdict   culprit | healthy | inconclusive, from every analysis's finding: only devices
+                reaching ``min_confidence`` are named
       report    Report (params recorded whole)
 
 An analysis is any object with a ``name`` and the three methods ``select(run)``,
-``gather(run, selection)`` and ``rank(run, evidence)`` (:class:`Analysis`); the irregular
+``gather(run, selection)`` and ``rank(run, evidence, selection)`` (:class:`Analysis`); the irregular
 analysis of the paper is :class:`~holmes.localize.irregular.IrregularAnalysis`. A new analysis
 (persistent stragglers, hangs) adds a class and a name in :data:`ANALYSIS_CLASSES`; its devices are
 merged with the others' in :func:`merge_devices` (a device found by several analyses is one entry
@@ -57,7 +58,7 @@ class Analysis(Protocol):
 
     def gather(self, run: "Run", selection: Any) -> Any: ...
 
-    def rank(self, run: "Run", evidence: Any) -> list[DeviceScore]: ...
+    def rank(self, run: "Run", evidence: Any, selection: Any) -> list[DeviceScore]: ...
 
 
 #: the analyses by name, in the order ``analysis="all"`` runs them
@@ -136,7 +137,7 @@ class Localizer:
         for a in self.analyses():
             sel = a.select(run)
             ev = a.gather(run, sel)
-            findings.append(Finding(a.name, sel, ev, a.rank(run, ev)))
+            findings.append(Finding(a.name, sel, ev, a.rank(run, ev, sel)))
         return self.report(run, findings)
 
     def report(self, run: Run, findings: list[Finding]) -> Report:
@@ -147,9 +148,11 @@ class Localizer:
         ranked = merge_devices([f.devices for f in findings])
         irr = next((f for f in findings if f.analysis == "irregular"), None)
         causes: list[RootCause] = irr.evidence.causes if irr else []
-        verdict = decide_verdict(findings, ranked)
+        verdict = decide_verdict(findings, ranked, p.min_confidence)
+        named = [d for d in ranked if d.confidence is None or d.confidence >= p.min_confidence]
         log.info("localize: verdict %s, %d causes, %d ranks read", verdict, len(causes), len(src.ranks_read))
-        return Report(devices=ranked[:p.top_k], all_devices=ranked, root_causes=causes, verdict=verdict,
+        return Report(devices=named[:p.top_k], all_devices=ranked, root_causes=causes, verdict=verdict,
+                      candidates=[] if named else ranked[:p.top_k],
                       irregular_iterations=[int(i) for i in irr.selection.irregular] if irr else [],
                       world_size=src.world_size, fetched=src.ranks_read, missing=dict(src.missing),
                       assumptions=run.assumptions, pivots=p.pivots,
@@ -204,15 +207,14 @@ def merge_devices(lists: list[list[DeviceScore]]) -> list[DeviceScore]:
     return sorted(best.values(), key=lambda d: -d.score)
 
 
-def decide_verdict(findings: list[Finding], ranked: list[DeviceScore]) -> str:
-    """``"culprit"`` when a device is named, ``"healthy"`` when no analysis found anything to
-    explain, ``"inconclusive"`` when something was irregular but no device could be named."""
-    if ranked:
+def decide_verdict(findings: list[Finding], ranked: list[DeviceScore], min_confidence: float = 0.9) -> str:
+    """``"culprit"`` when a device reaches ``min_confidence`` (or an analysis that measures no
+    confidence names one); ``"healthy"`` when nothing stood out of the job's own noise;
+    ``"inconclusive"`` when something did but no device can be named with confidence."""
+    if any(d.confidence is None or d.confidence >= min_confidence for d in ranked):
         return "culprit"
-    explained = [f for f in findings if f.analysis == "irregular"]
-    if any(len(f.selection.irregular) for f in explained):
-        return "inconclusive"
-    return "healthy"
+    beyond_noise = [w for f in findings if f.analysis == "irregular" for w in f.selection.weights.values() if w > 0]
+    return "inconclusive" if beyond_noise or ranked else "healthy"
 
 
 def _topology(topology: Any, src: JobSource, world: int, assumptions: list[str]) -> Any:

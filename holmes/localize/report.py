@@ -78,7 +78,9 @@ class Report:
         ``culprit``: devices are named; ``healthy``: nothing to explain; ``inconclusive``:
         something was irregular but no device could be named with confidence.
     devices : list of DeviceScore
-        The top-K devices, best first.
+        The top-K devices named (confidence at least ``min_confidence``), best first.
+    candidates : list of DeviceScore
+        When no device is named: the top-K implicated ones, below the confidence needed.
     all_devices : list of DeviceScore
         Every implicated device, best first.
     root_causes : list of RootCause
@@ -105,6 +107,7 @@ class Report:
     params: dict[str, Any] = field(default_factory=dict)
     iterations_without_cause: list[int] = field(default_factory=list)
     verdict: str = "healthy"
+    candidates: list[DeviceScore] = field(default_factory=list)
 
     @property
     def top(self) -> DeviceScore | None:
@@ -133,6 +136,7 @@ class Report:
             "pivots": list(self.pivots),
             "window": [self.window[0], self.window[-1]] if self.window else [],
             "iterations_without_cause": list(self.iterations_without_cause),
+            "candidates": [d.to_json() for d in self.candidates],
             "slowdown": None,
             "hang": None,
             "params": dict(self.params),
@@ -152,13 +156,16 @@ class Report:
         if self.verdict == "healthy":
             lines.append("Verdict: healthy. No anomalous device found: nothing irregular to explain.")
         elif not self.devices:
-            lines.append("Verdict: inconclusive. No anomalous device found"
-                         + (" (no root cause could be attributed)." if self.root_causes or self.irregular_iterations
-                            else "."))
+            lines.append("Verdict: inconclusive. No device is named with confidence"
+                         + ("." if self.root_causes else " (no root cause could be attributed)."))
+            for d in self.candidates:
+                conf = f"confidence {d.confidence:.2f}" if d.confidence is not None else "no confidence"
+                lines.append(f"  candidate {d.id:<28} score {d.score:.3f}  {conf}  ({d.causes} cause(s))")
         else:
             lines.append(f"Verdict: {self.verdict}. Most likely anomalous devices:")
             for i, d in enumerate(self.devices, 1):
-                lines.append(f"  {i}. {d.id:<28} score {d.score:.3f}  ({d.causes} cause(s))")
+                conf = f"  confidence {d.confidence:.2f}" if d.confidence is not None else ""
+                lines.append(f"  {i}. {d.id:<28} score {d.score:.3f}{conf}  ({d.causes} cause(s))")
         if self.root_causes:
             lines.append("Root causes:")
             for c in self.root_causes[:max_causes]:

@@ -5,7 +5,10 @@ random training job (any shape of 2D-6D parallelism, 0-2 faults of any kind and 
 :func:`simulate_scenarios` writes many of them. ``scripts/train_default_model.py`` and the detector
 benchmarks train and test on these.
 
-**Localization scenarios**: one fault of a given kind and pattern, strong enough to be irregular.
+**Realistic localization scenarios** (:func:`realistic_fault_job`): one fault of everyday strength
+(:data:`REALISTIC_FACTOR`), never amplified, with a fault-free twin to measure what it cost.
+
+**Amplified localization scenarios**: one fault of a given kind and pattern, strong enough to be irregular.
 
 Holmes (like the paper) explains *delta-irregular* iterations: a fault that does not stretch an
 iteration on the monitored rank by ``delta`` (default 10%) is not a slowdown to explain. To
@@ -35,8 +38,8 @@ import numpy as np
 
 from holmes.errors import ConfigError
 
-__all__ = ["KINDS", "PATTERNS", "BASE_FACTOR", "draw_fault_device", "pivot_irregularity", "irregular_fault_job",
-           "random_scenario", "simulate_scenarios"]
+__all__ = ["KINDS", "PATTERNS", "BASE_FACTOR", "REALISTIC_FACTOR", "draw_fault_device", "pivot_irregularity",
+           "irregular_fault_job", "realistic_fault_job", "fault_cost", "random_scenario", "simulate_scenarios"]
 
 #: fault kinds a scenario can inject (``link`` = a cable between two switches)
 KINDS = ("gpu", "host", "nic", "nvswitch", "switch", "link")
@@ -116,6 +119,74 @@ def irregular_fault_job(out: str | os.PathLike[str], cfg: dict[str, Any], kind: 
                 return out, dev
             factor *= 2
     return out, dev
+
+
+#: everyday fault strengths (never amplified): compute 1.2-2x, transfers 2-6x
+REALISTIC_FACTOR = {"gpu": (1.2, 2.0), "host": (1.2, 2.0), "nic": (2.0, 6.0), "nvswitch": (2.0, 6.0),
+                    "switch": (2.0, 6.0), "link": (2.0, 6.0)}
+
+
+def realistic_fault_job(out: str | os.PathLike[str], cfg: dict[str, Any], kind: str | None, pattern: str, seed: int,
+                        *, iterations: int = 30, micro_batches: int = 4, reuse: bool = True) -> tuple[Path, str | None, float]:
+    """Simulate into ``out`` a job of shape ``cfg`` with one fault of everyday strength; return
+    ``(path, device, cost)``.
+
+    The factor is drawn log-uniformly from :data:`REALISTIC_FACTOR` for the kind and never raised,
+    whether or not the fault makes an iteration irregular; ``kind=None`` simulates a healthy job
+    (device None). ``cost`` is what the fault cost the pivot's step: the mean, over the faulted
+    iterations, of the step's duration over that of the fault-free twin (same seed, same noise),
+    minus one (0.0 for a healthy job). The twin is written beside the job as ``out.twin``.
+
+    >>> import tempfile
+    >>> path, dev, cost = realistic_fault_job(tempfile.mkdtemp() + "/job", dict(tp=2, pp=2, dp=2),
+    ...                                       "gpu", "persistent", seed=1, iterations=8)
+    >>> dev.startswith("gpu:") and cost >= 0
+    True
+    """
+    from holmes.io import read_job
+    from holmes.simulate import simulate
+
+    if pattern not in PATTERNS:
+        raise ConfigError(f"fault pattern {pattern!r} must be one of {', '.join(PATTERNS)}")
+    out = Path(out)
+    twin = out.with_name(out.name + ".twin")
+    world = int(cfg["tp"]) * int(cfg["pp"]) * int(cfg["dp"]) * int(cfg.get("cp", 1))
+    kw = dict(micro_batches=micro_batches, iterations=iterations, seed=seed, overwrite=True, **cfg)
+    if not (reuse and (twin / "job.json").is_file()):
+        simulate(twin, **kw)
+    if kind is None:
+        if not (reuse and (out / "job.json").is_file()):
+            simulate(out, **kw)
+        return out, None, 0.0
+    rng = np.random.default_rng([seed, 4242])
+    lo, hi = REALISTIC_FACTOR[kind]
+    factor = float(np.exp(rng.uniform(np.log(lo), np.log(hi))))
+    dev = ""
+    for attempt in range(4):
+        dev = draw_fault_device(world, kind, seed, attempt)
+        if reuse and (out / "job.json").is_file() and read_job(out).truth.faults[0].device == dev:
+            break
+        simulate(out, faults=[f"{dev}@{pattern}*{factor:.3f}"], **kw)
+        crossing = read_job(out).truth.extra.get("transfer_groups_crossing", {})
+        if kind in ("gpu", "host") or crossing.get(dev, 1) > 0:
+            break
+    return out, dev, fault_cost(out, twin)
+
+
+def fault_cost(job_dir: str | os.PathLike[str], twin_dir: str | os.PathLike[str], pivot: int = 0) -> float:
+    """Mean relative stretch of the pivot's faulted iterations against the fault-free twin."""
+    from holmes.io import read_job
+
+    job, twin = read_job(job_dir), read_job(twin_dir)
+    its, dur = job.iteration_times(pivot)
+    t_its, t_dur = twin.iteration_times(pivot)
+    faulted = sorted({i for f in job.truth.faults for i in f.iterations})
+    if not faulted:
+        return 0.0
+    a = dict(zip(its.tolist(), dur.tolist()))
+    b = dict(zip(t_its.tolist(), t_dur.tolist()))
+    ratios = [a[i] / b[i] for i in faulted if i in a and i in b and b[i] > 0]
+    return float(np.mean(ratios) - 1.0) if ratios else 0.0
 
 
 # ---------------------------------------------------------------------------- training scenarios
