@@ -10,7 +10,8 @@ Public pieces:
   that lets the detector see faults too weak for one rank's log;
 * :class:`OperatorDetector` -- the random forest (compiled numba inference, JSON + npz model files),
   :func:`load_default_detector` -- the model shipped with Holmes;
-* :class:`RobustDetector` (no model), :class:`LabelDetector` (ground truth, for evaluation), the
+* :class:`ReconstructionDetector` (label-free, learns the job's own regular iterations: RUAD's
+  idea), :class:`RobustDetector` (no model), :class:`LabelDetector` (ground truth, for evaluation), the
   :class:`Detector` protocol and :func:`resolve_detector` (a detector from a name or a model path);
 * :class:`DriftMonitor`, :class:`AutoTuner` -- drift auto-tuning by shifting split thresholds.
 
@@ -24,6 +25,7 @@ from holmes.detect.drift import DriftMonitor, RetuneRecord
 from holmes.detect.features import DRIFT_FEATURES, FEATURE_NAMES, operator_features
 from holmes.detect.forest import CompiledForest
 from holmes.detect.model_io import load_model, save_model
+from holmes.detect.reconstruct import ReconstructionDetector
 from holmes.detect.monitor import (DEFAULT_DELTA, IrregularityRule, IterationMonitor, classify_episode, episodes,
                                    irregular_iterations, irregular_mask)
 from holmes.detect.simple import Detector, LabelDetector, RobustDetector, resolve_detector
@@ -34,7 +36,7 @@ __all__ = [
     "classify_episode", "episodes",
     "FEATURE_NAMES", "DRIFT_FEATURES", "operator_features", "JobContext", "CONTEXT_FEATURE_NAMES",
     "OperatorDetector", "load_default_detector", "DEFAULT_MODEL", "CompiledForest", "save_model", "load_model",
-    "Detector", "LabelDetector", "RobustDetector", "resolve_detector",
+    "Detector", "LabelDetector", "RobustDetector", "ReconstructionDetector", "resolve_detector",
     "DriftMonitor", "AutoTuner", "RetuneRecord",
     "rank_dataset", "job_dataset", "jobs_dataset",
 ]

@@ -176,7 +176,8 @@ def resolve_detector(detector: Any = None, *, delta: float = DEFAULT_DELTA) -> A
     ``None`` or ``"auto"``: the shipped model (:func:`holmes.detect.load_default_detector`) when it
     can be loaded, else :class:`RobustDetector`; ``"model"``: the shipped model (error if
     unavailable); ``"label"``: :class:`LabelDetector`; ``"robust"``: :class:`RobustDetector` judging
-    regular iterations with ``delta``; a path to a model written by ``holmes train`` /
+    regular iterations with ``delta``; ``"reconstruct"``: the label-free
+    :class:`~holmes.detect.reconstruct.ReconstructionDetector` learning from the regular iterations; a path to a model written by ``holmes train`` /
     :meth:`OperatorDetector.save`: that model; an object with ``predict_ops`` is returned unchanged.
 
     >>> resolve_detector("robust", delta=1.3)
@@ -193,6 +194,10 @@ def resolve_detector(detector: Any = None, *, delta: float = DEFAULT_DELTA) -> A
     name = (detector or "auto").lower()
     if name == "label":
         return LabelDetector()
+    if name == "reconstruct":
+        from holmes.detect.reconstruct import ReconstructionDetector
+
+        return ReconstructionDetector(delta=delta)
     if name == "robust":
         return RobustDetector(delta=delta)
     if name in ("auto", "model"):
@@ -205,12 +210,13 @@ def resolve_detector(detector: Any = None, *, delta: float = DEFAULT_DELTA) -> A
                 raise ConfigError(f"the default detector model cannot be loaded: {exc}") from None
             log.info("default detector unavailable (%s); using RobustDetector", exc)
             return RobustDetector(delta=delta)
-    raise ConfigError(f"unknown detector {detector!r}; expected auto, model, label, robust or a model path")
+    raise ConfigError(f"unknown detector {detector!r}; expected auto, model, label, robust, reconstruct "
+                      "or a model path")
 
 
 def _looks_like_path(text: str) -> bool:
     """A detector given as text names a saved model when it is not one of the names and exists
     (with or without the ``.json`` of the model's metadata file) or has a path separator."""
-    if text.lower() in ("auto", "model", "label", "robust"):
+    if text.lower() in ("auto", "model", "label", "robust", "reconstruct"):
         return False
     return os.sep in text or "/" in text or os.path.exists(text) or os.path.exists(text + ".json")
