@@ -104,12 +104,12 @@ def _synthetic_dumps(d: Path, *, as_json: bool, iters: int = 3, prefix: str = "g
     for r in (0, 1):
         entries, t = [], 1_000_000 + r * 7
         for i in range(iters):
-            entries.append(_entry(3 * i, "0", "default_pg", f"{prefix}:allreduce", i, 0, t))
+            entries.append(_entry(3 * i, "0", "default_pg", f"{prefix}:allreduce", 2 * i, 0, t))
             if r == 0:
                 entries.append(_entry(3 * i + 1, "1", "PIPELINE_MODEL_PARALLEL_GROUP", f"{prefix}:send 1->0", 0, i, t + 1000, p2p=True))
             else:
                 entries.append(_entry(3 * i + 1, "1", "PIPELINE_MODEL_PARALLEL_GROUP", f"{prefix}:recv 0<-1", 0, i, t + 900, p2p=True))
-            entries.append(_entry(3 * i + 2, "0", "default_pg", f"{prefix}:_allgather_base", i + iters, 0, t + 2000,
+            entries.append(_entry(3 * i + 2, "0", "default_pg", f"{prefix}:_allgather_base", 2 * i + 1, 0, t + 2000,
                                   done=(i < iters - 1), dtype="BFloat16"))
             t += 1_000_000
         dump = {"version": "2.4", "pg_config": pg, "pg_status": {}, "entries": entries}

@@ -182,9 +182,9 @@ def _tables(draw):
     n = draw(st.integers(0, 40))
     rank = draw(st.integers(0, 7))
     ops = draw(st.lists(_names, min_size=n, max_size=n))
-    starts = draw(st.lists(st.integers(0, 2**50), min_size=n, max_size=n))
+    starts = sorted(draw(st.lists(st.integers(0, 2**50), min_size=n, max_size=n)))  # issue order = start order
     durs = draw(st.lists(st.integers(0, 2**30), min_size=n, max_size=n))
-    peers = [draw(st.integers(0, 7)) if o in ("send", "recv") else None for o in ops]
+    peers = [draw(st.integers(0, 7).filter(lambda p: p != rank)) if o in ("send", "recv") else None for o in ops]
     extra = draw(st.lists(st.floats(allow_nan=False, width=32), min_size=n, max_size=n))
     return rank, ops_table(
         rank=[rank] * n, iteration=[i // 5 for i in range(n)], op_index=[i % 5 for i in range(n)],

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from holmes.errors import ArgumentTypeError, ConfigError, JobError, MissingRankError, ParseError, SchemaError
+from holmes.io.consistency import ConsistencyLog, check_iterations, check_ops
 from holmes.io.limits import check_world_size, read_json_capped
 from holmes.io.models import JobMeta, TruthModel, load_model
 from holmes.io.outputs import replace_file_text
@@ -107,6 +108,8 @@ class _JobBase:
     def __init__(self, meta: JobMeta) -> None:
         self.meta = meta
         self.stats = ReadStats()
+        #: Findings of the consistency pass on every rank read (see :mod:`holmes.io.consistency`).
+        self.consistency = ConsistencyLog()
         self._communicators: dict[str, Communicator] | None = None
         self._layout: ParallelLayout | None = None
 
@@ -158,6 +161,27 @@ class _JobBase:
 
     def iterations(self, rank: int) -> pa.Table:  # pragma: no cover - overridden
         raise NotImplementedError
+
+    @property
+    def inconsistencies(self) -> dict[int, list[str]]:
+        """rank -> what the consistency pass found in that rank's log (only ranks with findings)."""
+        return self.consistency.inconsistencies
+
+    def _checked_ops(self, t: pa.Table, r: int, source: str) -> pa.Table:
+        t = validate_ops(t, source, world_size=self.world_size, rank=r, comm_ids=self.communicators, strict=False)
+        t, found = check_ops(t, r, self.communicators, source)
+        self.consistency.record_ops(found)
+        return _sorted(t)
+
+    def _checked_iterations(self, t: pa.Table, r: int, source: str) -> pa.Table:
+        t = validate_iterations(t, source)
+        ops = self.ops(r) if self.has_rank(r) else None
+        checked, found = check_iterations(t, r, ops, source)
+        self.consistency.record_iterations(found)
+        if checked is None:
+            assert ops is not None
+            return derive_iterations(ops)
+        return checked
 
     def iteration_times(self, rank: int) -> tuple[np.ndarray, np.ndarray]:
         """``(iteration numbers, durations in ns)`` of one rank, sorted by iteration."""
@@ -249,10 +273,7 @@ class Job(_JobBase):
             self._cache.move_to_end(r)
             return hit
         p = self.rank_path(r)
-        t = self._read_parquet(p, r)
-        comm_ids = self.communicators
-        t = validate_ops(t, str(p), world_size=self.world_size, rank=r, comm_ids=comm_ids)
-        t = _sorted(t)
+        t = self._checked_ops(self._read_parquet(p, r), r, str(p))
         self.stats.ranks_read.add(r)
         self._cache[r] = t
         if len(self._cache) > self._cache_size:
@@ -267,7 +288,7 @@ class Job(_JobBase):
             return hit
         p = self.path / "iterations" / rank_filename(r)
         if p.is_file():
-            t = validate_iterations(self._read_parquet(p, r), str(p))
+            t = self._checked_iterations(self._read_parquet(p, r), r, str(p))
         else:
             t = derive_iterations(self.ops(r))
         self._iter_cache[r] = t
@@ -342,8 +363,7 @@ class MemoryJob(_JobBase):
             return self._validated[r]
         if r not in self._ops:
             raise MissingRankError(f"log of rank {r} is missing")
-        t = _sorted(validate_ops(self._ops[r], f"rank {r}", world_size=self.world_size, rank=r,
-                                 comm_ids=self.communicators))
+        t = self._checked_ops(self._ops[r], r, f"rank {r}")
         self._validated[r] = t
         self.stats.ranks_read.add(r)
         self.stats.bytes_read += t.nbytes
@@ -352,7 +372,7 @@ class MemoryJob(_JobBase):
     def iterations(self, rank: int) -> pa.Table:
         r = self.check_rank(rank)
         if r in self._iters:
-            return validate_iterations(self._iters[r], f"iterations of rank {r}")
+            return self._checked_iterations(self._iters[r], r, f"iterations of rank {r}")
         return derive_iterations(self.ops(r))
 
 

@@ -111,7 +111,8 @@ def _conform(table: pa.Table, schema: pa.Schema, source: str | None) -> pa.Table
 
 
 def validate_ops(table: pa.Table, source: str | None = None, *, world_size: int | None = None,
-                 rank: int | None = None, comm_ids: Mapping[str, Any] | None = None) -> pa.Table:
+                 rank: int | None = None, comm_ids: Mapping[str, Any] | None = None,
+                 strict: bool = True) -> pa.Table:
     """Check a table against CommOps schema v1 and return it with canonical column types.
 
     Parameters
@@ -126,6 +127,9 @@ def validate_ops(table: pa.Table, source: str | None = None, *, world_size: int 
         When given, every row's ``rank`` must equal it.
     comm_ids : mapping, optional
         When given, every ``comm_id`` must be one of its keys.
+    strict : bool, default True
+        Reject rows whose ``end_ns`` is before ``start_ns``. Readers pass False and leave such rows
+        to the consistency pass (:mod:`holmes.io.consistency`), which excludes and reports them.
 
     Returns
     -------
@@ -167,7 +171,7 @@ def validate_ops(table: pa.Table, source: str | None = None, *, world_size: int 
                 raise SchemaError(f"{w}column '{name}' holds rank {bad_v} outside world_size {world_size}")
     ends = out.column("end_ns")
     starts = out.column("start_ns")
-    neg = pc.sum(pc.less(ends, starts)).as_py()
+    neg = pc.sum(pc.less(ends, starts)).as_py() if strict else 0
     if neg:
         raise SchemaError(f"{w}column 'end_ns' is before 'start_ns' in {neg} row(s)")
     ops = pc.unique(out.column("op")).to_pylist()
