@@ -37,7 +37,7 @@ from holmes.adapters.kineto import convert_kineto
 from holmes.adapters.nccl_inspector import convert_nccl_inspector
 from holmes.adapters.safe_pickle import SafeUnpickler, safe_load, safe_loads
 from holmes.adapters.wia import convert_wia
-from holmes.errors import ConfigError
+from holmes.errors import ArgumentTypeError, ConfigError
 
 __all__ = ["convert", "FORMATS", "ConvertWarning", "convert_kineto", "convert_flight_recorder", "convert_wia",
            "convert_nccl_inspector", "normalize_op", "SafeUnpickler", "safe_load", "safe_loads"]
@@ -59,10 +59,21 @@ def convert(fmt: str, src: str | os.PathLike[str], out: str | os.PathLike[str], 
     ConfigError
         Unknown format.
     """
+    if not isinstance(fmt, str):
+        raise ArgumentTypeError(f"format must be a string such as 'kineto', not {type(fmt).__name__}")
     key = fmt.strip().lower().replace("_", "-")
     aliases = {"fr": "flight-recorder", "flightrecorder": "flight-recorder", "inspector": "nccl-inspector",
                "torch-profiler": "kineto", "pytorch-profiler": "kineto"}
     key = aliases.get(key, key)
     if key not in FORMATS:
         raise ConfigError(f"unknown trace format '{fmt}'; expected one of {sorted(FORMATS)}")
-    return FORMATS[key](src, out, overwrite=overwrite, **options)
+    if "world_size" in options and options["world_size"] is not None:
+        from holmes.io.limits import check_world_size
+
+        check_world_size(options["world_size"], "world_size")
+    try:
+        return FORMATS[key](src, out, overwrite=overwrite, **options)
+    except TypeError as exc:  # an unknown option for this format
+        if "unexpected keyword argument" in str(exc):
+            raise ArgumentTypeError(f"convert --from {key}: {exc}") from None
+        raise

@@ -15,7 +15,7 @@ import pyarrow as pa
 from holmes.adapters.groups import GroupRegistry
 from holmes.adapters.notes import Notes
 from holmes.adapters.rows import RankRows, assign_seq, group_cumcount
-from holmes.errors import ConvertError
+from holmes.errors import ArgumentTypeError, ConvertError
 from holmes.io import JobMeta, JobWriter, ops_table, validate_ops
 from holmes.io.limits import LimitError, max_world_size
 from holmes.io.outputs import OutputError
@@ -136,13 +136,21 @@ def build_job(out: str | Path, notes: Notes, registry: GroupRegistry, rows: Mapp
     return Path(out)
 
 
-def check_output(out: str | os.PathLike[str], overwrite: bool, src: str | os.PathLike[str] | None = None) -> None:
+_NO_SRC: Any = object()
+
+
+def check_output(out: str | os.PathLike[str], overwrite: bool, src: str | os.PathLike[str] = _NO_SRC) -> None:
     """Fail early (before parsing) when ``out`` cannot be written without destroying something.
 
     Refused: an existing non-empty directory without ``overwrite``, a directory that is not a job,
     a file, an ``out`` inside ``src`` or containing it (see :func:`holmes.io.outputs.check_output`).
     """
+    for name, v in (("out", out), ("src", src)):
+        if not isinstance(v, (str, os.PathLike)) and v is not _NO_SRC:
+            raise ArgumentTypeError(f"{name} must be a path (str or os.PathLike), not {type(v).__name__}")
+    if not isinstance(overwrite, (bool, np.bool_)):
+        raise ArgumentTypeError(f"overwrite must be a bool, not {type(overwrite).__name__}")
     try:
-        check_output_path(out, inputs=[] if src is None else [src], overwrite=overwrite, kind="job")
+        check_output_path(out, inputs=[] if src is _NO_SRC else [src], overwrite=overwrite, kind="job")
     except OutputError as exc:
         raise ConvertError(str(exc)) from None

@@ -225,8 +225,8 @@ def convert_flight_recorder(src: str | os.PathLike[str], out: str | os.PathLike[
     >>> job.world_size                                                           # doctest: +SKIP
     16
     """
+    check_output(out, overwrite, src=src)  # types, never clobber, never inside src
     src, out = Path(src), Path(out)
-    check_output(out, overwrite, src=src)
     notes = Notes("flight-recorder", str(src))
     files = _list_dumps(src, notes)
     dumps = {r: read_fr_dump(f) for r, f in sorted(files.items())}

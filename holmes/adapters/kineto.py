@@ -364,8 +364,8 @@ def convert_kineto(src: str | os.PathLike[str], out: str | os.PathLike[str], *, 
     >>> job.ops(0).column("op").unique().to_pylist()                  # doctest: +SKIP
     ['broadcast', 'all_reduce']
     """
+    check_output(out, overwrite, src=src)  # types, never clobber, never inside src
     src, out = Path(src), Path(out)
-    check_output(out, overwrite, src=src)
     notes = Notes("kineto", str(src))
     reg = GroupRegistry()
     rows: dict[int, RankRows] = {}

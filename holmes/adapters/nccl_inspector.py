@@ -130,8 +130,8 @@ def convert_nccl_inspector(src: str | os.PathLike[str], out: str | os.PathLike[s
     >>> from holmes.adapters import convert_nccl_inspector
     >>> convert_nccl_inspector("nccl-inspector-1234/", "/tmp/inspector-job")   # doctest: +SKIP
     """
+    check_output(out, overwrite, src=src)  # types, never clobber, never inside src
     src, out = Path(src), Path(out)
-    check_output(out, overwrite, src=src)
     notes = Notes("nccl-inspector", str(src))
     procs: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {}
     versions, unknown_keys = set(), set()

@@ -173,8 +173,8 @@ def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, ove
     >>> job.world_size                                                          # doctest: +SKIP
     8
     """
+    check_output(out, overwrite, src=src)  # types, never clobber, never inside src
     src, out = Path(src), Path(out)
-    check_output(out, overwrite, src=src)
     trace, meta_path = _find_files(src)
     notes = Notes("wia", str(src))
     meta = _read_meta(meta_path, notes)

@@ -107,5 +107,7 @@ def run(args: argparse.Namespace) -> int:
     dest = Path(args.out)
     with atomic_file(dest, inputs=inputs, overwrite=args.overwrite) as tmp:
         pq.write_table(out, tmp, compression="zstd")
+    for msg in job.consistency.assumptions():  # what the consistency pass excluded or repaired
+        sys.stderr.write(f"holmes detect: warning: {msg}\n")
     sys.stderr.write(f"holmes detect: {out.num_rows} ops of {len(ranks)} rank(s), {n_flag} flagged -> {dest}\n")
     return 0
