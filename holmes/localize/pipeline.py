@@ -98,14 +98,23 @@ class Localizer:
     ----------
     params : LocalizeParams, optional
         A ready parameters object; keyword arguments override its fields.
+    analyses : sequence of Analysis, optional
+        Analysis objects to run instead of those ``params.analysis`` names (platform code can plug
+        its own in; each needs ``name``, ``select``, ``gather`` and ``rank``).
     **kwargs
         Any :class:`~holmes.localize.params.LocalizeParams` field.
     """
 
-    def __init__(self, params: LocalizeParams | None = None, **kwargs: Any) -> None:
+    def __init__(self, params: LocalizeParams | None = None, *, analyses: Any = None, **kwargs: Any) -> None:
         if params is not None and not isinstance(params, LocalizeParams):
             raise ConfigError(f"params must be a LocalizeParams, not {type(params).__name__}")
         self.params = (params or LocalizeParams()).replace(**kwargs) if kwargs else (params or LocalizeParams())
+        if analyses is not None:
+            analyses = list(analyses)
+            for a in analyses:
+                if not all(hasattr(a, m) for m in ("name", "select", "gather", "rank")):
+                    raise ConfigError(f"analysis {a!r} lacks name/select/gather/rank")
+        self._analyses = analyses
 
     def __repr__(self) -> str:
         changed = {k: v for k, v in self.params.to_json().items() if v != LocalizeParams().to_json()[k]}
@@ -126,7 +135,9 @@ class Localizer:
         return Run(p, src, topo, det, GraphSearch(src, det, late_ratio=p.late_ratio), assumptions)
 
     def analyses(self) -> list[Analysis]:
-        """The analyses ``params.analysis`` asks for."""
+        """The analyses to run: those given, else those ``params.analysis`` asks for."""
+        if self._analyses is not None:
+            return list(self._analyses)
         names = list(ANALYSIS_CLASSES) if self.params.analysis == "all" else [self.params.analysis]
         return [ANALYSIS_CLASSES[n]() for n in names]
 
@@ -146,7 +157,7 @@ class Localizer:
         if src.missing:
             run.assume(f"{len(src.missing)} rank(s) missing or unreadable; the search went around them")
         ranked = merge_devices([f.devices for f in findings])
-        irr = next((f for f in findings if f.analysis == "irregular"), None)
+        irr = next((f for f in findings if f.analysis == "irregular" and hasattr(f.selection, "weights")), None)
         causes: list[RootCause] = irr.evidence.causes if irr else []
         verdict = decide_verdict(findings, ranked, p.min_confidence)
         named = [d for d in ranked if d.confidence is None or d.confidence >= p.min_confidence]
@@ -213,7 +224,7 @@ def decide_verdict(findings: list[Finding], ranked: list[DeviceScore], min_confi
     ``"inconclusive"`` when something did but no device can be named with confidence."""
     if any(d.confidence is None or d.confidence >= min_confidence for d in ranked):
         return "culprit"
-    beyond_noise = [w for f in findings if f.analysis == "irregular" for w in f.selection.weights.values() if w > 0]
+    beyond_noise = [w for f in findings for w in getattr(f.selection, "weights", {}).values() if w > 0]
     return "inconclusive" if beyond_noise or ranked else "healthy"
 
 

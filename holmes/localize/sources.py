@@ -28,7 +28,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 import pyarrow as pa
 
-from holmes.errors import JobError, MissingRankError, ParseError, SchemaError
+from holmes.errors import ConfigError, JobError, MissingRankError, ParseError, SchemaError
 
 __all__ = ["RankSource", "JobSource", "open_source"]
 
@@ -145,4 +145,7 @@ def open_source(job: Any) -> JobSource:
         from holmes.io import read_job
 
         job = read_job(job)
+    if not all(hasattr(job, a) for a in ("world_size", "communicators", "ops")):
+        raise ConfigError(f"job must be a job directory path, a Job, a MemoryJob or a JobSource, "
+                          f"not {type(job).__name__} {job!r:.60}")
     return JobSource(job)
