@@ -466,6 +466,10 @@ class JobWriter:
         except OutputError as exc:
             raise JobError(str(exc)) from None
         parent = Path(os.path.realpath(os.path.abspath(self.path))).parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise JobError(f"{self.path}: cannot create {parent}: {exc.strerror or exc}") from None
         self.staging = Path(tempfile.mkdtemp(dir=parent, prefix=f"{TMP_PREFIX}{self.path.name}."))
         (self.staging / "ranks").mkdir()
         self._comm_ids = None if self.meta.communicators is None else set(self.meta.communicators)

@@ -121,8 +121,10 @@ def check_output(out: str | os.PathLike[str], *, inputs: Iterable[str | os.PathL
         if is_job_dir(anc) and (kind == "file" or anc != rp):
             raise OutputInsideInputError(f"{p}: output lies inside the job directory {anc}; refusing to write there")
     parent = rp.parent
-    if not parent.is_dir():
+    if kind == "file" and not parent.is_dir():
         raise OutputError(f"{p}: directory {parent} does not exist")
+    if kind == "job" and parent.exists() and not parent.is_dir():
+        raise OutputError(f"{p}: {parent} is not a directory")
     if os.path.lexists(p):
         if kind == "file":
             if p.is_dir():
@@ -217,6 +219,7 @@ def staged_directory(path: str | os.PathLike[str], *, overwrite: bool = False,
     """
     p = check_output(path, inputs=inputs, overwrite=overwrite, kind="job")
     rp = _resolve(p)
+    rp.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=rp.parent, prefix=f"{TMP_PREFIX}{rp.name}."))
     try:
         yield tmp
