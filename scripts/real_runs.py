@@ -42,7 +42,7 @@ def summary_line(name: str, spec: str | None, st: dict) -> str:
     return (f"{name:44s} {spec or 'healthy':30s} it_ms={_fmt(st['it_ms'], '.0f'):>5s} it_cv={_fmt(st['it_cv'])} "
             f"op_cv={_fmt(st['op_cv'])} compute={_fmt(st['compute_share'], '.2f')} wire={_fmt(st['wire_share'], '.2f')} "
             f"wait={_fmt(st['wait_share'], '.2f')} stretch={_fmt(st['stretch'])} dev_stretch={_fmt(st['device_stretch'])} "
-            f"wall_s={_fmt(st['wall_s'], '.1f')}")
+            f"wall_s={_fmt(st['wall_s'], '.1f')} load={_fmt(st.get('loadavg_1min'), '.1f')}")
 
 
 def aggregate(rows: list[dict]) -> list[str]:

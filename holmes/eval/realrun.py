@@ -443,6 +443,13 @@ def _launch(cfg: RealRunConfig, faults: list[RealFault], topo: Any, factors: np.
             raise
 
 
+def _loadavg() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:  # pragma: no cover - not on this platform
+        return None
+
+
 def run_real_job(out: str | os.PathLike[str], config: RealRunConfig, *, overwrite: bool = False) -> Path:
     """Run ``config`` as real processes and write the job directory ``out``.
 
@@ -473,6 +480,7 @@ def run_real_job(out: str | os.PathLike[str], config: RealRunConfig, *, overwrit
         shutil.rmtree(outp)
     outp.mkdir(parents=True)
     factors = active_factors(faults, cfg.iterations, cfg.seed)
+    load0 = _loadavg()
     t0 = time.perf_counter()
     try:
         _launch(cfg, faults, topo, factors, outp)
@@ -497,6 +505,7 @@ def run_real_job(out: str | os.PathLike[str], config: RealRunConfig, *, overwrit
     shutil.rmtree(side)
     shutil.rmtree(outp / "comms", ignore_errors=True)
     rec = {"schema": "holmes.realrun/1", "config": cfg.to_dict(), "wall_s": round(wall, 3),
+           "loadavg_1min": [load0, _loadavg()], "cpus": os.cpu_count(),
            "factors": factors.tolist(), "ranks": ranks}
     (outp / "realrun.json").write_text(json.dumps(rec), encoding="utf-8")
     log.info("%s: %s, %d ranks x %d iterations in %.1f s", outp, cfg.layout_name, cfg.tp * cfg.pp * cfg.dp,

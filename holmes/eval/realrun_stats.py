@@ -14,6 +14,9 @@ that an injected fault shows and to fit the simulator's noise:
     time, and inside communication operators but not on the wire (waiting for peers, gloo).
 ``stretch``
     median iteration time of the faulted iterations / of the fault-free ones (None if healthy).
+``loadavg_1min``
+    the machine's 1-minute load average (the larger of run start and end): other work competing
+    for the cores while the run was captured.
 ``device_stretch``
     for compute faults: the faulty ranks' compute seconds in faulted / fault-free iterations; for
     a NIC: the rank's wire seconds, the same way; for a p2p pair: the logged durations of the
@@ -88,6 +91,7 @@ def run_stats(path: str | Path) -> dict[str, Any]:
 
     out: dict[str, Any] = {
         "iterations": n_it, "world_size": W, "wall_s": rec.get("wall_s"),
+        "loadavg_1min": max((x for x in rec.get("loadavg_1min") or [] if x is not None), default=None),
         "it_ms": float(np.median(it_time[healthy]) / 1e6) if healthy.any() else None,
         "it_cv": _cv(it_time[healthy]) if healthy.sum() > 1 else None,
         "op_cv": float(np.nanmedian(op_cvs)) if op_cvs else None,
