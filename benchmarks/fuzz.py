@@ -478,17 +478,29 @@ def c_mutate(src: Path, fmt: str, rng: random.Random) -> None:
 # ----------------------------------------------------------------------------- running a case
 
 
+def _outputs(out: Path | None) -> list[Path]:
+    """The paths a command writing ``out`` may create (a model ``M`` is ``M.json`` and ``M.npz``)."""
+    if out is None:
+        return []
+    return [out, out.with_name(out.name + ".json"), out.with_name(out.name + ".npz")]
+
+
 def _digest(root: Path, skip: Path | None = None) -> dict[str, str]:
-    """path -> sha256 (or link target / 'dir') of everything under ``root`` except ``skip``."""
+    """path -> sha256 (or link target / 'dir') of everything under ``root`` except ``skip`` (and its model files)."""
     out = {}
+    skips = _outputs(skip)
+
+    def skipped(p: Path) -> bool:
+        return any(p == s or s in p.parents for s in skips)
+
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
         dp = Path(dirpath)
-        if skip is not None and (dp == skip or skip in dp.parents):
+        if skipped(dp):
             dirnames[:] = []
             continue
         for name in dirnames + filenames:
             p = dp / name
-            if skip is not None and (p == skip or skip in p.parents):
+            if skipped(p):
                 continue
             rel = str(p.relative_to(root))
             if p.is_symlink():
@@ -670,7 +682,7 @@ def run_case(bases: Bases, seed: int, scratch: Path) -> Outcome:
     try:
         name, argv, out, expect, r = make_case(bases, rng, work)
         o = judge(name, argv, work, out, expect, r)
-        if out is not None and out.exists() and o.rc == 2:
+        if out is not None and any(p.exists() for p in _outputs(out)) and o.rc == 2:
             o.clobber, o.detail = True, f"exit 2 but the output {out.name} was written"
         leftovers = [p.name for p in work.rglob(".holmes-tmp-*")]
         if leftovers:

@@ -233,12 +233,13 @@ def check_ops(table: pa.Table, rank: int, communicators: Mapping[str, Any] | Non
             clash[keep[o[first]]] = True
             exclude(clash, "{k} row(s) share an (iteration, op_index) with a different row, excluded")
 
-    # seq strictly increasing per stream (collectives: comm; p2p: comm, direction, peer) in issue order
+    # seq strictly increasing per stream (collectives: comm; p2p: comm, direction, peer) in start order
     keep = np.flatnonzero(~excluded)
     if len(keep) > 1:
         kind = np.where(is_p2p, op_code, -1)[keep]
         pk = np.where(is_p2p, peer, -1)[keep]
-        o = np.lexsort([ix[keep], it[keep], pk, kind, comm[keep]])
+        # issue order = start order (op_index is repaired to it below)
+        o = np.lexsort([ix[keep], st[keep], it[keep], pk, kind, comm[keep]])
         ks = [comm[keep][o], kind[o], pk[o]]
         same_stream = np.ones(len(o) - 1, dtype=bool)
         for k_ in ks:
