@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from holmes.errors import ArgumentTypeError, ConfigError, JobError, MissingRankError, ParseError, SchemaError
@@ -75,6 +76,11 @@ def derive_iterations(ops: pa.Table) -> pa.Table:
     >>> derive_iterations(t).to_pydict()["end_ns"], derive_iterations(t).to_pydict()["start_ns"]
     ([400, 1000], [100, 400])
     """
+    if ops.num_rows and (ops.column("end_ns").null_count or ops.column("start_ns").null_count):
+        # a log dumped with ops in flight: only iterations whose ops all completed have a duration
+        open_its = pc.unique(ops.filter(pc.or_(ops.column("end_ns").is_null(), ops.column("start_ns").is_null()))
+                             .column("iteration"))
+        ops = ops.filter(pc.invert(pc.is_in(ops.column("iteration"), value_set=open_its)))
     if ops.num_rows == 0:
         return iterations_table([], [], [], [])
     it = ops.column("iteration").to_numpy()
@@ -116,6 +122,13 @@ class _JobBase:
     @property
     def world_size(self) -> int:
         return self.meta.world_size
+
+    @property
+    def dump(self) -> dict[str, Any] | None:
+        """``job.json``'s ``dump`` (``{"reason", "at_ns", ...}``): why logs holding in-flight ops
+        were written, or None for a job whose logs hold completed ops only."""
+        d = self.meta.dump
+        return None if d is None else d.model_dump(mode="json")
 
     @property
     def layout(self) -> "ParallelLayout | None":
@@ -171,6 +184,7 @@ class _JobBase:
         t = validate_ops(t, source, world_size=self.world_size, rank=r, comm_ids=self.communicators, strict=False)
         t, found = check_ops(t, r, self.communicators, source)
         self.consistency.record_ops(found)
+        self.consistency.cross_check(r, t)
         return _sorted(t)
 
     def _checked_iterations(self, t: pa.Table, r: int, source: str) -> pa.Table:

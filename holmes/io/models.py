@@ -46,6 +46,14 @@ class SourceInfo(_Strict):
     details: dict[str, Any] = Field(default_factory=dict)
 
 
+class DumpInfo(_Strict):
+    """Why and when logs holding in-flight ops were written (``job.json``'s optional ``dump``)."""
+
+    reason: Literal["timeout", "signal", "exception", "end"]
+    at_ns: int | None = None
+    detail: str | None = None  # e.g. the signal's name or the exception's one-line text
+
+
 class JobMeta(_Strict):
     """The contents of ``job.json``."""
 
@@ -56,6 +64,7 @@ class JobMeta(_Strict):
     gpus_per_host: int | None = Field(None, ge=1)
     name: str | None = None
     source: SourceInfo | None = None
+    dump: DumpInfo | None = None
     extra: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")

@@ -27,6 +27,7 @@ __all__ = [
     "validate_iterations",
     "ops_table",
     "iterations_table",
+    "STATES",
 ]
 
 SCHEMA_ID = "holmes.commops/1"
@@ -58,6 +59,8 @@ ITERATIONS_SCHEMA = pa.schema(
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "barrier")
 P2P_OPS = ("send", "recv")
 OP_NAMES = COLLECTIVE_OPS + P2P_OPS
+#: values of the optional ``state`` column: done; entered, not finished; issued, not entered
+STATES = ("completed", "started", "scheduled")
 
 _INT_COLUMNS = {"rank", "iteration", "op_index", "seq", "peer", "nbytes", "start_ns", "end_ns"}
 _STRING_COLUMNS = {"comm_id", "op"}
@@ -67,7 +70,8 @@ def _where(source: str | None) -> str:
     return f"{source}: " if source else ""
 
 
-def _cast_column(col: pa.ChunkedArray, field: pa.Field, source: str | None) -> pa.ChunkedArray:
+def _cast_column(col: pa.ChunkedArray, field: pa.Field, source: str | None,
+                 nullable: frozenset[str] = frozenset()) -> pa.ChunkedArray:
     name = field.name
     t = col.type
     if pa.types.is_dictionary(t):
@@ -89,20 +93,21 @@ def _cast_column(col: pa.ChunkedArray, field: pa.Field, source: str | None) -> p
             raise SchemaError(
                 f"{_where(source)}column '{name}' of type {t} does not fit {field.type}: {exc}"
             ) from None
-    if not field.nullable and out.null_count:
+    if not field.nullable and name not in nullable and out.null_count:
         raise SchemaError(f"{_where(source)}column '{name}' has {out.null_count} null value(s)")
     return out
 
 
-def _conform(table: pa.Table, schema: pa.Schema, source: str | None) -> pa.Table:
+def _conform(table: pa.Table, schema: pa.Schema, source: str | None,
+             nullable: frozenset[str] = frozenset()) -> pa.Table:
     missing = [f.name for f in schema if f.name not in table.column_names]
     if missing:
         raise SchemaError(f"{_where(source)}missing required column(s) {', '.join(repr(m) for m in missing)}")
     cols, fields = [], []
     for f in schema:
-        c = _cast_column(table.column(f.name), f, source)
+        c = _cast_column(table.column(f.name), f, source, nullable)
         cols.append(c)
-        fields.append(pa.field(f.name, c.type, nullable=f.nullable))
+        fields.append(pa.field(f.name, c.type, nullable=f.nullable or f.name in nullable))
     for name in table.column_names:  # extra columns are kept, in their order
         if name not in schema.names:
             cols.append(table.column(name))
@@ -131,6 +136,10 @@ def validate_ops(table: pa.Table, source: str | None = None, *, world_size: int 
         Reject rows whose ``end_ns`` is before ``start_ns``. Readers pass False and leave such rows
         to the consistency pass (:mod:`holmes.io.consistency`), which excludes and reports them.
 
+    The optional ``state`` column (logs dumped while ops were in flight) holds ``completed``,
+    ``started`` or ``scheduled`` (:data:`STATES`); ``end_ns`` may then be null where the op is not
+    completed, ``start_ns`` where it is only scheduled, and nowhere else.
+
     Returns
     -------
     pyarrow.Table
@@ -152,11 +161,23 @@ def validate_ops(table: pa.Table, source: str | None = None, *, world_size: int 
     Traceback (most recent call last):
     ...
     holmes.errors.SchemaError: rank-00000.parquet: missing required column(s) 'end_ns'
+    >>> hung = ops_table(rank=[0, 0], iteration=[0, 0], op_index=[0, 1], comm_id=["tp-0"] * 2, seq=[0, 1],
+    ...                  op=["all_reduce"] * 2, peer=[None, None], nbytes=[4, 4], start_ns=[10, 30],
+    ...                  end_ns=[20, None], state=["completed", "started"])
+    >>> validate_ops(hung).column("end_ns").null_count
+    1
+    >>> validate_ops(hung.set_column(10, "state", pa.array(["completed", "done"])), "rank 0")
+    Traceback (most recent call last):
+    ...
+    holmes.errors.SchemaError: rank 0: column 'state' holds ['done']; expected one of ['completed', 'started', 'scheduled']
     """
-    out = _conform(table, OPS_SCHEMA, source)
+    has_state = "state" in table.column_names
+    out = _conform(table, OPS_SCHEMA, source, frozenset({"start_ns", "end_ns"}) if has_state else frozenset())
+    w = _where(source)
+    if has_state:
+        _check_states(out, w)
     if out.num_rows == 0:
         return out
-    w = _where(source)
     ranks = out.column("rank")
     if rank is not None:
         bad = pc.sum(pc.not_equal(ranks, pa.scalar(rank, pa.int32()))).as_py()
@@ -184,6 +205,31 @@ def validate_ops(table: pa.Table, source: str | None = None, *, world_size: int 
         if missing:
             raise SchemaError(f"{w}column 'comm_id' holds {missing[:5]} absent from job.json communicators")
     return out
+
+
+def _check_states(out: pa.Table, w: str) -> None:
+    """The ``state`` column: known values, and nulls in start/end only where the state allows them."""
+    st = out.column("state")
+    t = st.type
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    if not (pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_null(t)):
+        raise SchemaError(f"{w}column 'state' has type {st.type}, expected string")
+    if out.num_rows == 0:
+        return
+    if st.null_count:
+        raise SchemaError(f"{w}column 'state' has {st.null_count} null value(s)")
+    bad = sorted(set(pc.unique(st.cast(pa.string())).to_pylist()) - set(STATES))
+    if bad:
+        raise SchemaError(f"{w}column 'state' holds {bad[:5]}; expected one of {list(STATES)}")
+    s = st.cast(pa.string())
+    for name, allowed in (("end_ns", pc.not_equal(s, "completed")), ("start_ns", pc.equal(s, "scheduled"))):
+        col = out.column(name)
+        if col.null_count:
+            wrong = pc.sum(pc.and_(col.is_null(), pc.invert(allowed))).as_py()
+            if wrong:
+                what = "not completed" if name == "end_ns" else "scheduled"
+                raise SchemaError(f"{w}column '{name}' has {wrong} null value(s) on rows whose state is not {what}")
 
 
 def validate_iterations(table: pa.Table, source: str | None = None) -> pa.Table:
