@@ -138,7 +138,7 @@ def test_synthetic_dumps_timing_peers_iterations(tmp_path, as_json):
     ar = t0[0]
     assert ar["op"] == "all_reduce" and ar["end_ns"] - ar["start_ns"] == 500 and ar["nbytes"] == 128
     ag = [o for o in t0 if o["op"] == "all_gather"]
-    assert ag[-1]["end_ns"] == ag[-1]["start_ns"] and ag[-1]["state"] == "scheduled" and ag[0]["nbytes"] == 64
+    assert ag[-1]["end_ns"] is None and ag[-1]["state"] == "scheduled" and ag[0]["nbytes"] == 64
     assert job.communicators["pp-1"].kind == "pp"
     assert any("period" in m for m in job.meta.source.inferred)
 

@@ -15,9 +15,11 @@ What is taken from where (see ``docs/converters.md``):
 * seq: collectives ``collective_seq_id``; P2P: order per (group, direction, peer), aligned between
   the two ends by creation time because each dump holds only the newest entries (a ring buffer);
 * time: ``start_ns`` = ``time_created_ns`` (issue); ``end_ns`` = ``time_discovered_completed_ns``, or
-  started + ``duration_ms``; entries that never completed keep ``end_ns = start_ns`` and their
-  ``state`` (an extra column, as are ``end_known``, ``fr_record_id``, ``fr_collective_seq_id``,
-  ``fr_p2p_seq_id``);
+  started + ``duration_ms``; the entry's ``state`` is kept (DESIGN's optional column:
+  ``completed``, ``started``, ``scheduled``) and entries that never completed have a null ``end_ns``
+  (``start_ns`` stays the issue time, ``time_created_ns``); ``end_known``, ``fr_record_id``,
+  ``fr_collective_seq_id`` (the collective sequence id per process group) and ``fr_p2p_seq_id`` are
+  extra columns;
 * iteration: not in the dump; inferred from the period of each rank's op pattern and aligned
   across ranks by shared collectives; when no period is found: one iteration 0 (warned).
 """
@@ -43,6 +45,7 @@ from holmes.adapters.opnames import normalize_op, strip_backend
 from holmes.adapters.rows import RankRows
 from holmes.adapters.safe_pickle import safe_loads
 from holmes.errors import ConvertError, ParseError
+from holmes.io.schema import STATES
 from holmes.io.limits import decode_json
 
 __all__ = ["convert_flight_recorder", "read_fr_dump", "DTYPE_BYTES"]
@@ -267,7 +270,7 @@ def convert_flight_recorder(src: str | os.PathLike[str], out: str | os.PathLike[
         start_only += n_open
     if start_only:
         notes.warn(f"{start_only} entr(ies) have no completion time (state 'scheduled'/'started'): "
-                   "end_ns = start_ns, column 'state' and 'end_known' tell them apart")
+                   "end_ns is null where the state is not 'completed' (ops in flight at the dump)")
     notes.infer("start_ns = time_created_ns; end_ns = time_discovered_completed_ns "
                 "(else time_discovered_started_ns + duration_ms)")
     notes.infer("nbytes = the larger of input and output sizes x dtype width")
@@ -347,10 +350,20 @@ def _entry_row(rank: int, e: dict[str, Any], where: str, reg: GroupRegistry, not
     rows.append(iteration=0, comm_id=cid, op=op, peer=peer, nbytes=nb, start_ns=created,
                 end_ns=min(max(end, created), _MAX_NS),
                 seq=cseq if (op not in ("send", "recv") and cseq is not None) else -1,
-                state=str(e.get("state") or "unknown"), end_known=known,
+                state=_state(e.get("state"), completed is not None or (started is not None and dur is not None),
+                             started is not None), end_known=known,
                 fr_record_id=_opt_int(e.get("record_id")), fr_collective_seq_id=cseq,
                 fr_p2p_seq_id=_opt_int(e.get("p2p_seq_id")))
     return open_
+
+
+def _state(fr_state: Any, done: bool, entered: bool) -> str:
+    """The CommOps ``state`` of an entry: Flight Recorder's own when it is one of
+    ``completed``/``started``/``scheduled``, else what its timestamps show."""
+    st = str(fr_state or "").lower()
+    if st in STATES:
+        return st
+    return "completed" if done else "started" if entered else "scheduled"
 
 
 def _align_p2p(rows: dict[int, RankRows], notes: Notes) -> None:
