@@ -96,21 +96,35 @@ class IrregularityRule:
         ref = self.reference(reference_durations)
         return bool(np.isfinite(ref) and duration > self.delta * ref)
 
-    def z_scores(self, durations: Sequence[float] | np.ndarray, min_rel_sigma: float = 0.002) -> np.ndarray:
+    def z_scores(self, durations: Sequence[float] | np.ndarray, min_rel_sigma: float = 0.002,
+                 local: int | None = None) -> np.ndarray:
         """How many healthy sigmas each duration stands above the reference.
 
         The healthy sigma is the spread of the fast side, ``(q20 - q02) / 1.212`` (the normal
         equivalent), relative to the reference and at least ``min_rel_sigma``: a slowdown only
         slows, so while it covers under ~4/5 of the window the fast side is the job's own noise.
+        With ``local=k`` the reference of each iteration is the rule's percentile of the
+        ``2k + 1`` iterations around it, so a slow drift of the whole job (load, thermals) is not
+        an irregularity; the z-scores are then of the ratios to that local reference.
 
         >>> d = np.r_[np.random.default_rng(0).normal(100.0, 1.0, 200), [130.0]]
         >>> z = IrregularityRule().z_scores(d)
         >>> bool(z[-1] > 20), bool(z[:200].max() < 6)
         (True, True)
+        >>> drift = np.linspace(100.0, 130.0, 60)                   # a slow drift, nothing irregular
+        >>> bool(IrregularityRule().z_scores(drift, local=5).max() < 4)
+        True
         """
         d = np.asarray(durations, dtype=np.float64)
         if d.size == 0:
             return np.zeros(0)
+        if local:
+            k = int(local)
+            ref_t = np.array([np.percentile(d[max(0, i - k):i + k + 1], self.quantile) for i in range(d.size)])
+            ratio = d / np.maximum(ref_t, 1e-12)
+            q02, q20 = np.percentile(ratio, [2.0, 20.0])
+            sigma = max((q20 - q02) / _Q20_Q02, min_rel_sigma)
+            return (ratio - 1.0) / sigma
         ref = self.reference(d)
         q02, q20 = np.percentile(d, [2.0, 20.0])
         sigma = max((q20 - q02) / _Q20_Q02, min_rel_sigma * ref, 1e-12)

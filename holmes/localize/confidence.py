@@ -16,7 +16,9 @@ Two questions decide whether a device may be named:
    cross it (:func:`network_opportunity`): a host's NVSwitch or a spine that lies on most paths is
    implicated by almost any network cause, so being implicated says little about it. The
    confidence is ``1 - P(Binomial(N, p0) >= S)``, continuous in ``S`` and ``N`` through the
-   regularized incomplete beta function.
+   regularized incomplete beta function. Where the search was also run on regular iterations
+   (the job's own null), ``p0`` is updated by how often it blamed the device there: a device the
+   procedure blames whatever happens (a fabric on every path of a noisy job) is no culprit.
 
 Examples
 --------
@@ -97,9 +99,30 @@ def opportunity(device: str, world: int, topology: Any, net_share: Mapping[str, 
 
 
 def confidences(hits: Mapping[str, float], n: float, world: int, topology: Any,
-                net_share: Mapping[str, float]) -> dict[str, float]:
-    """Confidence of every device from its weighted hits out of ``n`` weighted iterations."""
-    return {d: device_confidence(s, n, opportunity(d, world, topology, net_share)) for d, s in hits.items()}
+                net_share: Mapping[str, float], *, null_hits: Mapping[str, int] | None = None,
+                null_n: int = 0, prior_weight: float = 2.0) -> dict[str, float]:
+    """Confidence of every device from its weighted hits out of ``n`` weighted iterations.
+
+    The chance level of a device is its opportunity ``p0`` (:func:`opportunity`) updated by the
+    job's own null, when one was searched: ``(null_hits + prior_weight * p0) / (null_n +
+    prior_weight)``, where ``null_hits`` counts the regular iterations (out of ``null_n`` with a
+    cause) whose causes implicated the device.
+
+    >>> from holmes.topology import default_topology
+    >>> t = default_topology(16)
+    >>> c = confidences({"gpu:3": 4.0, "nvswitch:0": 4.0}, 4.0, 16, t, {"nvswitch:0": 0.5},
+    ...                 null_hits={"nvswitch:0": 5}, null_n=6)
+    >>> round(c["gpu:3"], 4), round(c["nvswitch:0"], 2)
+    (1.0, 0.68)
+    """
+    null_hits = null_hits or {}
+    out = {}
+    for d, s in hits.items():
+        p0 = opportunity(d, world, topology, net_share)
+        if null_n > 0:
+            p0 = (null_hits.get(d, 0) + prior_weight * p0) / (null_n + prior_weight)
+        out[d] = device_confidence(s, n, p0)
+    return out
 
 
 def weighted_hits(iterations: Sequence[int], device_lists: Iterable[Sequence[str]],

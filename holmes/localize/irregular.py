@@ -58,6 +58,10 @@ class Evidence:
     causes: list[RootCause] = field(default_factory=list)
     implicated: list[list[str]] = field(default_factory=list)
     without_cause: list[int] = field(default_factory=list)
+    #: the same procedure on regular iterations (the job's own null): per iteration with a cause,
+    #: the devices its causes implicate
+    null_devices: list[set[str]] = field(default_factory=list)
+    null_searched: int = 0
 
 
 class IrregularAnalysis:
@@ -76,7 +80,10 @@ class IrregularAnalysis:
         rule = IrregularityRule(p.delta)
         mask = rule.mask(durs)
         irregular = its[mask]
-        w = iteration_weights(rule.z_scores(durs)[mask], p.noise_z)
+        z = rule.z_scores(durs)
+        if p.noise_window:
+            z = np.minimum(z, rule.z_scores(durs, local=p.noise_window))
+        w = iteration_weights(z[mask], p.noise_z)
         weights = {int(i): float(x) for i, x in zip(irregular, w)}
         if len(its) < 5:
             run.assume(f"only {len(its)} iteration(s) in the window: irregularity rates are unreliable")
@@ -112,6 +119,7 @@ class IrregularAnalysis:
             ev.implicated.append(implicated_devices(c, ro, topo, healthy=healthy, hprobe=hprobe, probe=probe,
                                                     include_host=p.include_host, min_share=p.exonerate_bytes,
                                                     speedup=p.exonerate_speedup))
+        self._null(run, sel, ev, healthy)
         if p.narrow:
             narrowed = narrow_by_coverage(ev.implicated, [c.rate for c in ev.causes],
                                           [c.cause != COMPUTE for c in ev.causes])
@@ -120,6 +128,28 @@ class IrregularAnalysis:
                     c.devices = devs
             ev.implicated = narrowed
         return ev
+
+    def _null(self, run: Any, sel: Selection, ev: Evidence, healthy: HealthyPaths | None) -> None:
+        """Run the search on up to ``null_iterations`` regular iterations (evenly spread): what
+        the procedure blames when nothing is wrong is the chance level a device must beat."""
+        p, search, topo = run.params, run.search, run.topology
+        regular = sel.window[~np.isin(sel.window, sel.irregular)]
+        if p.null_iterations == 0 or regular.size == 0:
+            return
+        pick = regular[np.unique(np.linspace(0, regular.size - 1, min(p.null_iterations, regular.size)).astype(int))]
+        for it in pick.tolist():
+            ev.null_searched += 1
+            starts = [s for piv in p.pivots for s in start_operators(search, piv, it, p.max_starts)]
+            found = search.search(it, starts) if starts else []
+            if not found:
+                continue
+            devs: set[str] = set()
+            for c in found:
+                ro = search.graph.ranks[c.rank]
+                devs.update(implicated_devices(c, ro, topo, healthy=healthy, hprobe=None, probe=None,
+                                               include_host=p.include_host, min_share=p.exonerate_bytes,
+                                               speedup=p.exonerate_speedup))
+            ev.null_devices.append(devs)
 
     def rank(self, run: Any, ev: Evidence, sel: Selection | None = None) -> list[DeviceScore]:
         """Every implicated device: MAP over the causes' rates with the topology decay, and its
@@ -149,7 +179,12 @@ class IrregularAnalysis:
         src = run.source
         share = network_opportunity(src.communicators, run.topology) if any(
             device_kind(d) not in ("gpu", "host") for d in hits) else {}
-        return confidences(hits, n, src.world_size, run.topology, share)
+        null_hits: dict[str, int] = {}
+        for devs in ev.null_devices:
+            for d in devs:
+                null_hits[d] = null_hits.get(d, 0) + 1
+        return confidences(hits, n, src.world_size, run.topology, share, null_hits=null_hits,
+                           null_n=len(ev.null_devices))
 
 
 def start_operators(search: GraphSearch, pivot: int, iteration: int, max_starts: int | None) -> list[tuple[int, int]]:

@@ -32,7 +32,7 @@ from holmes.errors import ConfigError
 __all__ = ["LocalizeParams", "ANALYSES"]
 
 #: analyses a localization can run; ``"all"`` runs every one that applies to the job
-ANALYSES = ("irregular", "all")
+ANALYSES = ("irregular", "persistent", "all")
 
 
 class LocalizeParams(BaseModel):
@@ -42,7 +42,9 @@ class LocalizeParams(BaseModel):
     ----------
     analysis : {"all", "irregular"}, default "all"
         Which analyses run. ``"irregular"`` explains the pivot's delta-irregular iterations (the
-        paper's Holmes); ``"all"`` runs every analysis this version has.
+        paper's Holmes); ``"persistent"`` compares every rank with its role peers in every iteration
+        (stragglers slow from the first iteration, no pivot needed, every rank read) and replays
+        the iterations without them (:mod:`holmes.localize.persistent`); ``"all"`` runs every analysis this version has.
     pivot : int, default 0
         The monitored rank whose iteration times define the irregular iterations.
     monitors : tuple of int, default ()
@@ -96,6 +98,29 @@ class LocalizeParams(BaseModel):
         An irregular iteration counts by how far it stands above the job's healthy spread: not at
         all within ``noise_z - 1`` healthy sigmas, fully beyond ``noise_z + 1``
         (:mod:`holmes.localize.confidence`); iterations within the noise are not searched.
+    noise_window : int, default 10
+        The healthy level an iteration is weighed against is also taken locally, over the
+        ``2 * noise_window + 1`` iterations around it (a slow drift of the whole job is not an
+        irregularity); 0 uses the window-wide level only.
+    null_iterations : int, default 8
+        Regular iterations the search also runs on (evenly spread over the window): how often the
+        procedure blames a device when nothing is wrong sets the chance level its evidence must
+        beat (:func:`holmes.localize.confidence.confidences`); 0 uses the topology's share alone.
+    persistent_z : float, default 4.0
+        Persistent analysis: a rank (communicator) is an outlier in an iteration when the waiting it
+        caused (its transfer time) stands this many robust sigmas of its role group's spread above
+        its peers' median.
+    persistent_fraction : float, default 0.6
+        ... and a straggler only when it is an outlier in at least this share of the window (the
+        continuity rule: a one-off blip is not a straggler).
+    network_min_excess : float, default 0.2
+        A communicator's transfers count as slow only when also at least this much (relative)
+        slower than its peers'.
+    imbalance_pct : float, default 3.0
+        When no device is named and the what-if slowdown is at least this many percent, the
+        persistent analysis names the non-device cause (pipeline-stage or micro-batch imbalance).
+    whatif : bool, default True
+        Persistent analysis: replay the iterations (what-if impact and slowdown); False skips it.
     min_confidence : float, default 0.9
         A device is named only when its confidence (against how often chance would blame it)
         reaches this; otherwise the verdict is ``inconclusive`` and the devices are candidates.
@@ -103,7 +128,7 @@ class LocalizeParams(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
-    analysis: Literal["irregular", "all"] = "all"
+    analysis: Literal["irregular", "persistent", "all"] = "all"
     pivot: int = Field(default=0, ge=0)
     monitors: tuple[int, ...] = ()
     window: int = Field(default=100, ge=2)
@@ -126,7 +151,14 @@ class LocalizeParams(BaseModel):
     late_ratio: float = Field(default=0.5, ge=0, le=1)
     host_reads: int = Field(default=32, ge=0)
     noise_z: float = Field(default=3.0, ge=0)
+    noise_window: int = Field(default=10, ge=0)
+    null_iterations: int = Field(default=8, ge=0)
     min_confidence: float = Field(default=0.9, ge=0, le=1)
+    persistent_z: float = Field(default=4.0, gt=0)
+    persistent_fraction: float = Field(default=0.6, gt=0, le=1)
+    network_min_excess: float = Field(default=0.2, ge=0)
+    imbalance_pct: float = Field(default=3.0, ge=0)
+    whatif: bool = True
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -135,7 +167,7 @@ class LocalizeParams(BaseModel):
             raise ConfigError(_one_line(exc)) from None
 
     @field_validator("delta", "alpha", "exonerate_bytes", "exonerate_speedup", "late_ratio", "noise_z",
-                     "min_confidence")
+                     "min_confidence", "persistent_z", "network_min_excess", "imbalance_pct")
     @classmethod
     def _finite(cls, v: float) -> float:
         if not math.isfinite(v):

@@ -40,6 +40,7 @@ from holmes.detect.simple import resolve_detector
 from holmes.errors import ConfigError
 from holmes.localize.irregular import IrregularAnalysis
 from holmes.localize.params import LocalizeParams
+from holmes.localize.persistent import PersistentAnalysis
 from holmes.localize.report import DeviceScore, Report
 from holmes.localize.search import GraphSearch, RootCause
 from holmes.localize.sources import JobSource, open_source
@@ -62,7 +63,7 @@ class Analysis(Protocol):
 
 
 #: the analyses by name, in the order ``analysis="all"`` runs them
-ANALYSIS_CLASSES: dict[str, type] = {"irregular": IrregularAnalysis}
+ANALYSIS_CLASSES: dict[str, type] = {"irregular": IrregularAnalysis, "persistent": PersistentAnalysis}
 
 
 @dataclass
@@ -160,6 +161,9 @@ class Localizer:
         irr = next((f for f in findings if f.analysis == "irregular" and hasattr(f.selection, "weights")), None)
         causes: list[RootCause] = irr.evidence.causes if irr else []
         verdict = decide_verdict(findings, ranked, p.min_confidence)
+        pers = next((f for f in findings if f.analysis == "persistent"), None)
+        slowdown = getattr(pers.evidence, "slowdown", None) if pers else None
+        non_device = getattr(pers.evidence, "non_device_cause", None) if pers else None
         named = [d for d in ranked if d.confidence is None or d.confidence >= p.min_confidence]
         log.info("localize: verdict %s, %d causes, %d ranks read", verdict, len(causes), len(src.ranks_read))
         return Report(devices=named[:p.top_k], all_devices=ranked, root_causes=causes, verdict=verdict,
@@ -168,7 +172,8 @@ class Localizer:
                       world_size=src.world_size, fetched=src.ranks_read, missing=dict(src.missing),
                       assumptions=run.assumptions, pivots=p.pivots,
                       window=[int(i) for i in irr.selection.window] if irr else [], bytes_read=src.bytes_read,
-                      params=p.to_json(), iterations_without_cause=irr.evidence.without_cause if irr else [])
+                      params=p.to_json(), iterations_without_cause=irr.evidence.without_cause if irr else [],
+                      slowdown=slowdown, non_device_cause=non_device)
 
 
 def localize(job: Any, **params: Any) -> Report:
@@ -214,7 +219,10 @@ def merge_devices(lists: list[list[DeviceScore]]) -> list[DeviceScore]:
                 keep = d if d.score > old.score else old
                 ev = tuple(dict.fromkeys(old.evidence + d.evidence))
                 best[d.id] = DeviceScore(keep.id, keep.kind, keep.score, keep.index, old.causes + d.causes,
-                                         confidence=keep.confidence, impact_pct=keep.impact_pct, evidence=ev)
+                                         confidence=keep.confidence,
+                                         impact_pct=keep.impact_pct if keep.impact_pct is not None
+                                         else (old.impact_pct if old.impact_pct is not None else d.impact_pct),
+                                         evidence=ev)
     return sorted(best.values(), key=lambda d: -d.score)
 
 
@@ -225,6 +233,8 @@ def decide_verdict(findings: list[Finding], ranked: list[DeviceScore], min_confi
     if any(d.confidence is None or d.confidence >= min_confidence for d in ranked):
         return "culprit"
     beyond_noise = [w for f in findings for w in getattr(f.selection, "weights", {}).values() if w > 0]
+    if any(getattr(f.evidence, "non_device_cause", None) for f in findings):
+        return "inconclusive"  # a slowdown with a named non-device cause (stage / micro-batch imbalance)
     return "inconclusive" if beyond_noise or ranked else "healthy"
 
 

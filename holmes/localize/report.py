@@ -74,6 +74,11 @@ class Report:
 
     Attributes
     ----------
+    slowdown : float or None
+        Actual over ideal step from the persistent analysis's what-if replay (WIA's S).
+    non_device_cause : dict or None
+        ``{"kind": "pipeline_stage_imbalance" | "microbatch_imbalance", ...}`` when no device
+        explains a slowdown.
     verdict : {"culprit", "healthy", "inconclusive"}
         ``culprit``: devices are named; ``healthy``: nothing to explain; ``inconclusive``:
         something was irregular but no device could be named with confidence.
@@ -108,6 +113,8 @@ class Report:
     iterations_without_cause: list[int] = field(default_factory=list)
     verdict: str = "healthy"
     candidates: list[DeviceScore] = field(default_factory=list)
+    slowdown: float | None = None
+    non_device_cause: dict[str, Any] | None = None
 
     @property
     def top(self) -> DeviceScore | None:
@@ -137,7 +144,8 @@ class Report:
             "window": [self.window[0], self.window[-1]] if self.window else [],
             "iterations_without_cause": list(self.iterations_without_cause),
             "candidates": [d.to_json() for d in self.candidates],
-            "slowdown": None,
+            "slowdown": _num(self.slowdown),
+            "non_device_cause": dict(self.non_device_cause) if self.non_device_cause else None,
             "hang": None,
             "params": dict(self.params),
         }
@@ -165,7 +173,14 @@ class Report:
             lines.append(f"Verdict: {self.verdict}. Most likely anomalous devices:")
             for i, d in enumerate(self.devices, 1):
                 conf = f"  confidence {d.confidence:.2f}" if d.confidence is not None else ""
-                lines.append(f"  {i}. {d.id:<28} score {d.score:.3f}{conf}  ({d.causes} cause(s))")
+                imp = f"  impact {d.impact_pct:.1f}%" if d.impact_pct is not None else ""
+                lines.append(f"  {i}. {d.id:<28} score {d.score:.3f}{conf}{imp}  ({d.causes} cause(s))")
+        if self.slowdown is not None:
+            lines.append(f"Straggling slowdown: the step is {self.slowdown:.3f}x the ideal (what-if replay)")
+        if self.non_device_cause:
+            nd = self.non_device_cause
+            where = f" (stage {nd['stage']})" if "stage" in nd else ""
+            lines.append(f"Non-device cause: {nd['kind'].replace('_', ' ')}{where}; no device explains the slowdown")
         if self.root_causes:
             lines.append("Root causes:")
             for c in self.root_causes[:max_causes]:

@@ -77,6 +77,7 @@ class JobSource:
         self.missing: dict[int, str] = {}
         self.errors: dict[int, Exception] = {}
         self._fetched: dict[int, pa.Table] = {}
+        self._streamed: set[int] = set()
         self._bytes = 0
 
     def fetch(self, rank: int) -> pa.Table | None:
@@ -103,6 +104,28 @@ class JobSource:
         self._fetched[r] = t
         return t
 
+    def stream(self, rank: int) -> pa.Table | None:
+        """Like :meth:`fetch`, but the table is not kept (an analysis that reads every rank once,
+        rank by rank); the rank still counts as read."""
+        r = int(rank)
+        hit = self._fetched.get(r)
+        if hit is not None or r in self.missing:
+            return hit
+        if not 0 <= r < self.world_size:
+            self.missing[r] = f"rank {r} is outside world_size {self.world_size}"
+            return None
+        before = self._job_bytes()
+        try:
+            t = self.job.ops(r)
+        except (MissingRankError, ParseError, SchemaError) as exc:
+            self.missing[r] = " ".join(str(exc).split())
+            log.warning("rank %d skipped: %s", r, self.missing[r])
+            return None
+        after = self._job_bytes()
+        self._bytes += (after - before) if after is not None and before is not None else t.nbytes
+        self._streamed.add(r)
+        return t
+
     def _job_bytes(self) -> int | None:
         st = getattr(self.job, "stats", None)
         return None if st is None else int(st.bytes_read)
@@ -119,7 +142,7 @@ class JobSource:
     @property
     def ranks_read(self) -> list[int]:
         """Ranks whose logs were fetched, ascending."""
-        return sorted(self._fetched)
+        return sorted(self._streamed.union(self._fetched))
 
     @property
     def bytes_read(self) -> int:
