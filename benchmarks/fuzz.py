@@ -275,6 +275,30 @@ def m_iter_offset(job: Path, rng: random.Random, r: int) -> str | None:
     return "disagrees with the op table"
 
 
+def m_iteration_shift(job: Path, rng: random.Random, r: int) -> str:
+    """The rank's ops (and iteration table) numbered from another step than the other files."""
+    off = rng.choice([1, 2, 1000])
+    _edit_rank(job, r, lambda t: _set(t, "iteration", [v + off for v in _col(t, "iteration")]))
+    p = job / "iterations" / f"rank-{r:05d}.parquet"
+    if p.is_file():
+        t = pq.read_table(p)
+        pq.write_table(_set(t, "iteration", [v + off for v in t.column("iteration").to_pylist()]), p)
+    return "disagree on communicator"
+
+
+def m_seq_shift(job: Path, rng: random.Random, r: int) -> str:
+    """The rank's seq numbers shifted against the other members' (still monotone)."""
+    off = rng.choice([1, 7, 10**6])
+    _edit_rank(job, r, lambda t: _set(t, "seq", [v + off for v in _col(t, "seq")]))
+    return "disagree on communicator"
+
+
+# cross-rank inconsistencies: only a command that reads another member of the communicators sees
+# them (holmes detect reads every rank for the job context)
+CROSS: dict[str, Callable[[Path, random.Random, int], "str | None"]] = {
+    "iteration_shift": m_iteration_shift, "seq_shift": m_seq_shift,
+}
+
 SEMANTIC: dict[str, Callable[[Path, random.Random, int], "str | None"]] = {
     "end_before_start": m_end_before_start, "op_index_shuffle": m_op_index_shuffle, "int64_min": m_int64_min,
     "duplicate_rows": m_duplicate_rows, "send_no_peer": m_send_no_peer, "collective_peer": m_collective_peer,
@@ -589,11 +613,13 @@ def make_case(bases: Bases, rng: random.Random, work: Path) -> tuple[str, list[s
     job = work / "job"
     shutil.copytree(bases.job, job, symlinks=True)
     if family == "semantic":
-        names = rng.sample(sorted(SEMANTIC), k=rng.randint(1, 2))
+        use_detect = rng.random() < 0.5
+        pool = {**SEMANTIC, **CROSS} if use_detect else SEMANTIC
+        names = rng.sample(sorted(pool), k=rng.randint(1, 2))
         r = rng.randrange(4)
-        expects = [SEMANTIC[n](job, rng, r) for n in names]
+        expects = [pool[n](job, rng, r) for n in names]
         expect = next((e for e in expects if e is not None), None)
-        if rng.random() < 0.5:
+        if use_detect:
             out = work / "scores.parquet"
             argv = ["detect", str(job), "--ranks", str(r), "--model", str(bases.model), "--out", str(out)]
         else:

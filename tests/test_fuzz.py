@@ -76,7 +76,7 @@ def test_fuzz_mixed_cases(bases, seed):
 
 
 @settings(max_examples=30, **_SETTINGS)
-@given(names=st.lists(st.sampled_from(sorted(fuzz.SEMANTIC)), min_size=1, max_size=2, unique=True),
+@given(names=st.lists(st.sampled_from(sorted({**fuzz.SEMANTIC, **fuzz.CROSS})), min_size=1, max_size=2, unique=True),
        rank=st.integers(0, 3), seed=st.integers(0, 2**16))
 def test_fuzz_semantic_mutations_are_named_by_detect(bases, names, rank, seed):
     rng = random.Random(seed)
@@ -84,7 +84,8 @@ def test_fuzz_semantic_mutations_are_named_by_detect(bases, names, rank, seed):
         work = Path(tmp)
         job = work / "job"
         shutil.copytree(bases.job, job)
-        expects = [fuzz.SEMANTIC[n](job, rng, rank) for n in names]
+        pool = {**fuzz.SEMANTIC, **fuzz.CROSS}
+        expects = [pool[n](job, rng, rank) for n in names]
         expect = next((e for e in expects if e is not None), None)
         out = work / "scores.parquet"
         o = fuzz.judge("semantic", ["detect", str(job), "--ranks", str(rank), "--model", str(bases.model), "--out",

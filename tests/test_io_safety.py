@@ -409,3 +409,13 @@ def test_iteration_table_disagreeing_or_reversed(job):
     j = read_job(job)
     j.iterations(0)
     assert any("1 iteration(s) end before they start, excluded" in m for m in j.inconsistencies[0])
+
+
+@pytest.mark.parametrize("column,offset", [("iteration", 1000), ("seq", 7), ("iteration", 1)])
+def test_a_rank_shifted_against_the_others_is_named(job, column, offset):
+    _edit(job, 0, lambda t: _setcol(t, column, [v + offset for v in t.column(column).to_pylist()]))
+    j = read_job(job)
+    for r in j.available_ranks():
+        j.ops(r)
+    assert j.consistency.disagreements and all(0 in d[:2] for d in j.consistency.disagreements)
+    assert any("disagree on communicator" in m for m in j.inconsistencies[0])

@@ -74,7 +74,53 @@ class ConsistencyLog:
         self.inconsistencies: dict[int, list[str]] = {}
         self.rows_read: dict[int, int] = {}
         self.rows_excluded: dict[int, int] = {}
+        #: cross-rank findings: ``(rank_a, rank_b, comm_id, message)``; the message is also listed
+        #: under both ranks in :attr:`inconsistencies`
+        self.disagreements: list[tuple[int, int, str, str]] = []
         self._iter_msgs: dict[int, list[str]] = {}
+        self._cross_msgs: dict[int, list[str]] = {}
+        self._checked: set[int] = set()
+        self._readers: dict[str, list[tuple[int, tuple[np.ndarray, np.ndarray]]]] = {}
+
+    def cross_check(self, rank: int, table: pa.Table, max_partners: int = 2) -> None:
+        """Compare ``rank``'s collectives with those of up to ``max_partners`` members read before.
+
+        The members of a communicator number the same collective with the same ``seq`` and log it
+        in the same iteration. Against each partner: when they share ``seq`` numbers, at least 90% of the shared
+        collectives must fall in the same iteration; when they share none, they may not share two
+        or more iterations either (their ``seq`` numbers are then shifted against each other).
+        Ring-buffer windows (Flight Recorder) that overlap partly pass. A disagreement is recorded
+        for both ranks (no file can tell which one is wrong) and in :attr:`disagreements`. Only
+        the first ``max_partners`` readers of each communicator are kept, so memory stays bounded.
+        """
+        if table.num_rows == 0 or rank in self._checked:
+            return
+        self._checked.add(rank)
+        for cid, (sq, its) in _collective_summary(table).items():
+            readers = self._readers.setdefault(cid, [])
+            for q, (qsq, qits) in readers:
+                if q == rank:
+                    continue
+                common, ia, ib = np.intersect1d(sq, qsq, assume_unique=True, return_indices=True)
+                if len(common):
+                    bad = int(np.sum(its[ia] != qits[ib]))
+                    if bad <= 0.1 * len(common):  # inferred iteration boundaries (converters) may slip a little
+                        continue
+                    what = f"{bad} of the {len(common)} collective(s) both logged sit in different iterations"
+                else:
+                    shared_iters = len(np.intersect1d(np.unique(its), np.unique(qits)))
+                    if shared_iters < 2:
+                        continue
+                    what = f"they share {shared_iters} iterations but no collective seq number"
+                lo, hi = min(rank, q), max(rank, q)
+                msg = f"ranks {lo} and {hi} disagree on communicator {cid!r}: {what} (iteration or seq numbers shifted)"
+                self.disagreements.append((lo, hi, cid, msg))
+                for r in (rank, q):
+                    self._cross_msgs.setdefault(r, []).append(f"rank {r}: {msg}")
+                    self._set(r)
+                log.warning("%s", msg)
+            if len(readers) < max_partners:
+                readers.append((rank, (sq, its)))
 
     def record_ops(self, f: RankFindings) -> None:
         self.rows_read[f.rank] = f.rows_read
@@ -90,8 +136,9 @@ class ConsistencyLog:
             log.warning("%s", m)
 
     def _set(self, rank: int, ops: list[str] | None = None) -> None:
-        prev_ops = [m for m in self.inconsistencies.get(rank, []) if m not in self._iter_msgs.get(rank, [])]
-        msgs = list(ops if ops is not None else prev_ops) + self._iter_msgs.get(rank, [])
+        extra = self._iter_msgs.get(rank, []) + self._cross_msgs.get(rank, [])
+        prev_ops = [m for m in self.inconsistencies.get(rank, []) if m not in extra]
+        msgs = list(ops if ops is not None else prev_ops) + extra
         if msgs:
             self.inconsistencies[rank] = msgs
         else:
@@ -117,6 +164,29 @@ class ConsistencyLog:
     def __repr__(self) -> str:
         return (f"ConsistencyLog(ranks_read={len(self.rows_read)}, ranks_with_findings={len(self.inconsistencies)}, "
                 f"rows_excluded={sum(self.rows_excluded.values())})")
+
+
+def _collective_summary(table: pa.Table) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """comm_id -> (seq sorted, iteration of each) of the collectives, for the cross-rank check."""
+    op_c, op_names = _codes(table.column("op"))
+    if not len(op_names):
+        return {}
+    is_coll = ~np.isin(np.array(op_names, dtype=object), P2P_OPS)[op_c]
+    if not is_coll.any():
+        return {}
+    comm, comm_names = _codes(table.column("comm_id"))
+    comm = comm[is_coll]
+    it = _np(table.column("iteration"))[is_coll]
+    seq = _np(table.column("seq"))[is_coll]
+    o = np.lexsort([seq, comm])
+    comm, it, seq = comm[o], it[o], seq[o]
+    out = {}
+    brk = np.r_[0, np.flatnonzero(comm[1:] != comm[:-1]) + 1, len(comm)]
+    for a, b in zip(brk[:-1], brk[1:]):
+        s_, i_ = seq[a:b], it[a:b]
+        keep = np.r_[True, s_[1:] != s_[:-1]]  # unique seq (the per-rank pass already excluded repeats)
+        out[comm_names[int(comm[a])]] = (s_[keep], i_[keep])
+    return out
 
 
 def _np(col: pa.ChunkedArray, fill: int | None = None) -> np.ndarray:
