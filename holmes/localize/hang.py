@@ -103,11 +103,13 @@ class CommHang:
     stalled: dict[int, int] = field(default_factory=dict)   # rank -> the seq it never completed
     no_log: list[int] = field(default_factory=list)
     waited_s: float | None = None
+    not_issued: list[int] = field(default_factory=list)     # members whose log never issued ``seq``
 
     def to_json(self) -> dict[str, Any]:
         return {"comm_id": self.comm_id, "seq": self.seq, "op": self.op, "missing": list(self.missing),
                 "waiting": list(self.waiting), "scheduled": list(self.scheduled),
                 "stalled": {str(r): s for r, s in sorted(self.stalled.items())}, "no_log": list(self.no_log),
+                "not_issued": list(self.not_issued),
                 "waited_s": None if self.waited_s is None else round(self.waited_s, 3)}
 
 
@@ -297,7 +299,8 @@ def _stuck(cid: str, members: list[int], per: dict, no_log: dict[int, str], ops:
         t0 = min(ts) if ts else None
     waited = (at_ns - t0) / 1e9 if at_ns is not None and t0 is not None and at_ns >= t0 else None
     return CommHang(cid, int(seq), op, missing, waiting, sorted(r for r in waiting if r in sched),
-                    {r: int(s) for r, s in stalled.items()}, sorted(set(members) - set(have)), waited)
+                    {r: int(s) for r, s in stalled.items()}, sorted(set(members) - set(have)), waited,
+                    sorted(r for r in have if issued[r] < seq))
 
 
 def _culprits(comms: list[CommHang], no_log: dict[int, str]) -> dict[int, float]:
@@ -325,7 +328,10 @@ def _explain(ev: HangEvidence, run: Any) -> list[str]:
         if r in c.no_log:
             s = f"rank {r} has no log; it is needed in {where}"
         elif r in c.stalled and c.stalled[r] < c.seq:
-            s = f"rank {r} never completed #{c.stalled[r]} of {c.comm_id} that its peers completed, so never entered {where}"
+            s = (f"rank {r} never entered {where}" if r in c.not_issued else f"rank {r} issued {where} but never entered it")
+            done = [x for x in c.waiting] or None
+            s += f" (its device stopped at #{c.stalled[r]}, which " + \
+                 (f"ranks {format_ranges(done)} completed)" if done else "its peers completed)")
         else:
             s = f"rank {r} never entered {where}"
         if c.waiting:

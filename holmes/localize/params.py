@@ -32,7 +32,7 @@ from holmes.errors import ConfigError
 __all__ = ["LocalizeParams", "ANALYSES"]
 
 #: analyses a localization can run; ``"all"`` runs every one that applies to the job
-ANALYSES = ("irregular", "persistent", "all")
+ANALYSES = ("hang", "irregular", "persistent", "all")
 
 
 class LocalizeParams(BaseModel):
@@ -41,7 +41,9 @@ class LocalizeParams(BaseModel):
     Parameters
     ----------
     analysis : {"all", "irregular"}, default "all"
-        Which analyses run. ``"irregular"`` explains the pivot's delta-irregular iterations (the
+        Which analyses run. ``"hang"`` names the ranks that never arrived at the collective the
+        others wait in when ops are in flight at the end of the logs (:mod:`holmes.localize.hang`;
+        it reads every log only when the job can hold ops in flight). ``"irregular"`` explains the pivot's delta-irregular iterations (the
         paper's Holmes); ``"persistent"`` compares every rank with its role peers in every iteration
         (stragglers slow from the first iteration, no pivot needed, every rank read) and replays
         the iterations without them (:mod:`holmes.localize.persistent`); ``"all"`` runs every analysis this version has.
@@ -128,7 +130,7 @@ class LocalizeParams(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
-    analysis: Literal["irregular", "persistent", "all"] = "all"
+    analysis: Literal["hang", "irregular", "persistent", "all"] = "all"
     pivot: int = Field(default=0, ge=0)
     monitors: tuple[int, ...] = ()
     window: int = Field(default=100, ge=2)

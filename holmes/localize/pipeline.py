@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from holmes.detect.simple import resolve_detector
-from holmes.errors import ConfigError
+from holmes.errors import ConfigError, HolmesError
+from holmes.localize.hang import HangAnalysis
 from holmes.localize.irregular import IrregularAnalysis
 from holmes.localize.params import LocalizeParams
 from holmes.localize.persistent import PersistentAnalysis
@@ -62,8 +63,10 @@ class Analysis(Protocol):
     def rank(self, run: "Run", evidence: Any, selection: Any) -> list[DeviceScore]: ...
 
 
-#: the analyses by name, in the order ``analysis="all"`` runs them
-ANALYSIS_CLASSES: dict[str, type] = {"irregular": IrregularAnalysis, "persistent": PersistentAnalysis}
+#: the analyses by name, in the order ``analysis="all"`` runs them (hang first: it reads every log only
+#: when the job can hold ops in flight; once it found a hang, an analysis that cannot apply to the
+#: hung logs, e.g. too few completed iterations, is skipped with an assumption instead of failing)
+ANALYSIS_CLASSES: dict[str, type] = {"hang": HangAnalysis, "irregular": IrregularAnalysis, "persistent": PersistentAnalysis}
 
 
 @dataclass
@@ -146,10 +149,18 @@ class Localizer:
         """Run every step on ``job`` (a path, Job, MemoryJob or JobSource) and report."""
         run = self.prepare(job)
         findings = []
+        hung = False
         for a in self.analyses():
-            sel = a.select(run)
-            ev = a.gather(run, sel)
-            findings.append(Finding(a.name, sel, ev, a.rank(run, ev, sel)))
+            try:
+                sel = a.select(run)
+                ev = a.gather(run, sel)
+                findings.append(Finding(a.name, sel, ev, a.rank(run, ev, sel)))
+            except HolmesError as exc:
+                if not hung:
+                    raise
+                run.assume(f"{a.name} analysis skipped on the hung job's logs: {' '.join(str(exc).split())}")
+                continue
+            hung = hung or (a.name == "hang" and bool(getattr(ev, "found", False)))
         return self.report(run, findings)
 
     def report(self, run: Run, findings: list[Finding]) -> Report:
@@ -172,7 +183,7 @@ class Localizer:
                       world_size=src.world_size, fetched=src.ranks_read, missing=dict(src.missing),
                       assumptions=run.assumptions, pivots=p.pivots,
                       window=[int(i) for i in irr.selection.window] if irr else [], bytes_read=src.bytes_read,
-                      params=p.to_json(), iterations_without_cause=irr.evidence.without_cause if irr else [],
+                      params=p.to_json(), hang=_hang_json(findings), iterations_without_cause=irr.evidence.without_cause if irr else [],
                       slowdown=slowdown, non_device_cause=non_device)
 
 
@@ -230,12 +241,20 @@ def decide_verdict(findings: list[Finding], ranked: list[DeviceScore], min_confi
     """``"culprit"`` when a device reaches ``min_confidence`` (or an analysis that measures no
     confidence names one); ``"healthy"`` when nothing stood out of the job's own noise;
     ``"inconclusive"`` when something did but no device can be named with confidence."""
+    if any(f.analysis == "hang" and getattr(f.evidence, "found", False) for f in findings):
+        return "hang"  # ops in flight at the end of the logs: the job hung
     if any(d.confidence is None or d.confidence >= min_confidence for d in ranked):
         return "culprit"
     beyond_noise = [w for f in findings for w in getattr(f.selection, "weights", {}).values() if w > 0]
     if any(getattr(f.evidence, "non_device_cause", None) for f in findings):
         return "inconclusive"  # a slowdown with a named non-device cause (stage / micro-batch imbalance)
     return "inconclusive" if beyond_noise or ranked else "healthy"
+
+
+def _hang_json(findings: list[Finding]) -> dict[str, Any] | None:
+    """The report's ``hang`` object when the hang analysis found ops in flight, else None."""
+    f = next((f for f in findings if f.analysis == "hang" and getattr(f.evidence, "found", False)), None)
+    return f.evidence.to_json() if f is not None else None
 
 
 def _topology(topology: Any, src: JobSource, world: int, assumptions: list[str]) -> Any:

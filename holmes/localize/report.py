@@ -79,7 +79,10 @@ class Report:
     non_device_cause : dict or None
         ``{"kind": "pipeline_stage_imbalance" | "microbatch_imbalance", ...}`` when no device
         explains a slowdown.
-    verdict : {"culprit", "healthy", "inconclusive"}
+    hang : dict or None
+        DESIGN's ``hang`` object when ops were in flight at the end of the logs (``communicators``:
+        where each is stuck, ``missing`` / ``waiting`` ranks; ``culprit_ranks``; ``explanation``).
+    verdict : {"culprit", "healthy", "inconclusive", "hang"}
         ``culprit``: devices are named; ``healthy``: nothing to explain; ``inconclusive``:
         something was irregular but no device could be named with confidence.
     devices : list of DeviceScore
@@ -113,6 +116,7 @@ class Report:
     iterations_without_cause: list[int] = field(default_factory=list)
     verdict: str = "healthy"
     candidates: list[DeviceScore] = field(default_factory=list)
+    hang: dict[str, Any] | None = None
     slowdown: float | None = None
     non_device_cause: dict[str, Any] | None = None
 
@@ -146,7 +150,7 @@ class Report:
             "candidates": [d.to_json() for d in self.candidates],
             "slowdown": _num(self.slowdown),
             "non_device_cause": dict(self.non_device_cause) if self.non_device_cause else None,
-            "hang": None,
+            "hang": dict(self.hang) if self.hang else None,
             "params": dict(self.params),
         }
 
@@ -161,7 +165,9 @@ class Report:
         lines.append(f"Holmes localization: {len(self.irregular_iterations)} irregular iteration(s) of {n_it} "
                      f"in the window; read {len(self.fetched)} of {self.world_size} ranks"
                      f" ({self.bytes_read / 1e6:.1f} MB)")
-        if self.verdict == "healthy":
+        if self.verdict == "hang":
+            lines.extend(_hang_lines(self.hang or {}, self.devices))
+        elif self.verdict == "healthy":
             lines.append("Verdict: healthy. No anomalous device found: nothing irregular to explain.")
         elif not self.devices:
             lines.append("Verdict: inconclusive. No device is named with confidence"
@@ -200,3 +206,23 @@ class Report:
 
     def __str__(self) -> str:
         return self.to_text()
+
+
+def _hang_lines(h: dict[str, Any], devices: list[DeviceScore]) -> list[str]:
+    """The text report of a hang: the culprits, why, and where each communicator is stuck."""
+    culprits = h.get("culprit_ranks") or []
+    lines = ["Verdict: hang. " + (f"Rank(s) {', '.join(map(str, culprits))} never arrived; the others wait for them."
+                                if culprits else "Ops are in flight, but no rank is missing from the collectives.")]
+    lines += [f"  {s}" for s in h.get("explanation", [])]
+    for i, d in enumerate(devices, 1):
+        conf = f"  confidence {d.confidence:.2f}" if d.confidence is not None else ""
+        lines.append(f"  {i}. {d.id:<28}{conf}")
+    comms = h.get("communicators", [])
+    for c in comms[:10]:
+        lines.append(f"  {c['comm_id']}: stuck on {c['op'] or 'a collective'} #{c['seq']}; missing {c['missing']}, "
+                     f"{len(c['waiting'])} rank(s) waiting")
+    if len(comms) > 10:
+        lines.append(f"  ... {len(comms) - 10} more communicator(s)")
+    if h.get("ranks_without_log"):
+        lines.append(f"  Ranks without a log (prime suspects): {h['ranks_without_log']}")
+    return lines
