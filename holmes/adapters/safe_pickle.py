@@ -10,6 +10,7 @@ is refused before it can be called, and the caller gets a :class:`~holmes.errors
 Examples
 --------
 >>> import pickle
+import pickletools
 >>> safe_loads(pickle.dumps({"version": "2.9", "entries": [(1, 2.5, None)]}))
 {'version': '2.9', 'entries': [(1, 2.5, None)]}
 >>> class Evil:
@@ -28,6 +29,7 @@ import _codecs
 import io
 import os
 import pickle
+import pickletools
 from typing import Any
 
 from holmes.errors import ParseError
@@ -83,6 +85,14 @@ def safe_loads(data: bytes, *, source: str | None = None) -> Any:
     src = source or "pickle"
     if not data:
         raise ParseError(f"{src}: empty file")
+    # a pass over the opcodes first: every length prefix is checked against the bytes really there,
+    # so a forged length (BYTEARRAY8 of 2**60) cannot make the unpickler allocate it
+    try:
+        for _ in pickletools.genops(data):
+            pass
+    except Exception as exc:  # noqa: BLE001 - pickletools raises ValueError, KeyError, EOFError...
+        raise ParseError(f"{src}: not a readable pickle, truncated or corrupt: {exc.__class__.__name__}: "
+                         f"{str(exc)[:200]}") from None
     try:
         return SafeUnpickler(io.BytesIO(data), source=src).load()
     except ParseError:
