@@ -30,7 +30,14 @@ def _all_rows(job) -> dict[str, np.ndarray]:
             if name == "peer":
                 col = col.fill_null(-1)
             cols[name].append(np.asarray(col.to_numpy(zero_copy_only=False)))
-    return {k: np.concatenate(v) for k, v in cols.items()}
+    out = {k: np.concatenate(v) for k, v in cols.items()}
+    # simulated ranks log on their own wall clocks; truth.json records each one's offset
+    off = (job.truth.extra or {}).get("clock_offset_ns") if job.truth is not None else None
+    if off:
+        assert not job.truth.extra.get("clock_drift")
+        for c in ("start_ns", "end_ns"):
+            out[c] = out[c] - np.asarray(off, np.int64)[out["rank"]]
+    return out
 
 
 def _check_physics_on_disk(job) -> None:

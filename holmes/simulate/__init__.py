@@ -39,12 +39,13 @@ __all__ = ["simulate", "run_simulation", "SimResult", "FaultSpec", "Workload", "
 
 
 def simulate(out: str | os.PathLike[str], *, tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, cp: int = 1,
-             micro_batches: int = 4, iterations: int = 20, seed: int = 0,
+             micro_batches: int | None = None, iterations: int = 20, seed: int = 0,
              faults: Iterable[str | FaultSpec] = (), drift: float = 0.0, sequence_parallel: bool = True,
              distributed_optimizer: bool = True, layers_per_stage: int = 1, gpus_per_host: int = 8,
              topology: Any = None, overwrite: bool = False, order: str = "tp-cp-ep-dp-pp",
              abnormal_margin: float = 0.1, abnormal_abs_us: float = 20.0, workload: Workload | None = None,
-             name: str | None = None, threads: int = 2) -> Path:
+             name: str | None = None, threads: int = 2, clock_offset_us: float = 100.0,
+             clock_drift_ppm: float = 0.0) -> Path:
     """Simulate a training job and write it as a CommOps job directory.
 
     Parameters
@@ -53,8 +54,9 @@ def simulate(out: str | os.PathLike[str], *, tp: int = 1, pp: int = 1, dp: int =
         Job directory to create (must be absent or empty unless ``overwrite``).
     tp, pp, dp, ep, cp : int
         Parallel degrees; world size = tp x cp x dp x pp, ep carved out of tp x cp x dp.
-    micro_batches : int
-        Micro-batches per iteration (1F1B schedule).
+    micro_batches : int, optional
+        Micro-batches per iteration (1F1B schedule); default ``max(4, 4 * pp)`` (Megatron keeps
+        several micro-batches per stage so the pipeline bubble stays small).
     iterations : int
         Training iterations to simulate.
     seed : int
@@ -82,6 +84,9 @@ def simulate(out: str | os.PathLike[str], *, tp: int = 1, pp: int = 1, dp: int =
         Job name recorded in job.json.
     threads : int
         Writer threads.
+    clock_offset_us, clock_drift_ppm : float
+        Per-host wall-clock offset sigma (us) and rate-error sigma (ppm) of the logged timestamps
+        (see :func:`~holmes.simulate.simulator.run_simulation`).
 
     Returns
     -------
@@ -97,7 +102,8 @@ def simulate(out: str | os.PathLike[str], *, tp: int = 1, pp: int = 1, dp: int =
                              sequence_parallel=sequence_parallel, distributed_optimizer=distributed_optimizer)
     res = run_simulation(tp=tp, pp=pp, dp=dp, ep=ep, cp=cp, order=order, workload=w, iterations=iterations,
                          seed=seed, faults=faults, drift=drift, topology=topology, gpus_per_host=gpus_per_host,
-                         abnormal_margin=abnormal_margin, abnormal_abs_us=abnormal_abs_us, name=name)
+                         abnormal_margin=abnormal_margin, abnormal_abs_us=abnormal_abs_us, name=name,
+                         clock_offset_us=clock_offset_us, clock_drift_ppm=clock_drift_ppm)
     from holmes.simulate.writer import write_result
 
     return write_result(res, out, overwrite=overwrite, threads=threads)

@@ -4,15 +4,18 @@ Semantics (integer nanoseconds throughout, so results are exact and reproducible
 
 * Ops on a rank run in issue order. Op ``j`` of rank ``r`` is *entered* (``start_ns``) at the
   completion of the rank's previous op (or the start of the iteration) plus its compute gap:
-  ``round(mean_gap * mult[r] * exp(sigma * z))``, ``z`` a standard normal drawn from a
-  counter-based generator (SplitMix64 of ``(seed, rank, iteration, op_index)``), ``mult`` the
-  drift and compute-fault multiplier of the rank in that iteration (exactly
-  ``int(mean * exp(sigma * z) * mult + 0.5)``, the formula :func:`rank_starts` repeats).
+  ``round(mean_gap * noise * mult[r])`` with ``noise = exp(sigma * z)``, ``z`` a standard
+  normal drawn from a counter-based generator (SplitMix64 of ``(seed, rank, iteration,
+  op_index)``), times ``1 + tail_scale * min(E, TAIL_CAP)`` with probability ``tail_prob``
+  (:func:`noise_factor`: a lognormal body and a rare long tail); ``mult`` is the rank's
+  multiplier in that iteration: the per-iteration job-wide and per-rank noise, drift and compute
+  faults (exactly ``int(mean * noise * mult + 0.5)``, the formula :func:`rank_starts` repeats).
 * An *instance* (one logical collective on a communicator, or one send/recv pair) completes on
   all its members at ``max(entry over members) + transfer``; P2P is a blocking rendezvous:
   both ends complete at ``max(send entry, recv entry) + transfer``.
-* ``transfer = round(latency + volume * max(1/bw, max over faulted crossed devices F/bw_d)
-  * exp(xsigma * z'))``, ``z'`` drawn from ``(seed, instance, iteration)``.
+* ``transfer = round((latency + volume * max(1/bw, max over faulted crossed devices F/bw_d))
+  * noise')``, ``noise'`` the same kind of factor (``xfer_jitter``, ``xfer_tail_prob``,
+  ``xfer_tail_scale``) drawn from ``(seed, instance, iteration)``.
 * The iteration of a rank ends at its last op's completion plus the compute tail (optimizer);
   the next iteration starts there.
 
@@ -28,12 +31,15 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-__all__ = ["iteration_noise", "run_iteration", "rank_starts", "label_and_store", "gap_ns"]
+from holmes.simulate.program import TAIL_CAP
+
+__all__ = ["noise_factor", "iteration_noise", "run_iteration", "rank_starts", "label_and_store", "gap_ns"]
 
 _M1 = np.uint64(0x9E3779B97F4A7C15)
 _M2 = np.uint64(0xBF58476D1CE4E5B9)
 _M3 = np.uint64(0x94D049BB133111EB)
 _INV53 = 1.0 / 9007199254740992.0
+_TAIL_CAP = TAIL_CAP
 
 
 @nb.njit(cache=True, inline="always")
@@ -60,20 +66,39 @@ def _normal(h):
     return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
 
 
+@nb.njit(cache=True, inline="always")
+def _uniform(h):
+    return (float(h >> np.uint64(11)) + 0.5) * _INV53
+
+
 @nb.njit(cache=True)
-def gap_ns(mean, mult, sigma, seed, rank, it, opi):
+def noise_factor(h, sigma, tail_p, tail_s):
+    """The noise factor of one draw from hash ``h``: ``exp(sigma * z)``, times ``1 + tail_s *
+    min(E, TAIL_CAP)`` (``E ~ Exp(1)``) with probability ``tail_p`` -- a lognormal body with a
+    rare long tail."""
+    f = np.exp(sigma * _normal(h)) if sigma > 0.0 else 1.0
+    if tail_p > 0.0:
+        h3 = _mix(h ^ _M3)
+        if _uniform(h3) < tail_p:
+            e = -np.log(_uniform(_mix(h3 + _M2)))
+            f *= 1.0 + tail_s * min(e, _TAIL_CAP)
+    return f
+
+
+@nb.njit(cache=True)
+def gap_ns(mean, mult, sigma, tail_p, tail_s, seed, rank, it, opi):
     """Compute gap (int ns) before op ``opi`` of ``rank`` in iteration ``it``:
-    ``round((mean * exp(sigma * z)) * mult)``."""
+    ``round((mean * noise_factor) * mult)``."""
     if mean <= 0.0:
         return np.int64(0)
-    z = _normal(_hash4(seed, rank, it, opi))
-    return np.int64(mean * np.exp(sigma * z) * mult + 0.5)
+    return np.int64(mean * noise_factor(_hash4(seed, rank, it, opi), sigma, tail_p, tail_s) * mult + 0.5)
 
 
 @nb.njit(cache=True, nogil=True)
-def iteration_noise(it, seed, sigma, xsigma, rank_ptr, gap_mean, tail_mean, noise, tail_noise, inst_noise):
-    """The noisy gaps ``mean * exp(sigma * z)`` of every op and tail and the transfer noise
-    ``exp(xsigma * z')`` of every instance in iteration ``it`` (shared by both runs)."""
+def iteration_noise(it, seed, sigma, tail_p, tail_s, xsigma, xtail_p, xtail_s, rank_ptr, gap_mean, tail_mean,
+                    noise, tail_noise, inst_noise):
+    """The noisy gaps ``mean * noise_factor`` of every op and tail and the transfer noise
+    factor of every instance in iteration ``it`` (shared by both runs)."""
     W = rank_ptr.size - 1
     for r in range(W):
         base = rank_ptr[r]
@@ -81,16 +106,13 @@ def iteration_noise(it, seed, sigma, xsigma, rank_ptr, gap_mean, tail_mean, nois
         for k in range(n):
             m = gap_mean[base + k]
             if m > 0.0:
-                noise[base + k] = m * np.exp(sigma * _normal(_hash4(seed, r, it, k)))
+                noise[base + k] = m * noise_factor(_hash4(seed, r, it, k), sigma, tail_p, tail_s)
             else:
                 noise[base + k] = 0.0
         m = tail_mean[r]
-        tail_noise[r] = m * np.exp(sigma * _normal(_hash4(seed, r, it, n))) if m > 0.0 else 0.0
+        tail_noise[r] = m * noise_factor(_hash4(seed, r, it, n), sigma, tail_p, tail_s) if m > 0.0 else 0.0
     for i in range(inst_noise.size):
-        if xsigma > 0.0:
-            inst_noise[i] = np.exp(xsigma * _normal(_hash4(seed ^ 0x5EED, i, it, 0x7F4A7C15)))
-        else:
-            inst_noise[i] = 1.0
+        inst_noise[i] = noise_factor(_hash4(seed ^ 0x5EED, i, it, 0x7F4A7C15), xsigma, xtail_p, xtail_s)
 
 
 @nb.njit(cache=True, nogil=True)
@@ -172,13 +194,13 @@ def label_and_store(f_start, f_end, c_start, c_end, row_rank, iter_start, margin
 
 
 @nb.njit(cache=True, nogil=True)
-def rank_starts(rank, ends, it_start, gap_mean, mult, sigma, seed):
+def rank_starts(rank, ends, it_start, gap_mean, mult, sigma, tail_p, tail_s, seed):
     """Rebuild the ``start_ns`` of one rank (iterations x ops) from its ends and the noise."""
     n_it, n = ends.shape
     out = np.empty_like(ends)
     for t in range(n_it):
         prev = it_start[t]
         for k in range(n):
-            out[t, k] = prev + gap_ns(gap_mean[k], mult[t], sigma, seed, rank, t, k)
+            out[t, k] = prev + gap_ns(gap_mean[k], mult[t], sigma, tail_p, tail_s, seed, rank, t, k)
             prev = ends[t, k]
     return out

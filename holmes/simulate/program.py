@@ -48,7 +48,7 @@ last stage) to 50 (middle stages), mean 48 -- 4,800 per rank over 100 iterations
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -56,7 +56,7 @@ from holmes.errors import ConfigError
 from holmes.io.schema import OP_NAMES
 from holmes.topology.layout import ParallelLayout
 
-__all__ = ["Workload", "Program", "build_program", "stage_template", "OP_CODE", "KIND_NAMES"]
+__all__ = ["Workload", "default_micro_batches", "TAIL_CAP", "Program", "build_program", "stage_template", "OP_CODE", "KIND_NAMES"]
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +69,8 @@ KIND_NAMES = ("tp", "cp", "ep", "dp", "edp", "pp")
 _GROUP_KIND = {"tp": "tp", "cp": "cp", "ep": "ep", "dp": "dp_cp", "edp": "edp", "pp": "pp"}
 TP, CP, EP, DP, EDP, PP = range(6)
 FWD, BWD = 0, 1  # P2P direction: activation (lower -> higher stage) or gradient
+#: cap of the exponential draw of a heavy-tail excursion (``1 + scale * min(E, TAIL_CAP)``)
+TAIL_CAP = 6.0
 
 
 @dataclass(frozen=True)
@@ -77,8 +79,11 @@ class Workload:
 
     Parameters
     ----------
-    micro_batches : int
-        Micro-batches per iteration (M of the 1F1B schedule).
+    micro_batches : int or None
+        Micro-batches per iteration (M of the 1F1B schedule). None (default): ``max(4, 4 * pp)``,
+        resolved by :meth:`resolved` once the pipeline depth is known. Megatron jobs keep M several
+        times the pipeline depth, since the 1F1B bubble is ``(pp - 1) / (M + pp - 1)`` of the step;
+        ``4 * pp`` keeps it under 20% (``docs/simulator-fit.md``).
     layers_per_stage : int
         Transformer layers per pipeline stage.
     sequence_parallel : bool
@@ -90,40 +95,89 @@ class Workload:
     fwd_ms, optimizer_ms, data_ms : float
         Compute times (ms) of one layer's forward per micro-batch, the optimizer step, data loading.
     jitter : float
-        Sigma of the lognormal noise on every compute gap.
+        Sigma of the lognormal noise on every compute gap (independent per op).
+    tail_prob, tail_scale : float
+        Heavy tail of the per-op compute noise: with probability ``tail_prob`` a gap is also
+        multiplied by ``1 + tail_scale * E``, ``E ~ Exp(1)`` capped at :data:`TAIL_CAP` (a kernel
+        launch stall, a page fault, a Python/GC pause on the host).
     xfer_jitter : float
         Sigma of the lognormal noise on every transfer time.
+    xfer_tail_prob, xfer_tail_scale : float
+        Heavy tail of the transfer noise (transient congestion), as for compute.
+    iter_jitter : float
+        Sigma of a lognormal factor shared by every rank of the job in one iteration, multiplying
+        all its compute (data-dependent work, input pipeline, the cluster's shared state): the
+        per-iteration noise that makes iteration times vary as a whole.
+    rank_iter_jitter : float
+        Sigma of a lognormal factor per (rank, iteration) on that rank's compute (clock boost,
+        thermals, host-side interference).
     p2p_order : {"parity", "send-first"}
         Order of the two blocking P2P ops of a batched pair: "parity" (even stages send first,
         odd stages receive first; deadlock-free) or "send-first" (every stage sends first; it
         deadlocks for pp >= 2 with a steady phase -- kept to test deadlock detection).
+
+    Notes
+    -----
+    The defaults are fitted to published Megatron step breakdowns and to the real-run corpus
+    (``scripts/fit_simulator.py``, ``docs/simulator-fit.md``): compute is the largest share of a
+    step, the healthy iteration CV is ~1%, and a 1.3x slower GPU stretches its iterations by
+    more than 10%.
     """
 
-    micro_batches: int = 4
+    micro_batches: int | None = None
     layers_per_stage: int = 1
     sequence_parallel: bool = True
     distributed_optimizer: bool = True
     tokens: int = 4096
     hidden: int = 4096
     topk: int = 2
-    fwd_ms: float = 1.5
+    fwd_ms: float = 3.5
     optimizer_ms: float = 2.0
     data_ms: float = 0.5
-    jitter: float = 0.04
-    xfer_jitter: float = 0.03
+    jitter: float = 0.02
+    tail_prob: float = 0.001
+    tail_scale: float = 0.5
+    xfer_jitter: float = 0.04
+    xfer_tail_prob: float = 0.002
+    xfer_tail_scale: float = 0.5
+    iter_jitter: float = 0.01
+    rank_iter_jitter: float = 0.004
     p2p_order: str = "parity"
 
     def __post_init__(self) -> None:
-        for name in ("micro_batches", "layers_per_stage", "tokens", "hidden", "topk"):
+        names = ("layers_per_stage", "tokens", "hidden", "topk")
+        if self.micro_batches is not None:
+            names = ("micro_batches",) + names
+        for name in names:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise ConfigError(f"{name}={v!r} must be an integer >= 1")
-        for name in ("fwd_ms", "optimizer_ms", "data_ms", "jitter", "xfer_jitter"):
+        for name in ("fwd_ms", "optimizer_ms", "data_ms", "jitter", "tail_scale", "xfer_jitter", "xfer_tail_scale",
+                     "iter_jitter", "rank_iter_jitter"):
             v = getattr(self, name)
-            if not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
                 raise ConfigError(f"{name}={v!r} must be a finite number >= 0")
+        for name in ("tail_prob", "xfer_tail_prob"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
+                raise ConfigError(f"{name}={v!r} must be a probability in [0, 1]")
         if self.p2p_order not in ("parity", "send-first"):
             raise ConfigError(f"p2p_order={self.p2p_order!r} must be 'parity' or 'send-first'")
+
+    def resolved(self, pp: int) -> "Workload":
+        """This workload with ``micro_batches`` fixed for a pipeline of depth ``pp``.
+
+        >>> Workload().resolved(4).micro_batches, Workload(micro_batches=3).resolved(4).micro_batches
+        (16, 3)
+        """
+        if self.micro_batches is not None:
+            return self
+        return replace(self, micro_batches=default_micro_batches(pp))
+
+
+def default_micro_batches(pp: int) -> int:
+    """Default micro-batches per iteration for pipeline depth ``pp``: ``max(4, 4 * pp)``."""
+    return max(4, 4 * int(pp))
 
 
 @dataclass
@@ -213,6 +267,7 @@ def stage_template(lay: ParallelLayout, w: Workload, stage: int) -> tuple[list[_
 
     Returns ``(ops, tail_ns)``; see the module docstring for the schedule.
     """
+    w = w.resolved(lay.pp)
     b = _TemplateBuilder(lay, w)
     P, M, s = lay.pp, w.micro_batches, stage
     first, last = s == 0, s == P - 1
@@ -327,6 +382,7 @@ def build_program(lay: ParallelLayout, w: Workload) -> Program:
     >>> prog.world_size, int(prog.ops_per_rank[0]), prog.num_instances > 0
     (8, 22, True)
     """
+    w = w.resolved(lay.pp)
     W, P, M = lay.world_size, lay.pp, w.micro_batches
     kinds_present = []
     arrays: dict[int, np.ndarray] = {}

@@ -42,7 +42,7 @@ from holmes.simulate.network import NetworkModel, build_network
 from holmes.simulate.program import Program, Workload, build_program
 from holmes.topology.layout import ParallelLayout
 
-__all__ = ["SimResult", "run_simulation", "resolve_topology", "BASE_NS"]
+__all__ = ["SimResult", "run_simulation", "resolve_topology", "noise_multipliers", "clock_model", "BASE_NS"]
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +86,7 @@ class SimResult:
     topology: Any
     faults: list[FaultSpec]
     factors: np.ndarray  # (faults, iterations)
-    mult: np.ndarray  # (iterations, ranks) compute multiplier of the faulted run
+    mult: np.ndarray  # (iterations, ranks) compute multiplier of the faulted run (noise, drift, faults)
     ends: np.ndarray  # (iterations, ops) end offset from the rank's iteration start
     abnormal: np.ndarray  # (iterations, ops) bool
     iter_start: np.ndarray  # (iterations, ranks) int64
@@ -97,6 +97,8 @@ class SimResult:
     abnormal_abs_us: float
     cf_iter_end: np.ndarray | None = None  # counterfactual iteration ends (None without faults)
     meta_extra: dict[str, Any] = field(default_factory=dict)
+    clock_offset: np.ndarray | None = None  # (ranks,) int64 ns: each rank's wall clock minus true time
+    clock_drift: np.ndarray | None = None  # (ranks,) float: each rank's clock rate error (1e-6 = 1 ppm)
 
     @property
     def iterations(self) -> int:
@@ -110,13 +112,30 @@ class SimResult:
         p = self.program.rank_ptr
         return slice(int(p[rank]), int(p[rank + 1]))
 
-    def rank_times(self, rank: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(start_ns, end_ns)`` of one rank, each (iterations, ops of the rank)."""
+    def rank_times(self, rank: int, wall_clock: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """``(start_ns, end_ns)`` of one rank, each (iterations, ops of the rank).
+
+        ``wall_clock`` (default): as the rank's own clock reads them (:meth:`to_wall_clock`, what
+        the job directory holds); False: on the simulation's true time line, shared by all ranks.
+        """
         sl = self.rank_slice(rank)
         ends = self.ends[:, sl].astype(np.int64) + self.iter_start[:, rank][:, None]
+        w = self.program.workload
         starts = engine.rank_starts(rank, ends, self.iter_start[:, rank], self.program.gap_ns[sl],
-                                    self.mult[:, rank], self.program.workload.jitter, self.seed)
+                                    self.mult[:, rank], w.jitter, w.tail_prob, w.tail_scale, self.seed)
+        if wall_clock:
+            return self.to_wall_clock(rank, starts), self.to_wall_clock(rank, ends)
         return starts, ends
+
+    def to_wall_clock(self, rank: int, t: np.ndarray) -> np.ndarray:
+        """True times ``t`` (int64 ns) as ``rank``'s wall clock reads them: ``t + offset +
+        round(drift * (t - BASE_NS))`` (see ``clock_offset_us`` of :func:`run_simulation`)."""
+        t = np.asarray(t, dtype=np.int64)
+        off = int(self.clock_offset[rank]) if self.clock_offset is not None else 0
+        out = t + off
+        if self.clock_drift is not None and self.clock_drift[rank] != 0.0:
+            out = out + np.rint((t - BASE_NS) * float(self.clock_drift[rank])).astype(np.int64)
+        return out
 
     def ops(self, rank: int):
         """CommOps v1 table (+ ``abnormal``) of ``rank``."""
@@ -128,8 +147,9 @@ class SimResult:
         from holmes.io.schema import iterations_table
 
         n = self.iterations
-        return iterations_table(np.full(n, rank, np.int32), np.arange(n), self.iter_start[:, rank],
-                                self.iter_end[:, rank])
+        return iterations_table(np.full(n, rank, np.int32), np.arange(n),
+                                self.to_wall_clock(rank, self.iter_start[:, rank]),
+                                self.to_wall_clock(rank, self.iter_end[:, rank]))
 
     def iteration_times(self, rank: int = 0) -> np.ndarray:
         """Faulted iteration durations (ns) of ``rank``."""
@@ -171,6 +191,9 @@ class SimResult:
             "extra": {"abnormal_abs_us": self.abnormal_abs_us, "abnormal_ops": n_abn,
                       "specs": [str(f) for f in self.faults],
                       "transfer_groups_crossing": self.network.crossed,
+                      "clock_offset_ns": ([] if self.clock_offset is None else self.clock_offset.tolist()),
+                      "clock_drift": ([] if self.clock_drift is None or not self.clock_drift.any()
+                                      else self.clock_drift.tolist()),
                       "label_rule": "abnormal = faulted duration > (1 + abnormal_margin) x counterfactual "
                                     "duration and exceeds it by more than abnormal_abs_us"},
         })
@@ -190,8 +213,16 @@ def run_simulation(*, tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, cp: in
                    seed: int = 0, faults: Iterable[str | FaultSpec] = (), drift: float = 0.0,
                    topology: Any = None, gpus_per_host: int = 8, abnormal_margin: float = 0.1,
                    abnormal_abs_us: float = 20.0, name: str | None = None,
-                   network_options: dict[str, float] | None = None, threads: int = 2) -> SimResult:
+                   network_options: dict[str, float] | None = None, threads: int = 2,
+                   clock_offset_us: float = 100.0, clock_drift_ppm: float = 0.0) -> SimResult:
     """Simulate a job in memory; see :func:`holmes.simulate.simulate` for the parameters.
+
+    Clocks: every rank logs on its own wall clock. Each host's clock is off the true time by a
+    fixed offset ``~ N(0, clock_offset_us)`` (NTP-synchronised hosts are tens to hundreds of
+    microseconds apart) and each rank adds ``~ N(0, clock_offset_us / 50)`` (the GPU-to-host
+    timestamp conversion); ``clock_drift_ppm`` (default 0) gives each host a rate error
+    ``~ N(0, clock_drift_ppm)`` parts per million. Durations on one rank are exact when the drift
+    is 0; ranks that share a host share its offset.
 
     Examples
     --------
@@ -208,8 +239,11 @@ def run_simulation(*, tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, cp: in
         raise ConfigError(f"drift={drift!r} must be a finite per-iteration fraction > -1/iterations")
     if not (abnormal_margin >= 0 and abnormal_abs_us >= 0):
         raise ConfigError("abnormal_margin and abnormal_abs_us must be >= 0")
-    w = workload or Workload()
+    for nm, v in (("clock_offset_us", clock_offset_us), ("clock_drift_ppm", clock_drift_ppm)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
+            raise ConfigError(f"{nm}={v!r} must be a finite number >= 0")
     lay = ParallelLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, order=order)
+    w = (workload or Workload()).resolved(lay.pp)
     W = lay.world_size
     topo = resolve_topology(topology, W, gpus_per_host)
     fl = parse_faults(faults)
@@ -217,8 +251,8 @@ def run_simulation(*, tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, cp: in
     prog = build_program(lay, w)
     net = build_network(prog, topo, fl, **(network_options or {}))
     fac = active_factors(fl, iterations, seed)
-    drift_mult = 1.0 + drift * np.arange(iterations, dtype=np.float64)
-    mult = np.repeat(drift_mult[:, None], W, axis=1)
+    base_mult = noise_multipliers(w, iterations, W, seed, drift)
+    mult = base_mult.copy()
     gph = topo.gpus_per_host
     for fi, f in enumerate(fl):
         if f.kind == "gpu":
@@ -244,7 +278,8 @@ def run_simulation(*, tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, cp: in
     clock = np.full(W, BASE_NS, np.int64)
     cf_clock = clock.copy()
     ones = np.ones(len(fl), np.float64)
-    sig, xsig = float(w.jitter), float(w.xfer_jitter)
+    noise_args = (float(w.jitter), float(w.tail_prob), float(w.tail_scale), float(w.xfer_jitter),
+                  float(w.xfer_tail_prob), float(w.xfer_tail_scale))
     noise, tail_noise, inst_noise = np.empty(T), np.empty(W), np.empty(n_inst)
     common = (noise, tail_noise, inst_noise, prog.rank_ptr, prog.inst, prog.inst_ptr, prog.inst_members,
               prog.inst_xgroup, net.inst_vol, net.inst_lat_ns, net.xg_inv_bw, net.xg_fault_ptr,
@@ -254,11 +289,11 @@ def run_simulation(*, tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, cp: in
     try:
         for it in range(iterations):
             iter_start[it] = clock
-            engine.iteration_noise(it, seed, sig, xsig, prog.rank_ptr, prog.gap_ns, prog.tail_ns, noise,
+            engine.iteration_noise(it, seed, *noise_args, prog.rank_ptr, prog.gap_ns, prog.tail_ns, noise,
                                    tail_noise, inst_noise)
             f_args = (*common, np.ascontiguousarray(fac[:, it]), mult[it], row_rank, clock, f_start, f_end)
             if has_faults:  # the counterfactual pass runs alongside (numba releases the GIL)
-                c_args = (*common, ones, np.full(W, drift_mult[it]), row_rank, cf_clock, c_start, c_end)
+                c_args = (*common, ones, base_mult[it], row_rank, cf_clock, c_start, c_end)
                 if pool is not None:
                     cf_future = pool.submit(engine.run_iteration, *c_args, **cf_scratch)
                     done = engine.run_iteration(*f_args, **scratch)
@@ -289,11 +324,46 @@ def run_simulation(*, tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, cp: in
     extra = {"name": name, "seed": int(seed), "iterations": int(iterations),
              "ops_per_rank_per_iteration": [int(prog.ops_per_rank.min()), int(prog.ops_per_rank.max())],
              "workload": {k: getattr(w, k) for k in w.__dataclass_fields__},
-             "topology": topo.name, "faults": [str(f) for f in fl], "drift_per_iteration": float(drift)}
+             "topology": topo.name, "faults": [str(f) for f in fl], "drift_per_iteration": float(drift),
+             "clock_offset_us": float(clock_offset_us), "clock_drift_ppm": float(clock_drift_ppm)}
+    off, rate = clock_model(W, gph, seed, clock_offset_us, clock_drift_ppm)
     return SimResult(program=prog, network=net, topology=topo, faults=fl, factors=fac, mult=mult, ends=ends,
                      abnormal=abnormal, iter_start=iter_start, iter_end=iter_end, seed=int(seed), drift=float(drift),
                      abnormal_margin=float(abnormal_margin), abnormal_abs_us=float(abnormal_abs_us),
-                     cf_iter_end=cf_end, meta_extra=extra)
+                     cf_iter_end=cf_end, meta_extra=extra, clock_offset=off, clock_drift=rate)
+
+
+def noise_multipliers(w: Workload, iterations: int, world_size: int, seed: int, drift: float = 0.0) -> np.ndarray:
+    """Compute multiplier of every (iteration, rank) before faults: drift x the job-wide
+    per-iteration factor ``exp(iter_jitter * z_i)`` x the per-rank factor ``exp(rank_iter_jitter
+    * z_ir)``; shared by the faulted and the counterfactual run.
+
+    >>> m = noise_multipliers(Workload(), 3, 4, seed=0)
+    >>> m.shape, bool(abs(m.mean() - 1) < 0.05)
+    ((3, 4), True)
+    """
+    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, 0x17E4A7])
+    z_it = rng.standard_normal(iterations)
+    z_rank = rng.standard_normal((iterations, world_size))
+    out = np.exp(float(w.rank_iter_jitter) * z_rank)
+    out *= ((1.0 + drift * np.arange(iterations, dtype=np.float64)) * np.exp(float(w.iter_jitter) * z_it))[:, None]
+    return out
+
+
+def clock_model(world_size: int, gpus_per_host: int, seed: int, offset_us: float,
+                drift_ppm: float) -> tuple[np.ndarray, np.ndarray]:
+    """Per-rank clock offset (int64 ns) and rate error (see :func:`run_simulation`).
+
+    >>> off, rate = clock_model(16, 8, 0, 100.0, 0.0)
+    >>> bool(abs(off[0] - off[1]) < abs(off[0] - off[8])), bool((rate == 0).all())
+    (True, True)
+    """
+    rng = np.random.default_rng([int(seed) & 0xFFFFFFFF, 0xC10C])
+    hosts = -(-world_size // gpus_per_host)
+    host_of = np.arange(world_size) // gpus_per_host
+    off_us = rng.normal(0.0, offset_us, hosts)[host_of] + rng.normal(0.0, offset_us / 50.0, world_size)
+    rate = rng.normal(0.0, drift_ppm, hosts)[host_of] * 1e-6 if drift_ppm > 0 else np.zeros(world_size)
+    return np.rint(off_us * 1e3).astype(np.int64), rate
 
 
 def _deadlock(prog: Program, pos: np.ndarray, it: int) -> None:
