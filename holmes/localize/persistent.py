@@ -434,14 +434,14 @@ class PersistentAnalysis:
             run.assume("persistent: the operators do not match across ranks; no what-if replay")
             return
         t_act = float(actual[ok].mean())
-        # ideal: every rank's work per iteration at the job-wide median, transfers at their peers'
+        # ideal: every rank's work per iteration at the job-wide mean, transfers at their peers'
         row_rank = np.repeat(np.arange(W), lens)
         row_it = np.zeros(len(gap), np.int64)
         for r in ranks:
             row_it[rank_ptr[r]:rank_ptr[r + 1]] = np.repeat(np.arange(T), np.diff(iter_ptr[r]))
         C = ev.compute
         present = lens > 0
-        cmed = np.median(C[present], axis=0) if present.any() else np.zeros(T)
+        cmed = C[present].mean(axis=0) if present.any() else np.zeros(T)  # WIA: every worker at the average
         with np.errstate(divide="ignore", invalid="ignore"):
             f_all = np.where(C > 0, cmed[None, :] / C, 1.0)
             peer_med = ev.roles.group_median(C)
@@ -535,9 +535,14 @@ class PersistentAnalysis:
             C = ev.compute
             stage, rep = ev.roles.stage, ev.roles.replica
             n_rep = int(rep.max()) + 1
-            slowest = [int(np.argmax([C[(stage == st) & (rep == d)].mean() if ((stage == st) & (rep == d)).any()
-                                      else -1 for st in range(ev.roles.num_stages)])) for d in range(n_rep)]
-            if v - 1.0 >= 0.5 * (ev.slowdown - 1.0) and all(x == s for x in slowest):
+            per = np.array([[C[(stage == st) & (rep == d)].mean() if ((stage == st) & (rep == d)).any() else np.nan
+                             for st in range(ev.roles.num_stages)] for d in range(n_rep)])
+            slowest = np.nanargmax(np.nan_to_num(per, nan=-1.0), axis=1)
+            # the stage's own work exceeds the other stages' on every replica (not one replica's device)
+            others = np.nanmedian(np.delete(per, s, axis=1), axis=1) if per.shape[1] > 1 else per[:, 0]
+            margin = float(np.nanmin(per[:, s] / others)) - 1.0 if per.shape[1] > 1 else 0.0
+            if (v - 1.0 >= 0.5 * (ev.slowdown - 1.0) and (slowest == s).all()
+                    and 100.0 * margin >= p.imbalance_pct / 2):
                 ev.non_device_cause = {"kind": "pipeline_stage_imbalance", "stage": int(s),
                                        "stage_slowdown": round(v, 4), "slowdown": round(ev.slowdown, 4)}
                 run.assume(f"persistent: pipeline stage {s} is the slowest on every replica; alone it makes the "
