@@ -58,8 +58,7 @@ def test_slow_gpu_fixture_named_with_confidence():
     assert r.top.confidence >= 0.9 and r.top.evidence[0] == "irregular"  # + "persistent" (analysis="all")
     j = r.to_json()
     assert j["verdict"] == "culprit" and j["devices"][0]["confidence"] >= 0.9
-    assert j["devices"][0]["evidence"] == ["irregular"] and j["devices"][0]["impact_pct"] is None
-    assert j["slowdown"] is None and j["hang"] is None
+    assert "irregular" in j["devices"][0]["evidence"] and j["hang"] is None
 
 
 def test_clean_fixture_is_healthy_and_names_nothing():
@@ -107,6 +106,7 @@ def test_an_analysis_plugs_in_and_devices_merge():
     from holmes.localize import IrregularAnalysis
 
     r = Localizer(analyses=[IrregularAnalysis(), _NamesGpu3()], top_k=5).localize(SLOW_GPU)
+    assert r.params["analysis"] == "all"
     by_id = {d.id: d for d in r.all_devices}
     assert set(by_id["gpu:21"].evidence) == {"irregular", "toy"}
     assert by_id["gpu:3"].evidence == ("toy",)
@@ -140,3 +140,22 @@ def test_network_opportunity_makes_shared_devices_cheap():
     assert nvs > max(nics)  # a host's NVSwitch carries more of the job's transfers than one NIC
     assert opportunity("gpu:3", 64, topo, share) == 1 / 64
     assert math.isclose(opportunity("host:1", 64, topo, share), 8 / 64)
+
+
+def test_inconsistent_pivot_log_makes_the_verdict_inconclusive(tmp_path):
+    """A pivot whose seq numbers are shifted against its group's: no confident device."""
+    import shutil
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    job = tmp_path / "job"
+    shutil.copytree(SLOW_GPU, job)
+    f = job / "ranks" / "rank-00000.parquet"
+    t = pq.read_table(f)
+    t = t.set_column(t.schema.get_field_index("seq"), "seq", pc.add(t.column("seq"), pa.scalar(1000, pa.int64())))
+    pq.write_table(t, f)
+    r = localize(job)
+    assert r.verdict == "inconclusive" and r.devices == []
+    assert any("disagree" in a for a in r.assumptions)

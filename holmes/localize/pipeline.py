@@ -168,6 +168,7 @@ class Localizer:
         src, p = run.source, run.params
         if src.missing:
             run.assume(f"{len(src.missing)} rank(s) missing or unreadable; the search went around them")
+        untrusted = _consistency(run)
         ranked = merge_devices([f.devices for f in findings])
         irr = next((f for f in findings if f.analysis == "irregular" and hasattr(f.selection, "weights")), None)
         causes: list[RootCause] = irr.evidence.causes if irr else []
@@ -176,6 +177,8 @@ class Localizer:
         slowdown = getattr(pers.evidence, "slowdown", None) if pers else None
         non_device = getattr(pers.evidence, "non_device_cause", None) if pers else None
         named = [d for d in ranked if d.confidence is None or d.confidence >= p.min_confidence]
+        if untrusted and verdict == "culprit":
+            verdict, named = "inconclusive", []
         log.info("localize: verdict %s, %d causes, %d ranks read", verdict, len(causes), len(src.ranks_read))
         return Report(devices=named[:p.top_k], all_devices=ranked, root_causes=causes, verdict=verdict,
                       candidates=[] if named else ranked[:p.top_k],
@@ -255,6 +258,27 @@ def _hang_json(findings: list[Finding]) -> dict[str, Any] | None:
     """The report's ``hang`` object when the hang analysis found ops in flight, else None."""
     f = next((f for f in findings if f.analysis == "hang" and getattr(f.evidence, "found", False)), None)
     return f.evidence.to_json() if f is not None else None
+
+
+def _consistency(run: Run) -> bool:
+    """Put the consistency pass's findings on the ranks read first among the assumptions; True when
+    the localization stands on untrustworthy data: most rows read were excluded, or the pivot's log
+    disagrees with another rank's on what happened when."""
+    found_log = getattr(run.source.job, "consistency", None)
+    if found_log is None:
+        return False
+    read = set(run.source.ranks_read)
+    found = [m for r in sorted(found_log.inconsistencies) if r in read for m in found_log.inconsistencies[r]]
+    run.assumptions[:0] = found
+    pivots = set(run.params.pivots)
+    if found_log.mostly_excluded(read):
+        run.assume(f"{100 * found_log.excluded_fraction(read):.0f}% of the rows read were excluded as "
+                   "inconsistent: no device is named")
+        return True
+    if any(a in pivots or b in pivots for a, b, *_ in getattr(found_log, "disagreements", [])):
+        run.assume("the pivot's log disagrees with other ranks' on iteration or seq numbers: no device is named")
+        return True
+    return False
 
 
 def _topology(topology: Any, src: JobSource, world: int, assumptions: list[str]) -> Any:
