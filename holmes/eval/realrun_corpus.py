@@ -4,7 +4,8 @@
 (gpu, host, nic, p2p) x pattern (spike, fluctuation, persistent), ``runs_per_cell`` runs each,
 plus ``healthy`` fault-free runs, over varied layouts (8-16 ranks, 4 per virtual host, with and
 without ep / sequence parallelism / distributed optimizer). Run ``i`` has seed ``seed0 + i``; the
-split is by seed: even seeds are ``dev``, odd seeds ``test``. Devices and factors are drawn from
+split is by seed (:func:`split_of`): ``dev`` when ``seed + seed // 12`` is even, so that every
+(kind, pattern) cell has runs in both splits. Devices and factors are drawn from
 ``numpy.random.default_rng(seed)``: compute factors in [1.2, 2.0], network factors in [2, 6].
 """
 
@@ -36,9 +37,22 @@ KINDS = ("gpu", "host", "nic", "p2p")
 PATTERNS = ("spike", "fluctuation", "persistent")
 
 
+#: Runs per round of the plan: one per (kind, pattern) cell.
+ROUND = len(KINDS) * len(PATTERNS)
+
+
 def split_of(seed: int) -> str:
-    """``"dev"`` for an even seed, ``"test"`` for an odd one."""
-    return "dev" if int(seed) % 2 == 0 else "test"
+    """``"dev"`` when ``seed + seed // 12`` is even, else ``"test"``.
+
+    Run ``i`` of the plan (seed ``i``) is cell ``i % 12`` of round ``i // 12``; adding the round
+    flips the parity every round, so every (kind, pattern) cell has runs in both splits (3 + 2)
+    and each split holds 30 faulted runs.
+
+    >>> [split_of(s) for s in (0, 12, 24, 1, 13)]
+    ['dev', 'test', 'dev', 'test', 'dev']
+    """
+    s = int(seed)
+    return "dev" if (s + s // ROUND) % 2 == 0 else "test"
 
 
 def _fault(kind: str, pattern: str, cfg: RealRunConfig, rng: np.random.Generator) -> str:
@@ -95,7 +109,7 @@ def write_manifest(root: str | Path, entries: list[dict[str, Any]]) -> Path:
     """Write ``root/MANIFEST.json`` (entries sorted by name)."""
     p = Path(root) / "MANIFEST.json"
     doc = {"schema": "holmes.realrun-manifest/1",
-           "split_rule": "seed % 2 == 0 -> dev, else test",
+           "split_rule": "(seed + seed // 12) % 2 == 0 -> dev, else test",
            "command": "python scripts/real_runs.py corpus --out " + str(root),
            "runs": sorted(entries, key=lambda e: e["name"])}
     tmp = p.with_name(".MANIFEST.json.partial")
