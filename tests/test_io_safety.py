@@ -419,3 +419,20 @@ def test_a_rank_shifted_against_the_others_is_named(job, column, offset):
         j.ops(r)
     assert j.consistency.disagreements and all(0 in d[:2] for d in j.consistency.disagreements)
     assert any("disagree on communicator" in m for m in j.inconsistencies[0])
+
+
+def test_logger_refuses_to_mix_with_an_earlier_run(tmp_path):
+    from holmes.errors import ConfigError
+    from holmes.logger import CommOpsRecorder, finalize_job
+
+    for r in (0, 1):
+        rec = CommOpsRecorder(tmp_path, rank=r, world_size=2)
+        rec.add_communicator("dp-0", [0, 1], kind="dp")
+        rec.record("dp-0", "all_reduce", nbytes=8, start_ns=0, end_ns=5)
+        rec.close()
+    finalize_job(tmp_path)
+    before = _tree(tmp_path)
+    with pytest.raises(ConfigError, match="earlier run"):
+        CommOpsRecorder(tmp_path, rank=1, world_size=2)
+    assert _tree(tmp_path) == before
+    assert not [p for p in tmp_path.rglob("*") if "tmp" in p.name or p.name.endswith(".partial")]

@@ -96,6 +96,10 @@ class CommOpsRecorder:
         Memory stays bounded by about ``flush_every * 60`` bytes plus the open operators.
     start_iteration : int, default 0
         Iteration number of operators recorded before the first :meth:`step`.
+    overwrite : bool, default False
+        Replace this rank's log left by an earlier run in ``out_dir``. Without it, an existing
+        log of this rank, or a finalized ``job.json``, is refused (a :class:`ConfigError`): the
+        new run's ranks would otherwise mix with the old run's.
 
     Notes
     -----
@@ -103,7 +107,7 @@ class CommOpsRecorder:
     """
 
     def __init__(self, out_dir: str | os.PathLike[str], rank: int, *, world_size: int | None = None,
-                 flush_every: int = 8192, start_iteration: int = 0) -> None:
+                 flush_every: int = 8192, start_iteration: int = 0, overwrite: bool = False) -> None:
         if int(rank) < 0:
             raise ConfigError(f"rank must be >= 0, got {rank}")
         if int(flush_every) < 1:
@@ -148,6 +152,11 @@ class CommOpsRecorder:
         self.ops_path = self.out_dir / "ranks" / f"{name}.parquet"
         self.iterations_path = self.out_dir / "iterations" / f"{name}.parquet"
         self.comms_path = self.out_dir / COMMS_DIR / f"{name}.json"
+        if not overwrite:
+            for old in (self.ops_path, self.out_dir / "job.json"):
+                if old.exists():
+                    raise ConfigError(f"{old}: exists (left by an earlier run?); record into a new directory or "
+                                      "pass overwrite=True")
         self._tmp_ops = self.ops_path.with_name(f".{name}.parquet.partial")
         self._tmp_iters = self.iterations_path.with_name(f".{name}.parquet.partial")
 
@@ -370,6 +379,73 @@ class CommOpsRecorder:
         with self._lock:
             if not self.closed:
                 self._flush_locked(final=False)
+
+    def dump(self, reason: str = "signal", detail: str | None = None, *, at_ns: int | None = None) -> Path:
+        """Write what this rank has now, the operators in flight included, and close (a hang dump).
+
+        The finished operators are flushed and renamed into place first (the rank file is readable
+        even if the process dies during the rest); then the operators still running are added with
+        ``state`` ``"started"`` and a null ``end_ns`` (every other row ``"completed"``), and the
+        sidecar records ``{"reason", "at_ns", "detail"}`` for ``job.json``'s ``dump``. The current
+        iteration is left open (it has no end). Calling it on a closed recorder changes nothing.
+
+        Examples
+        --------
+        >>> import tempfile, pyarrow.parquet as pq
+        >>> d = tempfile.mkdtemp()
+        >>> rec = CommOpsRecorder(d, rank=0, world_size=2)
+        >>> rec.add_communicator("dp-0", [0, 1], kind="dp")
+        >>> rec.record("dp-0", "all_reduce", nbytes=8, start_ns=0, end_ns=5)
+        >>> _ = rec.begin("dp-0", "all_reduce", nbytes=8, start_ns=10)
+        >>> t = pq.read_table(rec.dump("timeout"))
+        >>> t.column("state").to_pylist(), t.column("end_ns").to_pylist()
+        (['completed', 'started'], [5, None])
+        """
+        if reason not in ("timeout", "signal", "exception", "end"):
+            raise ConfigError(f"dump reason {reason!r} is not one of timeout, signal, exception, end")
+        at = time.time_ns() if at_ns is None else int(at_ns)
+        with self._lock:
+            if self.closed:
+                return self.ops_path
+            self._iter_ops = 0  # the current iteration never ended: no boundary for it
+            self._flush_locked(final=False)  # finished rows out; running ones compacted to the front
+            n = self._n
+            if self._writer is None:
+                self._writer = pq.ParquetWriter(self._tmp_ops, OPS_SCHEMA)
+                self._writer.write_table(OPS_SCHEMA.empty_table())
+            self._writer.close()
+            os.replace(self._tmp_ops, self.ops_path)  # what is complete is readable from here on
+            if self._iter_writer is not None:
+                self._iter_writer.close()
+                os.replace(self._tmp_iters, self.iterations_path)
+            if n:
+                idx = np.arange(n)
+                names = np.array(self._comm_names, dtype=object)
+                peer = self._peer[idx]
+                running = pa.table({
+                    "rank": pa.array(np.full(n, self.rank, np.int32)), "iteration": pa.array(self._iteration[idx]),
+                    "op_index": pa.array(self._op_index[idx]),
+                    "comm_id": pa.array(names[self._comm[idx]], type=pa.string()), "seq": pa.array(self._seq[idx]),
+                    "op": pa.array(_OP_NAMES_ARR[self._op[idx]], type=pa.string()),
+                    "peer": pa.array(peer, mask=peer < 0, type=pa.int32()), "nbytes": pa.array(self._nbytes[idx]),
+                    "start_ns": pa.array(self._start[idx]), "end_ns": pa.nulls(n, pa.int64()),
+                    "state": pa.array(["started"] * n, type=pa.string())})
+                done = pq.read_table(self.ops_path)
+                done = done.append_column("state", pa.array(["completed"] * done.num_rows, type=pa.string()))
+                both = pa.concat_tables([done.cast(running.schema), running])
+                tmp = self.ops_path.with_name(f".{self.ops_path.name}.dump")
+                pq.write_table(both, tmp)
+                os.replace(tmp, self.ops_path)
+            side = {"rank": self.rank, "world_size": self.world_size, "rows": self.rows_written + n,
+                    "communicators": self._comm_info,
+                    "dump": {"reason": reason, "at_ns": at, **({"detail": str(detail)[:500]} if detail else {})}}
+            tmp = self.comms_path.with_name(f".{self.comms_path.name}.partial")
+            tmp.write_text(json.dumps(side, sort_keys=True), encoding="utf-8")
+            os.replace(tmp, self.comms_path)
+            self.closed = True
+            log.warning("rank %d: dumped (%s) %d finished and %d running operator(s) to %s",
+                        self.rank, reason, self.rows_written, n, self.ops_path)
+        return self.ops_path
 
     def close(self, *, end_iteration: bool = True) -> Path:
         """Flush everything, close the files, rename them into place and write the sidecar.
