@@ -753,7 +753,9 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"case {i} {o.name} {k}: rc={o.rc} {o.detail}", flush=True)
             counts[f"rc{o.rc}"] += 1
             if (i + 1) % 500 == 0:
-                print(f"  {i + 1} cases, {time.time() - t0:.0f} s, {dict(counts)}", flush=True)
+                print(f"  progress: fuzz_cases={i + 1} tracebacks={counts['traceback']} clobbers={counts['clobber']} "
+                      f"silent_wrong={counts['silent_wrong']} max_rss_mb={max_rss_mb():.0f} "
+                      f"elapsed_s={time.time() - t0:.0f}", flush=True)
         if _digest(bases.root) != before:
             counts["clobber"] += 1
             print("the pristine inputs changed during the run")
