@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from holmes.detect.simple import resolve_detector
-from holmes.errors import ConfigError, HolmesError
+from holmes.errors import ConfigError
 from holmes.localize.hang import HangAnalysis
 from holmes.localize.irregular import IrregularAnalysis
 from holmes.localize.params import LocalizeParams
@@ -64,8 +64,8 @@ class Analysis(Protocol):
 
 
 #: the analyses by name, in the order ``analysis="all"`` runs them (hang first: it reads every log only
-#: when the job can hold ops in flight; once it found a hang, an analysis that cannot apply to the
-#: hung logs, e.g. too few completed iterations, is skipped with an assumption instead of failing)
+#: when the job can hold ops in flight; once it found a hang, the analyses after it are skipped with an
+#: assumption: their timing models need completed iterations)
 ANALYSIS_CLASSES: dict[str, type] = {"hang": HangAnalysis, "irregular": IrregularAnalysis, "persistent": PersistentAnalysis}
 
 
@@ -151,16 +151,13 @@ class Localizer:
         findings = []
         hung = False
         for a in self.analyses():
-            try:
-                sel = a.select(run)
-                ev = a.gather(run, sel)
-                findings.append(Finding(a.name, sel, ev, a.rank(run, ev, sel)))
-            except HolmesError as exc:
-                if not hung:
-                    raise
-                run.assume(f"{a.name} analysis skipped on the hung job's logs: {' '.join(str(exc).split())}")
+            if hung:  # the logs end in ops in flight: the timing analyses do not apply to them
+                run.assume(f"{a.name} analysis skipped: the logs end in a hang (ops in flight)")
                 continue
-            hung = hung or (a.name == "hang" and bool(getattr(ev, "found", False)))
+            sel = a.select(run)
+            ev = a.gather(run, sel)
+            findings.append(Finding(a.name, sel, ev, a.rank(run, ev, sel)))
+            hung = a.name == "hang" and bool(getattr(ev, "found", False))
         return self.report(run, findings)
 
     def report(self, run: Run, findings: list[Finding]) -> Report:

@@ -43,7 +43,7 @@ def _sidecars(out: Path) -> dict[int, Path]:
 def finalize_job(out_dir: str | os.PathLike[str], world_size: int | None = None, *,
                  communicators: Mapping[str, Mapping[str, Any]] | None = None,
                  parallel: Any = None, name: str | None = None, timeout: float = 0.0,
-                 validate: bool = True) -> Path:
+                 validate: bool = True, allow_missing: bool = False) -> Path:
     """Write ``job.json`` for a job directory captured by :class:`~holmes.logger.CommOpsLogger`.
 
     Parameters
@@ -63,6 +63,11 @@ def finalize_job(out_dir: str | os.PathLike[str], world_size: int | None = None,
         Seconds to wait for the sidecars of all ``world_size`` ranks to appear.
     validate : bool, default True
         Open the result with :func:`holmes.read_job` and validate every rank file.
+    allow_missing : bool, default False
+        After ``timeout``, write ``job.json`` from the sidecars found (a hung job: a rank too dead
+        to dump has no log, which the hang analysis reports). Sidecars written by
+        :meth:`~holmes.logger.CommOpsRecorder.dump` give ``job.json`` its ``dump`` entry: the
+        reason ``timeout`` if any rank timed out (else the first rank's), at the earliest dump.
 
     Returns
     -------
@@ -109,6 +114,9 @@ def finalize_job(out_dir: str | os.PathLike[str], world_size: int | None = None,
         if sides and not missing:
             break
         if time.monotonic() >= deadline:
+            if sides and allow_missing:
+                log.warning("%s: no sidecar from rank(s) %s: job.json written without them", out, missing[:8])
+                break
             if not sides:
                 raise JobError(f"{out / COMMS_DIR}: no rank sidecar found; did the ranks close their loggers?")
             raise JobError(f"{out / COMMS_DIR}: sidecar of rank(s) {missing[:8]} missing "
@@ -131,6 +139,12 @@ def finalize_job(out_dir: str | os.PathLike[str], world_size: int | None = None,
     meta: dict[str, Any] = {"schema": "holmes.commops/1", "world_size": int(ws), "communicators": merged,
                             "source": {"format": "holmes.logger", "details": {
                                 "rows": {str(r): int(s.get("rows", 0)) for r, s in sorted(sides.items())}}}}
+    dumps = [s["dump"] for r, s in sorted(sides.items()) if isinstance(s.get("dump"), dict)]
+    if dumps:
+        reasons = [d.get("reason") for d in dumps]
+        ats = [int(d["at_ns"]) for d in dumps if isinstance(d.get("at_ns"), int)]
+        meta["dump"] = {"reason": "timeout" if "timeout" in reasons else reasons[0], "at_ns": min(ats) if ats else None,
+                        "detail": f"{len(dumps)} of {ws} rank(s) dumped"}
     if parallel is not None:
         meta["parallel"] = parallel.to_dict() if hasattr(parallel, "to_dict") else dict(parallel)
     if name:

@@ -357,7 +357,88 @@ class CommOpsLogger:
         return self.enable()
 
     def __exit__(self, *exc: Any) -> None:
-        self.close(finalize=exc[0] is None)
+        if exc[0] is None:
+            self.close()
+        elif self._rec is not None and not self._rec.closed:
+            self.dump(_reason_of(exc[1]), f"{exc[0].__name__}: {exc[1]}")
+
+    def dump(self, reason: str = "signal", detail: str | None = None, *, finalize_timeout: float = 2.0) -> Path:
+        """Write this rank's log now, the operators in flight included, and write ``job.json``.
+
+        For a hung or failing job: see :meth:`~holmes.logger.CommOpsRecorder.dump` (``reason`` one
+        of ``timeout``, ``signal``, ``exception``, ``end``). Then ``job.json`` is (re)written from
+        the sidecars present after waiting up to ``finalize_timeout`` seconds for the others (every
+        dumping rank does it; the last one to dump writes the most complete ``job.json``; ranks
+        without a dump have no log). Never raises: a hang dump must not hide the original error.
+        """
+        path = self.out_dir
+        try:
+            self.disable()
+            path = self.recorder.dump(reason, detail)
+            if self._atexit:
+                atexit.unregister(self._atexit_close)
+                self._atexit = False
+            from holmes.logger.finalize import finalize_job
+
+            finalize_job(self.out_dir, self.recorder.world_size, parallel=self.layout, timeout=finalize_timeout,
+                         validate=False, allow_missing=True)
+        except Exception:  # noqa: BLE001 - called from signal handlers and exception paths
+            log.exception("rank %s: CommOps dump failed", self._rank)
+        return path
+
+    def install_dump_handlers(self, signals: Iterable[str] = ("SIGTERM", "SIGUSR1"), *, exceptions: bool = True,
+                              timeout: float | None = None, poll: float = 0.5) -> "CommOpsLogger":
+        """Dump (:meth:`dump`) on ``signals``, on an uncaught exception and when an operator has
+        been in flight longer than ``timeout`` seconds (a watchdog thread; use the process group's
+        timeout or less). Signal handlers can only be installed from the main thread; after the
+        dump ``SIGTERM`` still terminates the process (the previous handler or the default runs).
+        Returns self.
+        """
+        import signal
+        import sys
+
+        def _on_signal(signum: int, frame: Any) -> None:
+            name = signal.Signals(signum).name
+            self.dump("signal", name)
+            prev = self._prev_handlers.get(signum)
+            if callable(prev):
+                prev(signum, frame)
+            elif signum == signal.SIGTERM:  # still terminate, as the default handler would
+                signal.signal(signum, signal.SIG_DFL)
+                os.kill(os.getpid(), signum)
+
+        self._prev_handlers = getattr(self, "_prev_handlers", {})
+        for name in signals:
+            sig = getattr(signal, name, None)
+            if sig is None:
+                raise ConfigError(f"unknown signal {name!r}")
+            self._prev_handlers[sig] = signal.signal(sig, _on_signal)
+        if exceptions:
+            prev_hook = sys.excepthook
+
+            def _hook(tp: Any, val: Any, tb: Any) -> None:
+                if self._rec is not None and not self._rec.closed:
+                    self.dump(_reason_of(val), f"{tp.__name__}: {val}")
+                prev_hook(tp, val, tb)
+
+            sys.excepthook = _hook
+        if timeout is not None:
+            limit_ns = int(float(timeout) * 1e9)
+
+            def _watch() -> None:
+                while self._rec is None or not self._rec.closed:
+                    time.sleep(poll)
+                    rec = self._rec
+                    if rec is None or rec.closed:
+                        continue
+                    with rec._lock:
+                        oldest = min((int(rec._start[h.pos]) for h in rec._pending if not h.done), default=None)
+                    if oldest is not None and time.time_ns() - oldest > limit_ns:
+                        self.dump("timeout", f"an operator in flight for more than {timeout:g} s")
+                        return
+
+            threading.Thread(target=_watch, name="holmes-commops-watchdog", daemon=True).start()
+        return self
 
     def step(self, iteration: int | None = None) -> int:
         """Mark the start of iteration ``iteration`` (default: next); see :meth:`CommOpsRecorder.step`."""
@@ -509,6 +590,12 @@ def _finish_on_completion(work: Any, handles: list[PendingOp], cuda_end: Callabl
     return _TimedWork(work, handles, cuda_end)
 
 
+def _reason_of(exc: BaseException | None) -> str:
+    """``"timeout"`` for a collective that timed out (gloo/NCCL say so in the message), else ``"exception"``."""
+    text = f"{type(exc).__name__} {exc}".lower()
+    return "timeout" if "timed out" in text or "timeout" in text else "exception"
+
+
 def _run(orig: Callable, args: tuple, kwargs: dict) -> Any:
     _tls.depth = getattr(_tls, "depth", 0) + 1
     try:
@@ -524,12 +611,14 @@ def _issue(lg: CommOpsLogger, orig: Callable, args: tuple, kwargs: dict, cuda: b
     if cuda:
         ev0 = lg._cuda.event()
     start = time.time_ns()
-    out = _run(orig, args, kwargs)
-    if not cuda and not is_async:
+    if not cuda and not is_async:  # in flight while the call blocks: a hang dump shows it 'started'
+        running = [rec.begin(cid, op, peer=peer, nbytes=nbytes, start_ns=start) for cid, op, peer, nbytes in entries]
+        out = _run(orig, args, kwargs)
         end = time.time_ns()
-        for cid, op, peer, nbytes in entries:
-            rec.record(cid, op, peer=peer, nbytes=nbytes, start_ns=start, end_ns=end)
+        for h in running:
+            h.finish(end)
         return out
+    out = _run(orig, args, kwargs)
     handles = [rec.begin(cid, op, peer=peer, nbytes=nbytes, start_ns=start) for cid, op, peer, nbytes in entries]
     if cuda:
         box: list = []
