@@ -148,23 +148,26 @@ class HangAnalysis:
             t = src.fetch(r)
             if t is None:
                 sel.no_log[r] = src.missing.get(r, "no log")
-                continue
-            if t.num_rows == 0:
-                continue
-            st = t.column("state") if "state" in t.column_names else None
-            is_open = pc.not_equal(st.cast(pa.string()), "completed") if st is not None else \
-                pa.array(np.zeros(t.num_rows, dtype=bool))
-            sel.in_flight += int(pc.sum(is_open).as_py() or 0)
-            part = t.select(list(_COLS)).append_column("open", is_open)
-            if st is not None:
-                part = part.append_column("scheduled", pc.equal(st.cast(pa.string()), "scheduled"))
-            else:
-                part = part.append_column("scheduled", pa.array(np.zeros(t.num_rows, dtype=bool)))
-            parts.append(part)
+            elif t.num_rows:
+                part = t.select(list(_COLS) + (["state"] if "state" in t.column_names else []))
+                if "state" not in t.column_names:  # an old log: every op completed
+                    part = part.append_column("state", pa.array(["completed"] * t.num_rows, pa.string()))
+                parts.append(part)
         if parts:
-            ops = pa.concat_tables([p.cast(_unify(p.schema)) for p in parts])
+            try:
+                ops = pa.concat_tables(parts)
+            except pa.ArrowInvalid:  # ranks whose columns differ in encoding or width
+                ops = pa.concat_tables([p.cast(_unify(p.schema)) for p in parts])
+            if pa.types.is_dictionary(ops.schema.field("comm_id").type) or \
+                    pa.types.is_dictionary(ops.schema.field("op").type) or ops.schema != _unify(ops.schema):
+                ops = ops.cast(_unify(ops.schema))
+            state = ops.column("state")
+            is_open = pc.not_equal(state, "completed")
+            ops = ops.drop_columns(["state"]).append_column("open", is_open) \
+                .append_column("scheduled", pc.equal(state, "scheduled"))
+            sel.in_flight = int(pc.sum(is_open).as_py() or 0)
             p2p = pc.is_in(ops.column("op"), value_set=pa.array(list(P2P_OPS)))
-            sel.p2p_in_flight = int(pc.sum(pc.and_(p2p, ops.column("open"))).as_py() or 0)
+            sel.p2p_in_flight = int(pc.sum(pc.and_(p2p, is_open)).as_py() or 0)
             sel.ops = ops.filter(pc.invert(p2p))
         if sel.in_flight:
             log.info("hang: %d op(s) in flight over %d rank(s)", sel.in_flight, src.world_size)
@@ -186,12 +189,16 @@ class HangAnalysis:
         per = _per_rank_comm(ops)
         comms = run.source.communicators
         waited_at = (sel.dump or {}).get("at_ns")
-        open_comms = sorted({cid for (r, cid), v in per.items() if v[2] is not None})
-        for cid in open_comms:
+        open_rows: dict[str, list[tuple]] = {}  # comm_id -> (rank, seq, op, scheduled, start_ns) of ops in flight
+        flying = ops.filter(ops.column("open"))
+        for row in zip(*(flying.column(k).to_pylist() for k in ("comm_id", "rank", "seq", "op", "scheduled",
+                                                                 "start_ns"))):
+            open_rows.setdefault(row[0], []).append(row[1:])
+        for cid in sorted(open_rows):
             c = comms.get(cid)
             members = sorted(int(x) for x in getattr(c, "ranks", c) or ()) if c is not None else \
                 sorted(r for (r, k) in per if k == cid)
-            ch = _stuck(cid, members, per, sel.no_log, ops, waited_at)
+            ch = _stuck(cid, members, per, sel.no_log, open_rows[cid], waited_at)
             if ch is None:
                 continue
             if ch.missing:
@@ -250,7 +257,7 @@ def format_ranges(ranks: list[int]) -> str:
 def _unify(schema: pa.Schema) -> pa.Schema:
     """Plain string/int types so tables of ranks with dictionary or narrower columns concatenate."""
     types = {"rank": pa.int32(), "comm_id": pa.string(), "seq": pa.int64(), "op": pa.string(),
-             "start_ns": pa.int64(), "open": pa.bool_(), "scheduled": pa.bool_()}
+             "start_ns": pa.int64(), "state": pa.string(), "open": pa.bool_(), "scheduled": pa.bool_()}
     return pa.schema([pa.field(f.name, types[f.name]) for f in schema])
 
 
@@ -267,7 +274,7 @@ def _per_rank_comm(ops: pa.Table) -> dict[tuple[int, str], tuple[int, int, int |
     return out
 
 
-def _stuck(cid: str, members: list[int], per: dict, no_log: dict[int, str], ops: pa.Table,
+def _stuck(cid: str, members: list[int], per: dict, no_log: dict[int, str], flying: list[tuple],
            at_ns: int | None) -> CommHang | None:
     """Where communicator ``cid`` is stuck, or None when no member has an op in flight on it."""
     have = [r for r in members if r not in no_log]
@@ -285,18 +292,12 @@ def _stuck(cid: str, members: list[int], per: dict, no_log: dict[int, str], ops:
         entered = []
     missing = sorted({r for r in have if issued[r] < seq} | set(stalled) | (set(members) - set(have)))
     waiting = sorted(r for r in entered if r not in stalled)
-    rows = ops.filter(pc.and_(pc.equal(ops.column("comm_id"), cid), pc.equal(ops.column("seq"), seq)))
-    op = rows.column("op")[0].as_py() if rows.num_rows else None
-    sched = set()
-    t0 = None
-    if rows.num_rows:
-        rk = rows.column("rank").to_pylist()
-        sc = rows.column("scheduled").to_pylist()
-        op_open = rows.column("open").to_pylist()
-        starts = rows.column("start_ns").to_pylist()
-        sched = {r for r, s in zip(rk, sc) if s}
-        ts = [s for r, s, o in zip(rk, starts, op_open) if o and r in waiting and s is not None]
-        t0 = min(ts) if ts else None
+    at = [x for x in flying if x[1] == seq]     # (rank, seq, op, scheduled, start_ns) in flight at ``seq``
+    op = at[0][2] if at else None
+    sched = {x[0] for x in at if x[3]}
+    wait_set = set(waiting)
+    ts = [x[4] for x in at if x[0] in wait_set and x[4] is not None]
+    t0 = min(ts) if ts else None
     waited = (at_ns - t0) / 1e9 if at_ns is not None and t0 is not None and at_ns >= t0 else None
     return CommHang(cid, int(seq), op, missing, waiting, sorted(r for r in waiting if r in sched),
                     {r: int(s) for r, s in stalled.items()}, sorted(set(members) - set(have)), waited,
@@ -335,6 +336,9 @@ def _explain(ev: HangEvidence, run: Any) -> list[str]:
         else:
             s = f"rank {r} never entered {where}"
         if c.waiting:
-            s += f"; ranks {format_ranges(c.waiting)} waited" + (f" {c.waited_s:.0f} s" if c.waited_s is not None else "")
+            w = format_ranges(c.waiting)
+            if w.count(",") >= 8:  # a strided group: its size and first members
+                w = f"{len(c.waiting)} ranks ({','.join(w.split(',')[:4])},...)"
+            s += f"; ranks {w} waited" + (f" {c.waited_s:.0f} s" if c.waited_s is not None else "")
         lines.append(s)
     return lines
