@@ -32,7 +32,7 @@ def _sim(spec, *, seed, tp=4, pp=2, dp=4, iterations=24):
 @pytest.mark.parametrize("detector", ["label", "robust"])
 def test_simulated_fault_is_ranked_first(spec, device, detector):
     job = _sim(spec, seed=11)
-    r = localize(job, detector=detector)
+    r = localize(job, detector=detector, analysis="irregular")  # progressive fetching (persistent reads all)
     assert r.irregular_iterations
     assert r.top is not None and r.top.id == device, [(d.id, round(d.score, 3)) for d in r.all_devices[:4]]
     assert len(r.fetched) < job.world_size
@@ -108,7 +108,8 @@ def job_dir(tmp_path):
 
 
 def test_cli_json_output(job_dir, capsys):
-    assert main(["localize", str(job_dir), "--format", "json", "--top", "2", "--detector", "robust"]) == 0
+    assert main(["localize", str(job_dir), "--format", "json", "--top", "2", "--detector", "robust",
+                 "--analysis", "irregular"]) == 0
     d = json.loads(capsys.readouterr().out)
     # at most --top devices; the host is cleared by its healthy GPUs, so gpu:9 may stand alone
     assert d["devices"][0]["id"] == "gpu:9" and 1 <= len(d["devices"]) <= 2

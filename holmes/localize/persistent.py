@@ -12,16 +12,21 @@ in the other data-parallel replicas), Minder-style. Its steps, as the pipeline r
 
    * *waiting caused*: in each collective the member that entered last (on every member's own
      clock: the copy that lasted least) made the others wait; along a P2P pair the later end made
-     the other wait. The last member is charged only for the part of its lateness its own work
-     explains: ``(n - 1) * min(second-shortest - shortest duration, its compute gap - the
-     second-last member's gap)``, so a rank that is late only because it waited on someone else
-     earlier (a whole pipeline replica behind a slow stage) is not charged;
+     the other wait. The last member is charged ``(n - 1) * min(second-shortest - shortest
+     duration, its own work since it last waited)``: the others' waiting, up to the compute it did
+     since an operator made it wait (clock-free: durations and gaps are each measured on one
+     rank's clock; collectives in which the whole group was slow do not reset it);
+   * *own work*: per iteration the sum of the rank's compute gaps;
    * *transfer time*: per communicator (or P2P pair) and iteration, the sum of its operators'
      intrinsic transfer times (each operator's shortest copy), compared with the communicators of
      the same kind, size, volume and stages;
 
-   a rank (or communicator) is an outlier in an iteration when it stands ``persistent_z`` robust
-   sigmas (of its role group's own spread over the window) above its peers' median, and a
+   a rank is an outlier in an iteration when its own work stands ``persistent_z`` robust sigmas
+   (of its role group's own spread over the window) above its peers' median *and* it made others
+   wait more than its peers' median did (a rank late only because it waited on someone else
+   earlier -- a whole pipeline replica behind a slow stage -- has its peers' own work and is not
+   an outlier; extra work that nobody waited for is not straggling); a communicator
+   when its transfer time does, against its peer communicators; either is a
    straggler only when that holds in at least ``persistent_fraction`` of the window (the continuity
    rule: a one-off blip is not a straggler). Compute stragglers implicate their GPU (their host
    when most of the host's GPUs are stragglers); slow communicators the network devices on the
@@ -237,6 +242,7 @@ class PersistentAnalysis:
         iter_ptr[r] = np.searchsorted(widx, np.arange(len(win) + 1))
         np.add.at(compute[r], widx, gap)
         dur = end - start
+        own = _own_work(gap, dur, t.column("op_index").to_numpy()[keep])
         tk = t.filter(pa.array(keep))
         cid = tk.column("comm_id").combine_chunks()
         if not pa.types.is_dictionary(cid.type):
@@ -269,7 +275,7 @@ class PersistentAnalysis:
             if (sq < 0).any():  # unknown sequence numbers: issue order within the slot
                 sq = np.arange(m.sum())
                 seq[m] = sq
-            slots.update(s, sq, r, dur[m], gap[m], widx[m], nb[m])
+            slots.update(s, sq, r, dur[m], own[m], widx[m], nb[m])
         return slot_row, seq.astype(np.int64), gap.astype(np.float64), new_batch
 
     @staticmethod
@@ -279,7 +285,7 @@ class PersistentAnalysis:
             ok = (a["n"] >= 2) & (a["d2"] < _BIG) & (a["r1"] >= 0) & (a["it"] >= 0)
             if not ok.any():
                 continue
-            own = np.minimum(a["d2"][ok] - a["d1"][ok], a["g1"][ok] - a["g2"][ok]).clip(0)
+            own = np.minimum(a["d2"][ok] - a["d1"][ok], a["g1"][ok]).clip(0)
             np.add.at(caused, (a["r1"][ok], a["it"][ok]), (a["n"][ok] - 1) * own.astype(np.float64))
 
     # ------------------------------------------------------------------ peers
@@ -296,12 +302,16 @@ class PersistentAnalysis:
         flags = np.zeros((W, T), np.bool_)
         moving = 0
         counted = 0
+        cexcess = ev.compute - roles.group_median(ev.compute)
         for m in roles.members:
             if m.size < 3:
                 continue
             e = excess[m]
             sig = max(MAD_SIGMA * float(np.median(np.abs(e - np.median(e)))), floor)
-            f = e > p.persistent_z * sig
+            ce = cexcess[m]
+            csig = max(MAD_SIGMA * float(np.median(np.abs(ce - np.median(ce)))), floor)
+            # its own work beyond its peers', and it made others wait more than its peers did
+            f = (ce > p.persistent_z * csig) & (e > 0)
             flags[m] = f
             counted += T
             # a slow position that moves between replicas: outliers most iterations, no persistent one
@@ -553,6 +563,31 @@ class PersistentAnalysis:
                                    "iterations_with_outlier_pct": round(100 * ev.moving_outliers, 1)}
             run.assume("persistent: the slow position moves between replicas from iteration to iteration "
                        "(micro-batch / sequence-length imbalance, no device)")
+
+
+def _own_work(gap: np.ndarray, dur: np.ndarray, op_index: np.ndarray) -> np.ndarray:
+    """Per row, the rank's own work since it last waited: the sum of its compute gaps since the
+    last operator that lasted clearly longer than that operator's shortest copy over the window
+    (1.5x + 20 us), this row's gap included. Collectives in which every member was slow (a whole
+    tensor-parallel group on a slow host) keep accumulating; a wait resets it.
+
+    >>> _own_work(np.array([5, 3, 2, 4]), np.array([10_000, 500_000, 10_000, 10_000]), np.array([0, 1, 0, 1])).tolist()
+    [5, 8, 2, 6]
+    """
+    n = len(gap)
+    if n == 0:
+        return gap.copy()
+    pos = op_index.astype(np.int64)
+    dmin = np.full(int(pos.max()) + 1, np.iinfo(np.int64).max)
+    np.minimum.at(dmin, pos, dur)
+    waited = dur > 1.5 * dmin[pos] + 20_000
+    c = np.cumsum(gap)
+    reset = np.zeros(n, np.bool_)
+    reset[0] = True
+    reset[1:] = waited[:-1]
+    start = np.maximum.accumulate(np.where(reset, np.arange(n), 0))
+    before = np.where(start > 0, c[np.maximum(start - 1, 0)], 0)
+    return c - before
 
 
 def _op_codes(col: Any) -> np.ndarray:

@@ -38,7 +38,7 @@ import numpy as np
 
 from holmes.errors import ConfigError
 
-__all__ = ["KINDS", "PATTERNS", "BASE_FACTOR", "REALISTIC_FACTOR", "draw_fault_device", "pivot_irregularity",
+__all__ = ["KINDS", "PATTERNS", "BASE_FACTOR", "REALISTIC_FACTOR", "PERSISTENT_FACTOR", "persistent_fault_job", "draw_fault_device", "pivot_irregularity",
            "irregular_fault_job", "realistic_fault_job", "fault_cost", "random_scenario", "simulate_scenarios"]
 
 #: fault kinds a scenario can inject (``link`` = a cable between two switches)
@@ -268,3 +268,49 @@ def simulate_scenarios(root: str | os.PathLike[str], seeds: Iterable[int], *, re
             simulate(d, overwrite=True, **kw)
         out.append(d)
     return out
+
+
+# ---------------------------------------------------------------------- persistent stragglers
+#: strengths of a straggler slow from the first iteration (weak compute faults included)
+PERSISTENT_FACTOR = {"gpu": (1.1, 2.0), "host": (1.1, 2.0), "nic": (2.0, 6.0), "nvswitch": (2.0, 6.0),
+                     "switch": (2.0, 6.0), "link": (2.0, 6.0)}
+
+
+def persistent_fault_job(out: str | os.PathLike[str], cfg: dict[str, Any], kind: str | None, seed: int, *,
+                         iterations: int = 20, micro_batches: int = 2, factor: float | None = None,
+                         reuse: bool = True) -> tuple[Path, str | None, float]:
+    """Simulate into ``out`` a job with one fault active in *every* iteration (from iteration 0),
+    so no iteration is irregular; return ``(path, device, factor)``.
+
+    The factor is drawn log-uniformly from :data:`PERSISTENT_FACTOR` (or given); ``kind=None``
+    simulates a healthy job. A network device no transfer crosses is drawn again.
+
+    >>> import tempfile
+    >>> path, dev, f = persistent_fault_job(tempfile.mkdtemp() + "/job", dict(tp=2, pp=2, dp=4), "gpu", 1,
+    ...                                     iterations=4)
+    >>> dev.startswith("gpu:") and 1.1 <= f <= 2.0
+    True
+    """
+    from holmes.io import read_job
+    from holmes.simulate import simulate
+
+    out = Path(out)
+    kw = dict(micro_batches=micro_batches, iterations=iterations, seed=seed, overwrite=True, **cfg)
+    if kind is None:
+        if not (reuse and (out / "job.json").is_file()):
+            simulate(out, **kw)
+        return out, None, 1.0
+    if factor is None:
+        lo, hi = PERSISTENT_FACTOR[kind]
+        factor = float(np.exp(np.random.default_rng([seed, 1616]).uniform(np.log(lo), np.log(hi))))
+    world = int(cfg["tp"]) * int(cfg["pp"]) * int(cfg["dp"]) * int(cfg.get("cp", 1))
+    dev = ""
+    for attempt in range(4):
+        dev = draw_fault_device(world, kind, seed, attempt)
+        if reuse and (out / "job.json").is_file() and read_job(out).truth.faults[0].device == dev:
+            break
+        simulate(out, faults=[f"{dev}@persistent:0-{iterations - 1}*{factor:.3f}"], **kw)
+        crossing = read_job(out).truth.extra.get("transfer_groups_crossing", {})
+        if kind in ("gpu", "host") or crossing.get(dev, 1) > 0:
+            break
+    return out, dev, float(factor)

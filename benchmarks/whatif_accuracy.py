@@ -1,0 +1,134 @@
+"""Persistent stragglers and what-if slowdown: the real WIA trace and simulated faults from iteration 0.
+
+Two parts, in one run:
+
+* **WIA ST** (``../shared/data/wia``, ByteDance's own what-if result beside it): the trace is
+  converted, ``holmes.localize(..., analysis="persistent")`` runs, and Holmes's total straggling
+  slowdown and per-stage / per-dp-rank attribution are printed next to ``result-ST.json``
+  (``blocking_slowdown``, ``blocking_decompose_by_stage``, ``blocking_decompose_by_dp_rank``);
+* **simulated persistent faults**: one fault active in every iteration (so no iteration is
+  irregular), GPU/host 1.1-2x, NIC/link/switch 2-6x
+  (:func:`holmes.simulate.scenarios.persistent_fault_job`), plus healthy jobs; top-1 (top-2 for
+  network devices, whose NIC and cable are indistinguishable) and how often a healthy job names a
+  device. Seeds ``--seed0 ...`` are report seeds; thresholds were chosen on seeds 1-10 (development).
+
+Last line: ``wia_st_slowdown_err_pct=<x> persistent_top1=<%> persistent_healthy_named_pct=<%>``.
+
+Usage::
+
+    python benchmarks/whatif_accuracy.py                      # 2,048 GPUs, 20 jobs per kind
+    python benchmarks/whatif_accuracy.py --quick              # 128 GPUs, 6 jobs per kind
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import holmes
+from holmes.localize import localize
+from holmes.simulate.scenarios import persistent_fault_job
+
+WIA = Path(__file__).resolve().parents[2] / "shared" / "data" / "wia"
+LAYOUT = {64: dict(tp=4, pp=2, dp=8), 128: dict(tp=8, pp=2, dp=8), 256: dict(tp=8, pp=4, dp=8),
+          512: dict(tp=8, pp=4, dp=16), 2048: dict(tp=8, pp=8, dp=32)}
+KINDS = ("gpu", "host", "nic", "link", "switch")
+
+
+def wia_st(workdir: Path) -> dict:
+    """Holmes on the WIA ST trace against the analyzer's own result."""
+    from holmes.adapters import convert_wia
+
+    res = json.loads((WIA / "result-ST.json").read_text())
+    job = workdir / "wia-st"
+    if not (job / "job.json").is_file():
+        convert_wia(WIA, job, overwrite=True)
+    r = localize(job, analysis="persistent")
+    theirs = float(res["blocking_slowdown"])
+    err = 100.0 * abs(r.slowdown - theirs) / theirs
+    return dict(slowdown=r.slowdown, theirs=theirs, err_pct=err, verdict=r.verdict, cause=r.non_device_cause,
+                their_stage={int(k): v for k, v in res["blocking_decompose_by_stage"].items()},
+                their_dp={int(k): v for k, v in res["blocking_decompose_by_dp_rank"].items()}, report=r)
+
+
+def attribution(job_dir: Path) -> dict:
+    """Per-stage and per-replica what-if attribution of a job (WIA's decomposition)."""
+    from holmes.localize.persistent import PersistentAnalysis
+    from holmes.localize.pipeline import Localizer
+
+    run = Localizer(analysis="persistent").prepare(job_dir)
+    a = PersistentAnalysis()
+    ev = a.gather(run, a.select(run))
+    return dict(stage=ev.by_stage, replica=ev.by_replica, slowdown=ev.slowdown)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", type=int, default=2048, choices=sorted(LAYOUT))
+    ap.add_argument("--jobs", type=int, default=20, help="jobs per fault kind (and healthy jobs)")
+    ap.add_argument("--iterations", type=int, default=20)
+    ap.add_argument("--seed0", type=int, default=101, help="first report seed (1-10 were development seeds)")
+    ap.add_argument("--kinds", default=",".join(KINDS))
+    ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "holmes-bench-persistent"))
+    ap.add_argument("--quick", action="store_true", help="128 GPUs, 6 jobs per kind")
+    ap.add_argument("--skip-sim", action="store_true")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    if args.quick:
+        args.gpus, args.jobs = 128, 6
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+
+    w = wia_st(cache)
+    att = attribution(cache / "wia-st")
+    print("WIA ST (ByteDance what-if analyzer vs Holmes)")
+    print(f"  total slowdown      theirs {w['theirs']:.4f}  holmes {w['slowdown']:.4f}  (error {w['err_pct']:.1f}%)")
+    print(f"  verdict {w['verdict']}, non-device cause {w['cause']}")
+    for s in sorted(w["their_stage"]):
+        print(f"  stage {s}: theirs {w['their_stage'][s]:.4f}  holmes {att['stage'].get(s, float('nan')):.4f}")
+    for d in sorted(w["their_dp"]):
+        print(f"  dp rank {d}: theirs {w['their_dp'][d]:.4f}  holmes {att['replica'].get(d, float('nan')):.4f}")
+
+    hit = total = named_healthy = healthy = 0
+    if not args.skip_sim:
+        cfg = LAYOUT[args.gpus]
+        print(f"\nsimulated persistent faults, {args.gpus} GPUs {cfg}, {args.iterations} iterations, "
+              f"seeds {args.seed0}..{args.seed0 + args.jobs - 1}")
+        print(f"{'kind':>8} {'top-1':>7} {'jobs':>5} {'s/job':>6}  misses")
+        for kind in [k for k in args.kinds.split(",") if k] + ["healthy"]:
+            ok, misses, t0 = 0, [], time.perf_counter()
+            for i in range(args.jobs):
+                seed = args.seed0 + i
+                k = None if kind == "healthy" else kind
+                path, dev, f = persistent_fault_job(cache / f"g{args.gpus}_{kind}_s{seed}", cfg, k, seed,
+                                                    iterations=args.iterations)
+                r = localize(path, analysis="persistent")
+                ids = [d.id for d in r.devices]
+                if k is None:
+                    good = not ids
+                else:
+                    n = 2 if kind in ("nic", "link", "switch") else 1
+                    good = dev in ids[:n]
+                ok += good
+                if not good:
+                    misses.append(f"{dev}x{f:.2f}->{ids[:2]}")
+            dt = (time.perf_counter() - t0) / max(args.jobs, 1)
+            print(f"{kind:>8} {100 * ok / args.jobs:>6.0f}% {args.jobs:>5} {dt:>6.1f}  {'; '.join(misses[:4])}",
+                  flush=True)
+            if kind == "healthy":
+                healthy, named_healthy = args.jobs, args.jobs - ok
+            else:
+                hit, total = hit + ok, total + args.jobs
+    top1 = 100.0 * hit / total if total else float("nan")
+    hn = 100.0 * named_healthy / healthy if healthy else float("nan")
+    print(f"wia_st_slowdown_err_pct={w['err_pct']:.2f} persistent_top1={top1:.1f} persistent_healthy_named_pct={hn:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
