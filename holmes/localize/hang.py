@@ -337,8 +337,7 @@ def _explain(ev: HangEvidence, run: Any) -> list[str]:
             s = f"rank {r} never entered {where}"
         if c.waiting:
             w = format_ranges(c.waiting)
-            if w.count(",") >= 8:  # a strided group: its size and first members
-                w = f"{len(c.waiting)} ranks ({','.join(w.split(',')[:4])},...)"
-            s += f"; ranks {w} waited" + (f" {c.waited_s:.0f} s" if c.waited_s is not None else "")
+            w = f"{len(c.waiting)} ranks ({','.join(w.split(',')[:4])},...)" if w.count(",") >= 8 else f"ranks {w}"
+            s += f"; {w} waited" + (f" {c.waited_s:.0f} s" if c.waited_s is not None else "")
         lines.append(s)
     return lines
