@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 _I64_MIN = np.iinfo(np.int64).min
 _I64_MAX = np.iinfo(np.int64).max
 _P2P_CODES = np.array([OP_NAMES.index(o) for o in P2P_OPS])
+_A2A = OP_NAMES.index("all_to_all")  # its per-rank size may differ between members
 
 
 @dataclass
@@ -80,7 +81,7 @@ class ConsistencyLog:
         self._iter_msgs: dict[int, list[str]] = {}
         self._cross_msgs: dict[int, list[str]] = {}
         self._checked: set[int] = set()
-        self._readers: dict[str, list[tuple[int, tuple[np.ndarray, np.ndarray]]]] = {}
+        self._readers: dict[str, list[tuple[int, tuple[np.ndarray, ...]]]] = {}
 
     def cross_check(self, rank: int, table: pa.Table, max_partners: int = 2) -> None:
         """Compare ``rank``'s collectives with those of up to ``max_partners`` members read before.
@@ -96,17 +97,20 @@ class ConsistencyLog:
         if table.num_rows == 0 or rank in self._checked:
             return
         self._checked.add(rank)
-        for cid, (sq, its) in _collective_summary(table).items():
+        for cid, summ in _collective_summary(table).items():
+            sq, its, opc, nb = summ
             readers = self._readers.setdefault(cid, [])
-            for q, (qsq, qits) in readers:
+            for q, (qsq, qits, qopc, qnb) in readers:
                 if q == rank:
                     continue
                 common, ia, ib = np.intersect1d(sq, qsq, assume_unique=True, return_indices=True)
                 if len(common):
-                    bad = int(np.sum(its[ia] != qits[ib]))
+                    bad = int(np.sum((its[ia] != qits[ib]) | (opc[ia] != qopc[ib])
+                                     | ((nb[ia] != qnb[ib]) & (nb[ia] > 0) & (qnb[ib] > 0) & (opc[ia] != _A2A))))
                     if bad <= 0.1 * len(common):  # inferred iteration boundaries (converters) may slip a little
                         continue
-                    what = f"{bad} of the {len(common)} collective(s) both logged sit in different iterations"
+                    what = (f"{bad} of the {len(common)} collective(s) both logged differ in iteration, operator "
+                            "or size")
                 else:
                     shared_iters = len(np.intersect1d(np.unique(its), np.unique(qits)))
                     if shared_iters < 2:
@@ -120,7 +124,7 @@ class ConsistencyLog:
                     self._set(r)
                 log.warning("%s", msg)
             if len(readers) < max_partners:
-                readers.append((rank, (sq, its)))
+                readers.append((rank, summ))
 
     def record_ops(self, f: RankFindings) -> None:
         self.rows_read[f.rank] = f.rows_read
@@ -166,26 +170,26 @@ class ConsistencyLog:
                 f"rows_excluded={sum(self.rows_excluded.values())})")
 
 
-def _collective_summary(table: pa.Table) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """comm_id -> (seq sorted, iteration of each) of the collectives, for the cross-rank check."""
+def _collective_summary(table: pa.Table) -> dict[str, tuple[np.ndarray, ...]]:
+    """comm_id -> (seq sorted, iteration, op code, nbytes) of its collectives, for the cross-rank check."""
     op_c, op_names = _codes(table.column("op"))
     if not len(op_names):
         return {}
-    is_coll = ~np.isin(np.array(op_names, dtype=object), P2P_OPS)[op_c]
+    codes = np.array([OP_NAMES.index(o) if o in OP_NAMES else -1 for o in op_names], dtype=np.int64)[op_c]
+    is_coll = ~np.isin(codes, _P2P_CODES)
     if not is_coll.any():
         return {}
     comm, comm_names = _codes(table.column("comm_id"))
-    comm = comm[is_coll]
-    it = _np(table.column("iteration"))[is_coll]
-    seq = _np(table.column("seq"))[is_coll]
-    o = np.lexsort([seq, comm])
-    comm, it, seq = comm[o], it[o], seq[o]
+    cols = [comm[is_coll], _np(table.column("iteration"))[is_coll], _np(table.column("seq"))[is_coll],
+            codes[is_coll], _np(table.column("nbytes"))[is_coll]]
+    o = np.lexsort([cols[2], cols[0]])
+    comm, it, seq, opc, nb = (c[o] for c in cols)
     out = {}
     brk = np.r_[0, np.flatnonzero(comm[1:] != comm[:-1]) + 1, len(comm)]
     for a, b in zip(brk[:-1], brk[1:]):
-        s_, i_ = seq[a:b], it[a:b]
+        s_ = seq[a:b]
         keep = np.r_[True, s_[1:] != s_[:-1]]  # unique seq (the per-rank pass already excluded repeats)
-        out[comm_names[int(comm[a])]] = (s_[keep], i_[keep])
+        out[comm_names[int(comm[a])]] = (s_[keep], it[a:b][keep], opc[a:b][keep], nb[a:b][keep])
     return out
 
 
