@@ -742,7 +742,10 @@ def main(argv: list[str] | None = None) -> int:
         by_family: Counter[str] = Counter()
         fails: list[Outcome] = []
         for i in range(args.cases):
+            rss0 = max_rss_mb()
             o = run_case(bases, args.seed * 1_000_003 + i, scratch)
+            if max_rss_mb() > max(rss0, 1024) + 64:
+                print(f"case {i} {o.name}: peak RSS rose to {max_rss_mb():.0f} MB", flush=True)
             fam = o.name.split("-")[0]
             by_family[fam] += 1
             for k in ("traceback", "clobber", "silent_wrong"):

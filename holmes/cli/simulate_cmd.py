@@ -42,6 +42,31 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="print nothing on success")
 
 
+#: Upper bounds of the simulation sizes, checked before anything is allocated (docs/limits.md).
+MAX_ITERATIONS = 100_000
+MAX_MICRO_BATCHES = 1024
+MAX_LAYERS_PER_STAGE = 1024
+
+
+def _check_sizes(args: argparse.Namespace) -> None:
+    from holmes.errors import ConfigError
+    from holmes.io.limits import check_world_size
+
+    for name in ("tp", "pp", "dp", "ep", "cp", "micro_batches", "layers_per_stage", "iterations", "gpus_per_host"):
+        v = getattr(args, name)
+        if v < 1:
+            raise ConfigError(f"--{name.replace('_', '-')} {v} must be >= 1")
+    world = args.tp * args.pp * args.dp * args.cp
+    check_world_size(world, "--tp x --cp x --dp x --pp")
+    for name, cap in (("iterations", MAX_ITERATIONS), ("micro_batches", MAX_MICRO_BATCHES),
+                      ("layers_per_stage", MAX_LAYERS_PER_STAGE)):
+        if getattr(args, name) > cap:
+            raise ConfigError(f"--{name.replace('_', '-')} {getattr(args, name)} exceeds the cap of {cap} "
+                              "(see docs/limits.md)")
+    if not -1.0 < args.drift < 10.0:  # also refuses nan
+        raise ConfigError(f"--drift {args.drift} must lie in (-1, 10)")
+
+
 def run(args: argparse.Namespace) -> int:
     """Simulate and write the job; prints a one-line JSON summary on stdout."""
     from holmes.io.outputs import check_output
@@ -49,6 +74,7 @@ def run(args: argparse.Namespace) -> int:
     from holmes.simulate.simulator import run_simulation
     from holmes.simulate.writer import write_result
 
+    _check_sizes(args)
     # refuse a destructive output before simulating (the writer checks again and swaps the job in whole)
     topo_inputs = [args.topology] if args.topology not in ("rail", "fat-tree") else []
     check_output(args.out, inputs=topo_inputs, overwrite=args.overwrite, kind="job")
