@@ -311,12 +311,13 @@ def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, ove
     for a, b in zip(bounds[:-1], bounds[1:]):
         sel = order[a:b]
         r = int(rank[sel[0]])
-        rr = RankRows(r, ("wia_optype", "wia_seq_id", "mb_id"))
+        rr = RankRows(r, ("wia_optype", "wia_seq_id", "mb_id", "wia_stage", "wia_dp_rank"))
         rr.cols.update(iteration=step[sel].tolist(), comm_id=[comm_ids[c] for c in comm[sel].tolist()],
                        op=ops[sel].tolist(), peer=[int(p) if p >= 0 else None for p in peer[sel].tolist()],
                        nbytes=[0] * len(sel), start_ns=start_ns[sel].tolist(), end_ns=end_ns[sel].tolist(),
                        seq=[-1] * len(sel), wia_optype=optype[sel].tolist(),
-                       wia_seq_id=cols["seq_id"][sel].tolist(), mb_id=mb[sel].tolist())
+                       wia_seq_id=cols["seq_id"][sel].tolist(), mb_id=mb[sel].tolist(),
+                       wia_stage=stage[sel].tolist(), wia_dp_rank=dp_rank[sel].tolist())
         rows[r] = rr
         st = np.unique(step_idx[rank == r])
         iters[r] = iterations_table(np.full(len(st), r, dtype=np.int32), steps[st],

@@ -112,6 +112,7 @@ class PersistentEvidence:
     device_hits: dict[str, tuple[float, float]] = field(default_factory=dict)
     non_device_cause: dict[str, Any] | None = None
     moving_outliers: float = 0.0
+    compute_z: np.ndarray | None = None   # (W, T) own work over the role peers', in robust sigmas
 
 
 class _Slots:
@@ -303,6 +304,7 @@ class PersistentAnalysis:
         moving = 0
         counted = 0
         cexcess = ev.compute - roles.group_median(ev.compute)
+        ev.compute_z = np.zeros((W, T))
         for m in roles.members:
             if m.size < 3:
                 continue
@@ -312,6 +314,7 @@ class PersistentAnalysis:
             csig = max(MAD_SIGMA * float(np.median(np.abs(ce - np.median(ce)))), floor)
             # its own work beyond its peers', and it made others wait more than its peers did
             f = (ce > p.persistent_z * csig) & (e > 0)
+            ev.compute_z[m] = ce / csig
             flags[m] = f
             counted += T
             # a slow position that moves between replicas: outliers most iterations, no persistent one
@@ -392,7 +395,9 @@ class PersistentAnalysis:
                 best.append((share * cover, d))
                 per_it = flags[np.asarray(cross)].mean(axis=0)
                 ev.device_hits[d] = (float((per_it >= 0.5).sum()), share)
-            best.sort(key=lambda z: (-z[0], z[1]))
+            # devices crossed by exactly the same communicators (a NIC and its cable, mirror cables)
+            # cannot be told apart: keep them next to each other
+            best.sort(key=lambda z: (-round(z[0], 9), tuple(crossing[z[1]]), z[1]))
             top = best[0][0] if best else 0.0
             for sc, d in best:
                 if sc < 0.5 * top:
@@ -508,7 +513,10 @@ class PersistentAnalysis:
         gph = int(getattr(topo, "gpus_per_host", 8))
         for h, ss in by_host.items():
             host_gpus = [r for r in range(h * gph, min((h + 1) * gph, W))]
-            if len(ss) >= max(2, (len(host_gpus) + 1) // 2):
+            # the host when most of its GPUs work persistently beyond their peers (half the sigmas)
+            cz = ev.compute_z[host_gpus] if ev.compute_z is not None else np.zeros((len(host_gpus), T))
+            slow_mates = int(((cz > p.persistent_z / 2).mean(axis=1) >= p.persistent_fraction).sum())
+            if len(host_gpus) > 1 and max(len(ss), slow_mates) >= max(2, (len(host_gpus) + 1) // 2):
                 hits = float(np.median([s.hits for s in ss]))
                 imp = sum(ev.impact.get(f"gpu:{s.ranks[0]}", 0.0) for s in ss)
                 out.append(DeviceScore(f"host:{h}", "host", sum(s.excess for s in ss), causes=len(ss),
