@@ -49,6 +49,7 @@ class Selection:
     irregular: np.ndarray         # the irregular iterations
     chosen: np.ndarray            # those searched (beyond the noise; at most ``max_iterations``)
     weights: dict[int, float] = field(default_factory=dict)  # irregular iteration -> weight in [0, 1]
+    z: np.ndarray | None = None   # every window iteration's z-score over the healthy spread
 
 
 @dataclass
@@ -97,15 +98,20 @@ class IrregularAnalysis:
             run.assume(f"searched the {p.max_iterations} most irregular of {len(irregular)} irregular iterations")
         if not len(irregular):
             run.assume(f"no irregular iteration (delta={p.delta}) on pivot rank {p.pivot}: nothing to localize")
-        return Selection(its, durs, irregular, chosen, weights)
+        return Selection(its, durs, irregular, chosen, weights, z)
 
     def gather(self, run: Any, sel: Selection) -> Evidence:
         """Root causes of the chosen iterations and the devices each implicates."""
         p, search, topo = run.params, run.search, run.topology
         ev = Evidence()
+        ref = IrregularityRule(p.delta).reference(sel.durations)
+        excess = dict(zip(sel.window.tolist(), (sel.durations - ref).tolist()))
         for it in sel.chosen.tolist():
             starts = [s for piv in p.pivots for s in start_operators(search, piv, it, p.max_starts)]
             found = search.search(it, starts) if starts else []
+            own = pivot_compute(search, p.pivot, it, excess.get(it, 0.0))
+            if own is not None:
+                found = [c for c in found if not (c.cause == COMPUTE and c.ranks == own.ranks)] + [own]
             if not found:
                 ev.without_cause.append(it)
             ev.causes += found
@@ -133,7 +139,11 @@ class IrregularAnalysis:
         """Run the search on up to ``null_iterations`` regular iterations (evenly spread): what
         the procedure blames when nothing is wrong is the chance level a device must beat."""
         p, search, topo = run.params, run.search, run.topology
-        regular = sel.window[~np.isin(sel.window, sel.irregular)]
+        # clearly regular iterations: not irregular, not next to an irregular one (a delay late in
+        # one iteration spills into the next), and within the noise themselves
+        near = np.concatenate([sel.irregular - 1, sel.irregular, sel.irregular + 1])
+        calm = sel.z < p.noise_z - 1 if sel.z is not None else np.ones(sel.window.size, bool)
+        regular = sel.window[~np.isin(sel.window, near) & calm]
         if p.null_iterations == 0 or regular.size == 0:
             return
         pick = regular[np.unique(np.linspace(0, regular.size - 1, min(p.null_iterations, regular.size)).astype(int))]
@@ -185,6 +195,29 @@ class IrregularAnalysis:
                 null_hits[d] = null_hits.get(d, 0) + 1
         return confidences(hits, n, src.world_size, run.topology, share, null_hits=null_hits,
                            null_n=len(ev.null_devices))
+
+
+def pivot_compute(search: GraphSearch, pivot: int, iteration: int, iteration_excess: float,
+                  share: float = 0.5) -> RootCause | None:
+    """The pivot as its own straggler: a compute cause on the pivot when the growth of its own
+    compute gaps in ``iteration`` (over their usual length at each position) accounts for at least
+    ``share`` of how much longer the iteration was than the reference. A slow pivot waits for
+    nobody, so no abnormal operator of its own leads the search to it."""
+    ro = search.rank_ops(pivot)
+    if ro is None or iteration_excess <= 0:
+        return None
+    lo, hi = ro.iteration_rows(iteration)
+    if hi <= lo:
+        return None
+    gap_x = ro.excess()[0][lo:hi]
+    if gap_x.sum() < share * iteration_excess:
+        return None
+    k = lo + int(np.argmax(gap_x))
+    step = ro.describe(k, search.graph.comm_ids)
+    step["compute_gap_ns"] = int(ro.gap[k])
+    step["gap_excess_ns"] = int(ro.excess()[0][k])
+    return RootCause(iteration, COMPUTE, (pivot,), pivot, k, step, [step],
+                     f"the pivot's own compute grew by {gap_x.sum() / 1e6:.1f} ms in this iteration")
 
 
 def start_operators(search: GraphSearch, pivot: int, iteration: int, max_starts: int | None) -> list[tuple[int, int]]:
