@@ -12,8 +12,13 @@ For each size a job with one slow GPU (persistent, from iteration 6) is simulate
 The last line: ``localize_s_median=<s> ranks_read_pct=<%> full_scan_ratio=<x> peak_rss_mb=<MB>``
 for the largest size.
 
+``--analysis persistent`` times the persistent analysis instead (a GPU 1.3x slow from iteration 0;
+every rank is read, rank by rank), in a fresh process, with its peak RSS; last line
+``persistent_s=<s> persistent_peak_rss_mb=<MB>``.
+
 Usage::
 
+    python benchmarks/localize_scale.py --gpus 8192 --analysis persistent --iterations 100
     python benchmarks/localize_scale.py --gpus 8192
     python benchmarks/localize_scale.py            # 2048, 4096 and 8192
 """
@@ -60,6 +65,45 @@ def full_scan(path: Path) -> tuple[float, int]:
     return time.perf_counter() - t0, flagged
 
 
+_PERSISTENT_CHILD = """
+import json, resource, sys, time
+import holmes
+t0 = time.perf_counter()
+r = holmes.localize(sys.argv[1], analysis="persistent")
+dt = time.perf_counter() - t0
+print(json.dumps(dict(s=dt, rss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
+                      top=r.top.id if r.top else None, impact=r.top.impact_pct if r.top else None,
+                      slowdown=r.slowdown, read=len(r.fetched))))
+"""
+
+
+def persistent_scale(args: argparse.Namespace) -> int:
+    """The persistent analysis (every rank read, streaming) at each size, in a fresh process."""
+    import json
+    import subprocess
+
+    cache = Path(args.cache)
+    cache.mkdir(parents=True, exist_ok=True)
+    print(f"{'GPUs':>6} {'iters':>6} {'persistent s':>13} {'peak RSS MB':>12} {'ranks read':>11} {'top-1':>10} "
+          f"{'impact %':>9} {'slowdown':>9}")
+    last = None
+    for size in [int(s) for s in args.gpus.split(",")]:
+        fault_rank = size // 2 + 5
+        out = cache / f"persistent{size}_it{args.iterations}"
+        if not (out / "job.json").is_file():
+            simulate(out, micro_batches=2, iterations=args.iterations, seed=size, overwrite=True,
+                     faults=[f"gpu:{fault_rank}@persistent:0-{args.iterations - 1}*1.3"], **LAYOUT[size])
+        got = subprocess.run([sys.executable, "-c", _PERSISTENT_CHILD, str(out)], capture_output=True, text=True,
+                             check=True)
+        d = json.loads(got.stdout.strip().splitlines()[-1])
+        print(f"{size:>6} {args.iterations:>6} {d['s']:>13.2f} {d['rss']:>12.0f} {d['read']:>11} {d['top'] or '-':>10} "
+              f"{d['impact'] or float('nan'):>9.2f} {d['slowdown'] or float('nan'):>9.3f}", flush=True)
+        last = d
+    assert last is not None
+    print(f"persistent_s={last['s']:.2f} persistent_peak_rss_mb={last['rss']:.0f}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", default="2048,4096,8192", help="comma-separated sizes (2048, 4096, 8192)")
@@ -69,7 +113,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "holmes-bench-scale"))
     ap.add_argument("--detector", default="auto")
     ap.add_argument("--quick", action="store_true", help="3 repeats")
+    ap.add_argument("--analysis", default="irregular", choices=("irregular", "persistent"),
+                    help="persistent: a GPU 1.3x slow from iteration 0, analysis='persistent' (reads every rank) "
+                         "timed in a fresh process with its peak RSS")
     args = ap.parse_args(argv)
+    if args.analysis == "persistent":
+        return persistent_scale(args)
     sizes = [int(s) for s in args.gpus.split(",")]
     for s in sizes:
         if s not in LAYOUT:

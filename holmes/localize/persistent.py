@@ -35,7 +35,8 @@ in the other data-parallel replicas), Minder-style. Its steps, as the pipeline r
    (:mod:`~holmes.localize.whatif`) with the actual gaps and transfers, with a suspect's set to its
    peers' (its ``impact_pct``), and with every rank's work set to the job-wide median (the ideal
    step: ``slowdown = actual / ideal``, WIA's S); per stage and per replica the step with only that
-   stage (replica) left as it is (WIA's decomposition). When no device explains a slowdown of at
+   stage (replica) left as it is (WIA's decomposition; jobs of at most 1,024 ranks, one replay
+   each -- beyond, the slowest stage is told by its work alone). When no device explains a slowdown of at
    least ``imbalance_pct`` %, the non-device cause is named: ``pipeline_stage_imbalance`` (one stage
    slowest on every replica) or ``microbatch_imbalance`` (the slow position moves between replicas).
 
@@ -450,8 +451,8 @@ class PersistentAnalysis:
             return
         t_act = float(actual[ok].mean())
         # ideal: every rank's work per iteration at the job-wide mean, transfers at their peers'
-        row_rank = np.repeat(np.arange(W), lens)
-        row_it = np.zeros(len(gap), np.int64)
+        row_rank = np.repeat(np.arange(W, dtype=np.int32), lens)
+        row_it = np.zeros(len(gap), np.int32)
         for r in ranks:
             row_it[rank_ptr[r]:rank_ptr[r + 1]] = np.repeat(np.arange(T), np.diff(iter_ptr[r]))
         C = ev.compute
@@ -470,13 +471,13 @@ class PersistentAnalysis:
         ev.step_actual, ev.step_ideal = t_act, t_ideal
         ev.slowdown = t_act / t_ideal if t_ideal > 0 else None
         stage, rep = ev.roles.stage, ev.roles.replica
-        if ev.roles.num_stages > 1 and ev.roles.num_stages <= 64:
+        if 1 < ev.roles.num_stages <= 64 and W <= 1024:  # WIA's decomposition: one replay per stage
             for s in range(ev.roles.num_stages):
                 keep = stage[row_rank] == s
                 alt = replay(prog, gap=np.where(keep, gap, g_ideal), x=x_ideal)
                 ev.by_stage[s] = float(np.nanmean(alt[ok])) / t_ideal
         n_rep = int(rep.max()) + 1 if rep.size else 0
-        if 1 < n_rep <= 8:
+        if 1 < n_rep <= 8 and W <= 1024:
             for d in range(n_rep):
                 keep = rep[row_rank] == d
                 alt = replay(prog, gap=np.where(keep, gap, g_ideal), x=x_ideal)
@@ -548,9 +549,13 @@ class PersistentAnalysis:
         p = run.params
         if named or ev.slowdown is None or (ev.slowdown - 1.0) * 100.0 < p.imbalance_pct:
             return
-        if ev.by_stage:
-            s, v = max(ev.by_stage.items(), key=lambda kv: kv[1])
+        if ev.roles.num_stages > 1:
             C = ev.compute
+            if ev.by_stage:
+                s, v = max(ev.by_stage.items(), key=lambda kv: kv[1])
+            else:  # no per-stage replay (large job): the stage doing most work
+                s = int(np.argmax([C[ev.roles.stage == st].mean() for st in range(ev.roles.num_stages)]))
+                v = ev.slowdown
             stage, rep = ev.roles.stage, ev.roles.replica
             n_rep = int(rep.max()) + 1
             per = np.array([[C[(stage == st) & (rep == d)].mean() if ((stage == st) & (rep == d)).any() else np.nan

@@ -95,7 +95,7 @@ def replay(prog: Program, *, gap: np.ndarray | None = None, x: np.ndarray | None
     g = prog.gap if gap is None else np.ascontiguousarray(gap, dtype=np.float64)
     xx = prog.x if x is None else np.ascontiguousarray(x, dtype=np.float64)
     n = len(prog.inst)
-    rank_of = np.repeat(np.arange(prog.world_size, dtype=np.int64), np.diff(prog.rank_ptr))
+    rank_of = np.repeat(np.arange(prog.world_size, dtype=np.int32), np.diff(prog.rank_ptr))
     out = np.full(prog.num_iterations, np.nan)
     _replay(prog.iter_ptr, prog.inst, g, prog.new_batch, xx, prog.size, rank_of, np.empty(n, np.int64), out)
     return out
