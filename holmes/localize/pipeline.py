@@ -240,7 +240,10 @@ def merge_devices(lists: list[list[DeviceScore]]) -> list[DeviceScore]:
 def decide_verdict(findings: list[Finding], ranked: list[DeviceScore], min_confidence: float = 0.9) -> str:
     """``"culprit"`` when a device reaches ``min_confidence`` (or an analysis that measures no
     confidence names one); ``"healthy"`` when nothing stood out of the job's own noise;
-    ``"inconclusive"`` when something did but no device can be named with confidence."""
+    ``"inconclusive"`` when something did but no device can be named with confidence, and when the
+    persistent analysis found a slowdown of at least ``imbalance_pct`` % that no device explains
+    (its non-device cause, a pipeline-stage or micro-batch imbalance, is named in the report:
+    ``culprit`` with no device would be wrong, ``healthy`` would hide a slowdown worth fixing)."""
     if any(f.analysis == "hang" and getattr(f.evidence, "found", False) for f in findings):
         return "hang"  # ops in flight at the end of the logs: the job hung
     if any(d.confidence is None or d.confidence >= min_confidence for d in ranked):
