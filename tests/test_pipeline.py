@@ -139,7 +139,7 @@ def test_network_opportunity_makes_shared_devices_cheap():
     nics = [v for d, v in share.items() if d.startswith("nic:")]
     assert nvs > max(nics)  # a host's NVSwitch carries more of the job's transfers than one NIC
     assert opportunity("gpu:3", 64, topo, share) == 1 / 64
-    assert math.isclose(opportunity("host:1", 64, topo, share), 8 / 64)
+    assert math.isclose(opportunity("host:1", 64, topo, share), 1 / 64)
 
 
 def test_inconsistent_pivot_log_makes_the_verdict_inconclusive(tmp_path):

@@ -11,8 +11,8 @@ Two questions decide whether a device may be named:
 2. **Is the device blamed more often than chance would blame it?** A device's evidence is the
    weighted count ``S`` of searched iterations whose causes implicate it, out of ``N`` (the weighted
    iterations with a cause). Under the null, a cause implicates a device with its *opportunity*
-   ``p0``: ``1/world`` for a GPU (a compute cause falls on one rank), ``gpus_per_host/world`` for a
-   host, and for a network device the share of the job's communicators and P2P pairs whose paths
+   ``p0``: ``1/world`` for a GPU or a host (a compute cause falls on one rank; it names the host
+   only when the host probe saw the host-mates slowed too), and for a network device the share of the job's communicators and P2P pairs whose paths
    cross it (:func:`network_opportunity`): a host's NVSwitch or a spine that lies on most paths is
    implicated by almost any network cause, so being implicated says little about it. The
    confidence is ``1 - P(Binomial(N, p0) >= S)``, continuous in ``S`` and ``N`` through the
@@ -89,10 +89,10 @@ def network_opportunity(communicators: Mapping[str, Any], topology: Any, *, max_
 def opportunity(device: str, world: int, topology: Any, net_share: Mapping[str, float]) -> float:
     """``p0``: the chance that a cause with no fault behind it implicates ``device``."""
     kind = device_kind(device)
-    if kind == "gpu":
+    if kind in ("gpu", "host"):
+        # a compute cause lands on one rank; it implicates the host instead of the GPU only when
+        # the host probe saw the GPU's host-mates lose compute time too, which chance rarely does
         return 1.0 / max(world, 1)
-    if kind == "host":
-        return min(1.0, getattr(topology, "gpus_per_host", 8) / max(world, 1))
     # a network device no sampled group crosses: as rare as the rarest one seen
     floor = min(net_share.values()) if net_share else 1.0 / max(world, 1)
     return float(net_share.get(device, floor))
