@@ -400,9 +400,16 @@ def test_iteration_table_disagreeing_or_reversed(job):
     t = pq.read_table(p)
     pq.write_table(_setcol(t, "iteration", [v + 1000 for v in t.column("iteration").to_pylist()]), p)
     j = read_job(job)
+    j.ops(0)  # ops read first: the iteration table is checked against them at once
     it, dur = j.iteration_times(0)
     assert any("disagrees with the op table" in m for m in j.inconsistencies[0])
     assert it.tolist() == sorted(set(j.ops(0).column("iteration").to_pylist())) and (dur > 0).all()
+    j = read_job(job)
+    it0, _ = j.iteration_times(0)  # iteration file first: checked when the ops are read
+    assert 0 not in j.inconsistencies and j.stats.as_dict()["ranks_read"] == 0
+    j.ops(0)
+    assert any("disagrees with the op table" in m for m in j.inconsistencies[0])
+    assert j.iteration_times(0)[0].tolist() == it.tolist() != it0.tolist()
     st, en = t.column("start_ns").to_pylist(), t.column("end_ns").to_pylist()
     en[1] = st[1] - 1
     pq.write_table(_setcol(t, "end_ns", en), p)

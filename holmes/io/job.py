@@ -116,6 +116,7 @@ class _JobBase:
         self.stats = ReadStats()
         #: Findings of the consistency pass on every rank read (see :mod:`holmes.io.consistency`).
         self.consistency = ConsistencyLog()
+        self._iter_unverified: dict[int, tuple[pa.Table, str]] = {}
         self._communicators: dict[str, Communicator] | None = None
         self._layout: ParallelLayout | None = None
 
@@ -187,15 +188,39 @@ class _JobBase:
         self.consistency.cross_check(r, t)
         return _sorted(t)
 
+    def _cached_ops(self, r: int) -> pa.Table | None:  # pragma: no cover - overridden
+        return None
+
+    def _store_iterations(self, r: int, t: pa.Table) -> None:  # pragma: no cover - overridden
+        pass
+
     def _checked_iterations(self, t: pa.Table, r: int, source: str) -> pa.Table:
+        """An iteration table after the consistency pass.
+
+        Its agreement with the rank's ops is checked now when the ops are already read, else when
+        :meth:`ops` reads them (reading an iteration file never reads the rank's log by itself, so
+        monitors over many ranks stay cheap); a table that disagrees is then replaced by
+        :func:`derive_iterations` of the ops.
+        """
         t = validate_iterations(t, source)
-        ops = self.ops(r) if self.has_rank(r) else None
+        ops = self._cached_ops(r)
         checked, found = check_iterations(t, r, ops, source)
         self.consistency.record_iterations(found)
+        if ops is None:
+            self._iter_unverified[r] = (t, source)
         if checked is None:
             assert ops is not None
             return derive_iterations(ops)
         return checked
+
+    def _verify_iterations(self, r: int, ops: pa.Table) -> None:
+        pending = self._iter_unverified.pop(r, None)
+        if pending is None:
+            return
+        checked, found = check_iterations(pending[0], r, ops, pending[1])
+        self.consistency.record_iterations(found)
+        if checked is None:
+            self._store_iterations(r, derive_iterations(ops))
 
     def iteration_times(self, rank: int) -> tuple[np.ndarray, np.ndarray]:
         """``(iteration numbers, durations in ns)`` of one rank, sorted by iteration."""
@@ -292,7 +317,14 @@ class Job(_JobBase):
         self._cache[r] = t
         if len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
+        self._verify_iterations(r, t)
         return t
+
+    def _cached_ops(self, r: int) -> pa.Table | None:
+        return self._cache.get(r)
+
+    def _store_iterations(self, r: int, t: pa.Table) -> None:
+        self._iter_cache[r] = t
 
     def iterations(self, rank: int) -> pa.Table:
         """Iteration boundaries of ``rank``: from ``iterations/`` if present, else :func:`derive_iterations`."""
@@ -361,6 +393,7 @@ class MemoryJob(_JobBase):
         self.topology = topology
         self.truth = truth
         self._validated: dict[int, pa.Table] = {}
+        self._iter_checked: dict[int, pa.Table] = {}
 
     def __repr__(self) -> str:
         return f"MemoryJob(world_size={self.world_size}, ranks={len(self._ops)})"
@@ -381,12 +414,23 @@ class MemoryJob(_JobBase):
         self._validated[r] = t
         self.stats.ranks_read.add(r)
         self.stats.bytes_read += t.nbytes
+        self._verify_iterations(r, t)
         return t
+
+    def _cached_ops(self, r: int) -> pa.Table | None:
+        return self._validated.get(r)
+
+    def _store_iterations(self, r: int, t: pa.Table) -> None:
+        self._iter_checked[r] = t
 
     def iterations(self, rank: int) -> pa.Table:
         r = self.check_rank(rank)
+        if r in self._iter_checked:
+            return self._iter_checked[r]
         if r in self._iters:
-            return self._checked_iterations(self._iters[r], r, f"iterations of rank {r}")
+            t = self._checked_iterations(self._iters[r], r, f"iterations of rank {r}")
+            self._iter_checked[r] = t
+            return t
         return derive_iterations(self.ops(r))
 
 
