@@ -100,3 +100,14 @@ def test_roles_from_communicators():
 def test_bad_parameters_are_config_errors(kw):
     with pytest.raises(ConfigError):
         LocalizeParams(**kw)
+
+
+def test_impact_matches_the_cost_measured_against_a_fault_free_twin():
+    from holmes.simulate import run_simulation
+
+    kw = dict(tp=2, pp=2, dp=4, iterations=10, seed=6)
+    job = run_simulation(faults=["gpu:10@persistent:0-9*1.5"], **kw).to_memory_job()
+    twin = run_simulation(**kw).to_memory_job()
+    r = localize(job, analysis="persistent")
+    cost = 100 * (1 - np.mean(twin.iteration_times(0)[1]) / np.mean(job.iteration_times(0)[1]))
+    assert r.top.id == "gpu:10" and r.top.impact_pct == pytest.approx(cost, abs=max(1.0, 0.25 * cost))
