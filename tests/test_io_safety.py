@@ -173,6 +173,8 @@ def test_outputs_helpers(tmp_path):
     (job / "ranks").mkdir(parents=True)
     with pytest.raises(OutputInsideInputError):
         check_output(job / "report.html", inputs=[job])
+    check_output(job / "report.html")  # a ranks/ folder alone does not make a job
+    (job / "job.json").write_text("{}")
     with pytest.raises(OutputInsideInputError):
         check_output(job / "report.html")  # inside any job directory
     with staged_directory(tmp_path / "new") as d:

@@ -117,8 +117,8 @@ def check_output(out: str | os.PathLike[str], *, inputs: Iterable[str | os.PathL
         if _within(rs, rp):
             raise OutputInsideInputError(f"{p}: output contains the input {src}; refusing to replace it")
     # an output inside any job directory (an input or not) would change that job
-    for anc in rp.parents:
-        if is_job_dir(anc) and (kind == "file" or anc != rp):
+    for anc in rp.parents:  # (a job.json marks a job here: a stray ranks/ folder in $HOME must not block everything)
+        if (anc / "job.json").is_file() and (kind == "file" or anc != rp):
             raise OutputInsideInputError(f"{p}: output lies inside the job directory {anc}; refusing to write there")
     parent = rp.parent
     if kind == "file" and not parent.is_dir():
