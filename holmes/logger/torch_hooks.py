@@ -35,7 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from holmes.errors import ConfigError
-from holmes.logger.recorder import CommOpsRecorder, PendingOp
+from holmes.logger._work import CudaClock, TimedWork, arg, finish_on_completion, is_cuda, nbytes_of, nbytes_of_list
+from holmes.logger.recorder import CommOpsRecorder
 
 __all__ = ["CommOpsLogger", "enable", "WRAPPED_FUNCTIONS", "active_logger"]
 
@@ -44,26 +45,6 @@ log = logging.getLogger(__name__)
 _tls = threading.local()
 _ACTIVE: "CommOpsLogger | None" = None
 _ENABLE_LOCK = threading.Lock()
-
-
-def _nb(t: Any) -> int:
-    try:
-        return int(t.numel()) * int(t.element_size())
-    except AttributeError:
-        return 0
-
-
-def _nb_list(ts: Any) -> int:
-    try:
-        return sum(int(t.numel()) * int(t.element_size()) for t in ts)
-    except (AttributeError, TypeError):
-        return 0
-
-
-def _arg(args: tuple, kwargs: dict, pos: int, name: str, default: Any = None) -> Any:
-    if len(args) > pos:
-        return args[pos]
-    return kwargs.get(name, default)
 
 
 # name -> (CommOps op, position/name of the group, position/name of async_op,
@@ -130,80 +111,6 @@ class _Wrapper:
         return f"<holmes logger wrapper of torch.distributed.{self._name}>"
 
 
-class _TimedWork:
-    """Proxy of a ``torch.distributed.Work`` that finishes its operators when completion is seen."""
-
-    __slots__ = ("_work", "_handles", "_end_event")
-
-    def __init__(self, work: Any, handles: list[PendingOp], end_event: Callable[[], Any] | None = None) -> None:
-        self._work = work
-        self._handles = handles
-        self._end_event = end_event
-
-    def _done(self) -> None:
-        if self._end_event is not None:
-            self._end_event()
-            self._end_event = None
-            return
-        now = time.time_ns()
-        for h in self._handles:
-            h.finish(now)
-
-    def wait(self, *args: Any, **kwargs: Any) -> Any:
-        r = self._work.wait(*args, **kwargs)
-        self._done()
-        return r
-
-    def is_completed(self) -> bool:
-        r = self._work.is_completed()
-        if r:
-            self._done()
-        return r
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._work, name)
-
-    def __repr__(self) -> str:
-        return f"<timed {self._work!r}>"
-
-
-class _CudaClock:
-    """Maps CUDA event times to wall-clock ns through one anchor event per logger."""
-
-    def __init__(self) -> None:
-        self.anchor: Any = None
-        self.anchor_ns = 0
-
-    def event(self) -> Any:
-        import torch
-
-        if self.anchor is None:
-            a = torch.cuda.Event(enable_timing=True)
-            a.record()
-            a.synchronize()
-            self.anchor_ns = time.time_ns()
-            self.anchor = a
-        ev = torch.cuda.Event(enable_timing=True)
-        ev.record()
-        return ev
-
-    def to_ns(self, ev: Any) -> int:
-        return self.anchor_ns + int(self.anchor.elapsed_time(ev) * 1e6)
-
-    def resolver(self, ev0: Any, box: list) -> Callable[[bool], tuple[int, int] | None]:
-        def resolve(final: bool) -> tuple[int, int] | None:
-            ev1 = box[0] if box else None
-            if ev1 is None:
-                return None
-            if final:
-                ev1.synchronize()
-            elif not ev1.query():
-                return None
-            return self.to_ns(ev0), self.to_ns(ev1)
-
-        return resolve
-
-
 def _default_rank_world() -> tuple[int | None, int | None]:
     try:
         import torch.distributed as dist
@@ -263,7 +170,7 @@ class CommOpsLogger:
         self._group_cache: dict[int, tuple[Any, str, tuple[int, ...]]] = {}
         self._kind_by_ranks: dict[tuple[int, ...], str] | None = None
         self._layout_ids: dict[tuple[int, ...], tuple[str, str]] | None = None
-        self._cuda = _CudaClock()
+        self._cuda = CudaClock()
         self._atexit = False
 
     # ------------------------------------------------------------------ lifecycle
@@ -566,30 +473,6 @@ class CommOpsLogger:
 # ---------------------------------------------------------------------- handlers
 
 
-def _finish_on_completion(work: Any, handles: list[PendingOp], cuda_end: Callable[[], Any] | None) -> Any:
-    """Arrange for ``handles`` to finish when ``work`` completes; returns what the caller gets back."""
-    if work is None:
-        for h in handles:
-            h.finish()
-        return work
-    if cuda_end is None:
-        try:
-            fut = work.get_future()
-        except (RuntimeError, AttributeError):
-            fut = None
-        if fut is not None:
-            def _cb(_f: Any, hs: list[PendingOp] = handles) -> None:
-                now = time.time_ns()
-                for h in hs:
-                    h.finish(now)
-
-            fut.then(_cb)
-            return work
-        for h in handles:
-            h.poll = work.is_completed
-    return _TimedWork(work, handles, cuda_end)
-
-
 def _reason_of(exc: BaseException | None) -> str:
     """``"timeout"`` for a collective that timed out (gloo/NCCL say so in the message), else ``"exception"``."""
     text = f"{type(exc).__name__} {exc}".lower()
@@ -629,21 +512,15 @@ def _issue(lg: CommOpsLogger, orig: Callable, args: tuple, kwargs: dict, cuda: b
             return out
         end_fn = lambda: box.append(lg._cuda.event())  # noqa: E731 - first wait() wins
         if isinstance(out, list):
-            return [_TimedWork(w, handles, end_fn) for w in out]
-        return _finish_on_completion(out, handles, end_fn)
+            return [TimedWork(w, handles, end_fn) for w in out]
+        return finish_on_completion(out, handles, end_fn)
     if isinstance(out, list):  # batch_isend_irecv: one work per operator unless coalesced
         if len(out) == len(handles):
-            return [_finish_on_completion(w, [h], None) for w, h in zip(out, handles)]
+            return [finish_on_completion(w, [h], None) for w, h in zip(out, handles)]
         if len(out) == 1:
-            return [_finish_on_completion(out[0], handles, None)]
-        return [_finish_on_completion(w, handles if i == len(out) - 1 else [], None) for i, w in enumerate(out)]
-    return _finish_on_completion(out, handles, None)
-
-
-def _is_cuda(t: Any) -> bool:
-    if isinstance(t, (list, tuple)):
-        t = t[0] if t else None
-    return bool(getattr(t, "is_cuda", False))
+            return [finish_on_completion(out[0], handles, None)]
+        return [finish_on_completion(w, handles if i == len(out) - 1 else [], None) for i, w in enumerate(out)]
+    return finish_on_completion(out, handles, None)
 
 
 def _collective_handler(name: str) -> Callable:
@@ -658,9 +535,9 @@ def _collective_handler(name: str) -> Callable:
         group = args[gi] if n > gi else kwargs.get(gname)
         is_async = bool(args[ai] if n > ai else kwargs.get(aname, False))
         t = args[ti] if n > ti else kwargs.get(tname)
-        nbytes = _nb(t) if sizing == "one" else _nb_list(t) if sizing == "list" else 0
+        nbytes = nbytes_of(t) if sizing == "one" else nbytes_of_list(t) if sizing == "list" else 0
         cid, _ = lg.comm_of(group)
-        return _issue(lg, orig, args, kwargs, _is_cuda(t), is_async, [(cid, op, None, nbytes)])
+        return _issue(lg, orig, args, kwargs, is_cuda(t), is_async, [(cid, op, None, nbytes)])
 
     return handler
 
@@ -681,24 +558,24 @@ def _p2p_handler(name: str) -> Callable:
     op, is_async, peer_name, gpeer_name = _P2P_SPECS[name]
 
     def handler(lg: CommOpsLogger, orig: Callable, args: tuple, kwargs: dict) -> Any:
-        t = _arg(args, kwargs, 0, "tensor")
-        group = _arg(args, kwargs, 2, "group")
-        peer = _global_peer(group, _arg(args, kwargs, 1, peer_name), _arg(args, kwargs, 4, gpeer_name))
+        t = arg(args, kwargs, 0, "tensor")
+        group = arg(args, kwargs, 2, "group")
+        peer = _global_peer(group, arg(args, kwargs, 1, peer_name), arg(args, kwargs, 4, gpeer_name))
         if op == "recv" and peer is None and not is_async:  # recv from any source: peer known after
             start = time.time_ns()
             src = _run(orig, args, kwargs)
             end = time.time_ns()
             cid = lg._p2p_comm(group, src)
-            lg.recorder.record(cid, op, peer=src, nbytes=_nb(t), start_ns=start, end_ns=end)
+            lg.recorder.record(cid, op, peer=src, nbytes=nbytes_of(t), start_ns=start, end_ns=end)
             return src
         cid = lg._p2p_comm(group, peer)
-        return _issue(lg, orig, args, kwargs, _is_cuda(t), is_async, [(cid, op, peer, _nb(t))])
+        return _issue(lg, orig, args, kwargs, is_cuda(t), is_async, [(cid, op, peer, nbytes_of(t))])
 
     return handler
 
 
 def _batch_handler(lg: CommOpsLogger, orig: Callable, args: tuple, kwargs: dict) -> Any:
-    ops = _arg(args, kwargs, 0, "p2p_op_list")
+    ops = arg(args, kwargs, 0, "p2p_op_list")
     try:
         entries = []
         for p in ops:
@@ -706,8 +583,8 @@ def _batch_handler(lg: CommOpsLogger, orig: Callable, args: tuple, kwargs: dict)
             p.op = f  # torch tests `p.op is isend` against the original function
             kind = "send" if getattr(f, "__name__", "") == "isend" else "recv"
             peer = int(p.peer) if p.peer is not None else None
-            entries.append((lg._p2p_comm(p.group, peer), kind, peer, _nb(p.tensor)))
-        cuda = _is_cuda(ops[0].tensor) if ops else False
+            entries.append((lg._p2p_comm(p.group, peer), kind, peer, nbytes_of(p.tensor)))
+        cuda = is_cuda(ops[0].tensor) if ops else False
     except (AttributeError, TypeError, IndexError):
         return _run(orig, args, kwargs)  # let torch report the malformed list
     return _issue(lg, orig, args, kwargs, cuda, True, entries)
