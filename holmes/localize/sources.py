@@ -43,70 +43,25 @@ class RankSource(Protocol):
     communicators: Any
     missing: dict[int, str]
 
-    def fetch(self, rank: int) -> pa.Table | None: ...
-
-    def iteration_times(self, rank: int) -> tuple[np.ndarray, np.ndarray] | None: ...
-
-    @property
-    def ranks_read(self) -> list[int]: ...
-
-    @property
-    def bytes_read(self) -> int: ...
-
-
-class JobSource:
-    """Progressive, accounted access to a job's per-rank logs.
-
-    Parameters
-    ----------
-    job : Job or MemoryJob
-        Anything with ``world_size``, ``communicators``, ``ops(rank)`` and ``iteration_times(rank)``.
-
-    Attributes
-    ----------
-    missing : dict
-        rank -> one-line reason, for every rank whose log was absent or unreadable.
-    errors : dict
-        rank -> the typed error (naming the file) behind an unusable ``iteration_times``.
-    """
-
-    def __init__(self, job: Any) -> None:
-        self.job = job
-        self.world_size = int(job.world_size)
-        self.communicators = job.communicators
-        self.missing: dict[int, str] = {}
-        self.errors: dict[int, Exception] = {}
-        self._fetched: dict[int, pa.Table] = {}
-        self._streamed: set[int] = set()
-        self._bytes = 0
-
     def fetch(self, rank: int) -> pa.Table | None:
         """The rank's table, or None (recorded in :attr:`missing`) when absent or unreadable."""
-        r = int(rank)
-        hit = self._fetched.get(r)
-        if hit is not None:
-            return hit
-        if r in self.missing:
-            return None
-        if not 0 <= r < self.world_size:
-            self.missing[r] = f"rank {r} is outside world_size {self.world_size}"
-            return None
-        before = self._job_bytes()
-        try:
-            t = self.job.ops(r)
-        except (MissingRankError, ParseError, SchemaError) as exc:
-            msg = " ".join(str(exc).split())
-            log.warning("rank %d skipped: %s", r, msg)
-            self.missing[r] = msg
-            return None
-        after = self._job_bytes()
-        self._bytes += (after - before) if after is not None and before is not None else t.nbytes
-        self._fetched[r] = t
+        t = self._read(rank)
+        if t is not None:
+            self._fetched[int(rank)] = t
         return t
 
     def stream(self, rank: int) -> pa.Table | None:
         """Like :meth:`fetch`, but the table is not kept (an analysis that reads every rank once,
         rank by rank); the rank still counts as read."""
+        r = int(rank)
+        was_read = r in self._fetched
+        t = self._read(r)
+        if t is not None and not was_read:
+            self._streamed.add(r)
+        return t
+
+    def _read(self, rank: int) -> pa.Table | None:
+        """The rank's table (kept one if any), read and accounted, or None recorded in :attr:`missing`."""
         r = int(rank)
         hit = self._fetched.get(r)
         if hit is not None or r in self.missing:
@@ -123,7 +78,6 @@ class JobSource:
             return None
         after = self._job_bytes()
         self._bytes += (after - before) if after is not None and before is not None else t.nbytes
-        self._streamed.add(r)
         return t
 
     def _job_bytes(self) -> int | None:
