@@ -98,9 +98,9 @@ class ConsistencyLog:
             return
         self._checked.add(rank)
         for cid, summ in _collective_summary(table).items():
-            sq, its, opc, nb = summ
+            sq, its, opc, nb, st = summ
             readers = self._readers.setdefault(cid, [])
-            for q, (qsq, qits, qopc, qnb) in readers:
+            for q, (qsq, qits, qopc, qnb, qst) in readers:
                 if q == rank:
                     continue
                 common, ia, ib = np.intersect1d(sq, qsq, assume_unique=True, return_indices=True)
@@ -108,14 +108,29 @@ class ConsistencyLog:
                     bad = int(np.sum((its[ia] != qits[ib]) | (opc[ia] != qopc[ib])
                                      | ((nb[ia] != qnb[ib]) & (nb[ia] > 0) & (qnb[ib] > 0) & (opc[ia] != _A2A))))
                     if bad <= 0.1 * len(common):  # inferred iteration boundaries (converters) may slip a little
-                        continue
-                    what = (f"{bad} of the {len(common)} collective(s) both logged differ in iteration, operator "
-                            "or size")
+                        # the same collectives must also complete at about the same time (a member
+                        # may enter early and wait, but all leave together): a rank numbered a whole
+                        # iteration ahead (iteration and seq shifted together) is off by one iteration
+                        # period, far beyond any clock skew between hosts
+                        period = min(_period(its, st), _period(qits, qst))
+                        if not np.isfinite(period):
+                            continue
+                        lag = float(np.median(np.abs(st[ia] - qst[ib]).astype(np.float64)))
+                        if lag <= 0.5 * period:
+                            continue
+                        what = (f"the collectives both logged end {lag / 1e6:.3g} ms apart (median), "
+                                f"{lag / period:.2g} iteration periods")
+                    else:
+                        what = (f"{bad} of the {len(common)} collective(s) both logged differ in iteration, "
+                                "operator or size")
                 else:
                     shared_iters = len(np.intersect1d(np.unique(its), np.unique(qits)))
-                    if shared_iters < 2:
+                    if shared_iters >= 2:
+                        what = f"they share {shared_iters} iterations but no collective seq number"
+                    elif _ran_together(st, its, qst, qits):
+                        what = "they logged at the same time but share no iteration or collective seq number"
+                    else:
                         continue
-                    what = f"they share {shared_iters} iterations but no collective seq number"
                 lo, hi = min(rank, q), max(rank, q)
                 msg = f"ranks {lo} and {hi} disagree on communicator {cid!r}: {what} (iteration or seq numbers shifted)"
                 self.disagreements.append((lo, hi, cid, msg))
@@ -171,7 +186,7 @@ class ConsistencyLog:
 
 
 def _collective_summary(table: pa.Table) -> dict[str, tuple[np.ndarray, ...]]:
-    """comm_id -> (seq sorted, iteration, op code, nbytes) of its collectives, for the cross-rank check."""
+    """comm_id -> (seq sorted, iteration, op code, nbytes, end_ns) of its collectives, for the cross-rank check."""
     op_c, op_names = _codes(table.column("op"))
     if not len(op_names):
         return {}
@@ -181,16 +196,37 @@ def _collective_summary(table: pa.Table) -> dict[str, tuple[np.ndarray, ...]]:
         return {}
     comm, comm_names = _codes(table.column("comm_id"))
     cols = [comm[is_coll], _np(table.column("iteration"))[is_coll], _np(table.column("seq"))[is_coll],
-            codes[is_coll], _np(table.column("nbytes"))[is_coll]]
+            codes[is_coll], _np(table.column("nbytes"))[is_coll], _np(table.column("end_ns"))[is_coll]]
     o = np.lexsort([cols[2], cols[0]])
-    comm, it, seq, opc, nb = (c[o] for c in cols)
+    comm, it, seq, opc, nb, st = (c[o] for c in cols)
     out = {}
     brk = np.r_[0, np.flatnonzero(comm[1:] != comm[:-1]) + 1, len(comm)]
     for a, b in zip(brk[:-1], brk[1:]):
         s_ = seq[a:b]
         keep = np.r_[True, s_[1:] != s_[:-1]]  # unique seq (the per-rank pass already excluded repeats)
-        out[comm_names[int(comm[a])]] = (s_[keep], it[a:b][keep], opc[a:b][keep], nb[a:b][keep])
+        out[comm_names[int(comm[a])]] = (s_[keep], it[a:b][keep], opc[a:b][keep], nb[a:b][keep], st[a:b][keep])
     return out
+
+
+def _ran_together(st: np.ndarray, its: np.ndarray, qst: np.ndarray, qits: np.ndarray) -> bool:
+    """Both ranks logged >= 3 iterations and their time spans overlap by over half the shorter one."""
+    if len(np.unique(its)) < 3 or len(np.unique(qits)) < 3:
+        return False
+    lo, hi = max(st.min(), qst.min()), min(st.max(), qst.max())
+    shorter = min(st.max() - st.min(), qst.max() - qst.min())
+    return shorter > 0 and (hi - lo) > 0.5 * shorter
+
+
+def _period(its: np.ndarray, st: np.ndarray) -> float:
+    """Median gap between the first collective ends of consecutive iterations (inf with < 3 iterations)."""
+    u, inv = np.unique(its, return_inverse=True)
+    if len(u) < 3:
+        return float("inf")
+    first = np.full(len(u), _I64_MAX, dtype=np.int64)
+    np.minimum.at(first, inv, st)
+    gaps = np.diff(first.astype(np.float64)) / np.maximum(np.diff(u.astype(np.float64)), 1.0)
+    gaps = gaps[gaps > 0]
+    return float(np.median(gaps)) if len(gaps) else float("inf")
 
 
 def _np(col: pa.ChunkedArray, fill: int | None = None) -> np.ndarray:
