@@ -31,9 +31,11 @@ holmes.io.outputs.OutputInsideInputError: .../job/x.parquet: output lies inside 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -240,6 +242,9 @@ def _swap_in(tmp: Path, target: Path, overwrite: bool) -> None:
             raise OutputExistsError(f"{target}: output appeared while it was being written; not replacing it") from None
         os.rename(tmp, target)
         return
+    if _exchange(tmp, target):  # one atomic step: no instant without a job at ``target``
+        shutil.rmtree(tmp, ignore_errors=True)  # now the old job
+        return
     old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f"{TMP_PREFIX}{target.name}.old."))
     os.rmdir(old)
     os.rename(target, old)
@@ -249,3 +254,21 @@ def _swap_in(tmp: Path, target: Path, overwrite: bool) -> None:
         os.rename(old, target)  # put the old job back
         raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux ``renameat2(RENAME_EXCHANGE)``); False where unsupported."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_fdcwd, rename_exchange = -100, 2
+    rc = fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    if rc != 0:
+        log.debug("renameat2 exchange failed (errno %d); falling back to two renames", ctypes.get_errno())
+        return False
+    return True
