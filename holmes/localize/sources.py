@@ -43,6 +43,43 @@ class RankSource(Protocol):
     communicators: Any
     missing: dict[int, str]
 
+    def fetch(self, rank: int) -> pa.Table | None: ...
+
+    def iteration_times(self, rank: int) -> tuple[np.ndarray, np.ndarray] | None: ...
+
+    @property
+    def ranks_read(self) -> list[int]: ...
+
+    @property
+    def bytes_read(self) -> int: ...
+
+
+class JobSource:
+    """Progressive, accounted access to a job's per-rank logs.
+
+    Parameters
+    ----------
+    job : Job or MemoryJob
+        Anything with ``world_size``, ``communicators``, ``ops(rank)`` and ``iteration_times(rank)``.
+
+    Attributes
+    ----------
+    missing : dict
+        rank -> one-line reason, for every rank whose log was absent or unreadable.
+    errors : dict
+        rank -> the typed error (naming the file) behind an unusable ``iteration_times``.
+    """
+
+    def __init__(self, job: Any) -> None:
+        self.job = job
+        self.world_size = int(job.world_size)
+        self.communicators = job.communicators
+        self.missing: dict[int, str] = {}
+        self.errors: dict[int, Exception] = {}
+        self._fetched: dict[int, pa.Table] = {}
+        self._streamed: set[int] = set()
+        self._bytes = 0
+
     def fetch(self, rank: int) -> pa.Table | None:
         """The rank's table, or None (recorded in :attr:`missing`) when absent or unreadable."""
         t = self._read(rank)
@@ -61,7 +98,7 @@ class RankSource(Protocol):
         return t
 
     def _read(self, rank: int) -> pa.Table | None:
-        """The rank's table (kept one if any), read and accounted, or None recorded in :attr:`missing`."""
+        """The rank's table (the kept one if any), read and accounted, or None recorded in :attr:`missing`."""
         r = int(rank)
         hit = self._fetched.get(r)
         if hit is not None or r in self.missing:
