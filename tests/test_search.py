@@ -164,16 +164,17 @@ def test_long_compute_gap_beats_a_slightly_slow_earlier_operator():
     # In iteration 2 the dp op is a little slow (flagged, +5 ns) but the compute gap grew by 80 ns:
     # rank 1's own compute made everybody wait, not the dp op.
     comms = {"tp-0": ("tp", (0, 1)), "dp-0": ("dp", (1, 2))}
-    def r1(t0, dp_end, tp_start, flag):
-        return [(0, "dp-0", 0, "all_reduce", None, t0, dp_end, flag),
-                (1, "tp-0", 0, "all_reduce", None, tp_start, tp_start + 5, False)]
-    one = _multi(1, [r1(0, 10, 20, False), r1(100, 110, 120, False), r1(200, 215, 305, True)])
+    # (seq k = the k-th collective on the communicator: one per iteration here)
+    def r1(k, t0, dp_end, tp_start, flag):
+        return [(0, "dp-0", k, "all_reduce", None, t0, dp_end, flag),
+                (1, "tp-0", k, "all_reduce", None, tp_start, tp_start + 5, False)]
+    one = _multi(1, [r1(0, 0, 10, 20, False), r1(1, 100, 110, 120, False), r1(2, 200, 215, 305, True)])
     zero = _multi(0, [[(0, "tp-0", 0, "all_reduce", None, 0, 25, False)],
-                      [(0, "tp-0", 0, "all_reduce", None, 100, 125, False)],
-                      [(0, "tp-0", 0, "all_reduce", None, 200, 310, True)]])
+                      [(0, "tp-0", 1, "all_reduce", None, 100, 125, False)],
+                      [(0, "tp-0", 2, "all_reduce", None, 200, 310, True)]])
     two = _multi(2, [[(0, "dp-0", 0, "all_reduce", None, 0, 10, False)],
-                     [(0, "dp-0", 0, "all_reduce", None, 100, 110, False)],
-                     [(0, "dp-0", 0, "all_reduce", None, 200, 215, True)]])
+                     [(0, "dp-0", 1, "all_reduce", None, 100, 110, False)],
+                     [(0, "dp-0", 2, "all_reduce", None, 200, 215, True)]])
     job = _job(comms, {0: zero, 1: one, 2: two})
     s = GraphSearch(JobSource(job), LabelDetector())
     s.rank_ops(0)

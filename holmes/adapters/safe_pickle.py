@@ -10,7 +10,6 @@ is refused before it can be called, and the caller gets a :class:`~holmes.errors
 Examples
 --------
 >>> import pickle
-import pickletools
 >>> safe_loads(pickle.dumps({"version": "2.9", "entries": [(1, 2.5, None)]}))
 {'version': '2.9', 'entries': [(1, 2.5, None)]}
 >>> class Evil:

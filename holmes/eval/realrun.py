@@ -172,7 +172,7 @@ def active_factors(faults: list[RealFault], iterations: int, seed: int) -> np.nd
     Examples
     --------
     >>> f = active_factors([parse_fault("gpu:1@persistent:30*2")], 35, seed=0)
-    >>> f[0, 29], f[0, 30], f[0, 34]
+    >>> f[0, 29].item(), f[0, 30].item(), f[0, 34].item()
     (1.0, 2.0, 2.0)
     """
     out = np.ones((len(faults), iterations))
