@@ -14,7 +14,8 @@ Its steps, as :class:`~holmes.localize.pipeline.Localizer` runs them:
 3. **rank** -- MAP accumulation over the causes with the topology decay
    (:class:`~holmes.localize.ranking.DeviceRanking`), hosts explained away by their GPUs; each
    device's confidence against how often chance would blame it
-   (:func:`~holmes.localize.confidence.confidences`); devices ordered by confidence, then score.
+   (:func:`~holmes.localize.confidence.confidences`) and the share of the irregular iterations
+   that implicate it; the pipeline orders devices by confidence, that share, then score.
 """
 
 from __future__ import annotations
@@ -176,14 +177,19 @@ class IrregularAnalysis:
             ranking.explain_away(gpus_of)
         index = ranking.index()
         conf = self.confidence(run, ev, sel)
-        out = [DeviceScore(d, device_kind(d), s, index.get(d, 0.0), ranking.counts.get(d, 0),
-                           confidence=conf.get(d), evidence=(self.name,)) for d, s in ranking.ranked()]
-        return sorted(out, key=lambda d: (-round(d.confidence or 0.0, 2), -d.score))
+        hits, n = self._hits(ev, sel)
+        return [DeviceScore(d, device_kind(d), s, index.get(d, 0.0), ranking.counts.get(d, 0),
+                            confidence=conf.get(d), evidence=(self.name,),
+                            coverage=hits.get(d, 0.0) / n if n > 0 else None) for d, s in ranking.ranked()]
+
+    @staticmethod
+    def _hits(ev: Evidence, sel: Selection | None) -> tuple[dict[str, float], float]:
+        weights = sel.weights if sel is not None else {c.iteration: 1.0 for c in ev.causes}
+        return weighted_hits([c.iteration for c in ev.causes], ev.implicated, weights)
 
     def confidence(self, run: Any, ev: Evidence, sel: Selection | None) -> dict[str, float]:
         """Per implicated device, ``1 - P(chance blames it as often)`` over the weighted iterations."""
-        weights = sel.weights if sel is not None else {c.iteration: 1.0 for c in ev.causes}
-        hits, n = weighted_hits([c.iteration for c in ev.causes], ev.implicated, weights)
+        hits, n = self._hits(ev, sel)
         if not hits:
             return {}
         src = run.source

@@ -218,8 +218,8 @@ def localize(job: Any, **params: Any) -> Report:
 
 
 def merge_devices(lists: list[list[DeviceScore]]) -> list[DeviceScore]:
-    """One entry per device over the analyses' rankings, best score first; a device several
-    analyses found keeps its best score and the union of their evidence."""
+    """One entry per device over the analyses' rankings, ordered by :func:`device_order`; a device
+    several analyses found keeps its best score and confidence and the union of their evidence."""
     best: dict[str, DeviceScore] = {}
     for devs in lists:
         for d in devs:
@@ -230,11 +230,22 @@ def merge_devices(lists: list[list[DeviceScore]]) -> list[DeviceScore]:
                 keep = d if d.score > old.score else old
                 ev = tuple(dict.fromkeys(old.evidence + d.evidence))
                 best[d.id] = DeviceScore(keep.id, keep.kind, keep.score, keep.index, old.causes + d.causes,
-                                         confidence=keep.confidence,
+                                         confidence=_max(old.confidence, d.confidence),
                                          impact_pct=keep.impact_pct if keep.impact_pct is not None
                                          else (old.impact_pct if old.impact_pct is not None else d.impact_pct),
-                                         evidence=ev)
-    return sorted(best.values(), key=lambda d: -d.score)
+                                         evidence=ev, coverage=_max(old.coverage, d.coverage))
+    return sorted(best.values(), key=device_order)
+
+
+def device_order(d: DeviceScore) -> tuple[float, float, float]:
+    """Best first: the more confident (to 2 decimals), then the one covering more of the evidence
+    (to 2 decimals: a device implicated in every irregular iteration before one implicated in
+    some), then the higher score."""
+    return (-round(d.confidence or 0.0, 2), -round(d.coverage or 0.0, 2), -d.score)
+
+
+def _max(a: float | None, b: float | None) -> float | None:
+    return b if a is None else a if b is None else max(a, b)
 
 
 def decide_verdict(findings: list[Finding], ranked: list[DeviceScore], min_confidence: float = 0.9) -> str:

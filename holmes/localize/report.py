@@ -44,6 +44,9 @@ class DeviceScore:
         How much shorter the step would be without the device (None where not estimated).
     evidence : tuple of str
         The analyses that found it (``"irregular"``, ...).
+    coverage : float or None
+        Share of the analysis's evidence that implicates the device (irregular: of the weighted
+        irregular iterations with a cause); orders devices equally confident.
     """
 
     id: str
@@ -54,11 +57,12 @@ class DeviceScore:
     confidence: float | None = None
     impact_pct: float | None = None
     evidence: tuple[str, ...] = ()
+    coverage: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "score": _num(self.score), "index": _num(self.index),
                 "causes": self.causes, "confidence": _num(self.confidence), "impact_pct": _num(self.impact_pct),
-                "evidence": list(self.evidence)}
+                "evidence": list(self.evidence), "coverage": _num(self.coverage)}
 
 
 def _num(x: float | None) -> float | None:
