@@ -138,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         times, report = [], None
         for _ in range(reps):
             t0 = time.perf_counter()
-            report = localize(out, detector=args.detector)
+            report = localize(out, detector=args.detector, analysis="irregular")
             times.append(time.perf_counter() - t0)
         assert report is not None
         scan = [full_scan(out)[0] for _ in range(max(1, args.scan_repeats))]
