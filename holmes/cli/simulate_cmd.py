@@ -22,7 +22,8 @@ def add_parser(p: argparse.ArgumentParser) -> None:
         p.add_argument(f"--{name}", type=int, required=True, help=help_text)
     p.add_argument("--ep", type=int, default=1, help="expert-parallel degree (carved out of tp x cp x dp; default 1)")
     p.add_argument("--cp", type=int, default=1, help="context-parallel degree (default 1)")
-    p.add_argument("--micro-batches", type=int, default=4, metavar="M", help="micro-batches per iteration (default 4)")
+    p.add_argument("--micro-batches", type=int, default=None, metavar="M",
+                   help="micro-batches per iteration (default max(4, 4 x pp): a pipeline bubble near Megatron's)")
     p.add_argument("--layers-per-stage", type=int, default=1, metavar="L", help="layers per pipeline stage (default 1)")
     p.add_argument("--iterations", type=int, default=20, metavar="N", help="iterations (default 20)")
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed of noise and fault patterns (default 0)")
@@ -54,13 +55,13 @@ def _check_sizes(args: argparse.Namespace) -> None:
 
     for name in ("tp", "pp", "dp", "ep", "cp", "micro_batches", "layers_per_stage", "iterations", "gpus_per_host"):
         v = getattr(args, name)
-        if v < 1:
+        if v is not None and v < 1:
             raise ConfigError(f"--{name.replace('_', '-')} {v} must be >= 1")
     world = args.tp * args.pp * args.dp * args.cp
     check_world_size(world, "--tp x --cp x --dp x --pp")
     for name, cap in (("iterations", MAX_ITERATIONS), ("micro_batches", MAX_MICRO_BATCHES),
                       ("layers_per_stage", MAX_LAYERS_PER_STAGE)):
-        if getattr(args, name) > cap:
+        if (getattr(args, name) or 0) > cap:
             raise ConfigError(f"--{name.replace('_', '-')} {getattr(args, name)} exceeds the cap of {cap} "
                               "(see docs/limits.md)")
     if not -1.0 < args.drift < 10.0:  # also refuses nan
