@@ -37,6 +37,7 @@ Examples
 from __future__ import annotations
 
 import logging
+import warnings
 
 import numpy as np
 import pyarrow as pa
@@ -121,10 +122,10 @@ class ReconstructionDetector:
         regular = ~IrregularityRule(self.delta).mask(it_dur.astype(np.float64)) if n_it >= 4 else np.ones(n_it, bool)
         if regular.sum() < 3:
             regular = np.ones(n_it, bool)
-        ref = X[regular]
-        med = np.nanmedian(np.where(np.isnan(ref).all(axis=0), np.nanmedian(X, axis=0), ref), axis=0) \
-            if ref.size else np.nanmedian(X, axis=0)
-        med = np.where(np.isfinite(med), med, np.nanmedian(X, axis=0))
+        with warnings.catch_warnings():  # a position absent from every regular iteration: all-NaN
+            warnings.simplefilter("ignore", RuntimeWarning)
+            med = np.nanmedian(X[regular], axis=0)
+            med = np.where(np.isfinite(med), med, np.nanmedian(X, axis=0))
         D = np.where(np.isnan(X), 0.0, X - med)        # deviations, missing cells at the median
         recon = np.zeros_like(D)
         # the components need many positions to mean anything, and fit on winsorized healthy

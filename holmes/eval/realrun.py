@@ -45,22 +45,20 @@ from typing import Any
 
 import numpy as np
 
-from holmes._ranges import parse_int_ranges
 from holmes.errors import ConfigError, HolmesError
+from holmes.simulate.faults import PATTERNS, split_fault_spec
 
 __all__ = ["RealFault", "RealRunConfig", "parse_fault", "active_factors", "build_topology", "run_real_job",
            "truth_of", "DEFAULT_NET", "COMPUTE_KINDS", "NETWORK_KINDS", "PATTERNS"]
 
 log = logging.getLogger(__name__)
 
-PATTERNS = ("spike", "fluctuation", "persistent")
 COMPUTE_KINDS = ("gpu", "host")
 NETWORK_KINDS = ("nic", "link", "switch", "nvswitch", "p2p")
 #: Emulated network: NVSwitch and inter-host (NIC path) bandwidth (bytes/s) and latency (s).
 DEFAULT_NET = {"intra_bw": 400e6, "inter_bw": 25e6, "intra_lat": 30e-6, "inter_lat": 150e-6}
 MAX_FACTOR = 10.0
 
-_SPEC = re.compile(r"^(?P<dev>[a-z][a-z0-9]*:[^@*]+)@(?P<pat>[a-z]+)(?::(?P<it>[0-9,\- ]+))?\*(?P<fac>[^*@]+)$")
 
 
 @dataclass(frozen=True)
@@ -134,13 +132,8 @@ def parse_fault(spec: str) -> RealFault:
     ...
     holmes.errors.ConfigError: fault 'gpu:5@often*2': pattern 'often' is not one of spike, fluctuation, persistent
     """
-    if not isinstance(spec, str):
-        raise ConfigError(f"fault spec {spec!r} must be a string like gpu:5@persistent*1.5")
+    dev, pat, factor, iters = split_fault_spec(spec, example="gpu:5@persistent*1.5")
     text = spec.strip()
-    m = _SPEC.match(text)
-    if not m:
-        raise ConfigError(f"fault {spec!r}: expected DEVICE@PATTERN*FACTOR, e.g. gpu:5@persistent*1.5")
-    dev, pat = m.group("dev"), m.group("pat")
     kind, name = dev.split(":", 1)
     if kind not in COMPUTE_KINDS + NETWORK_KINDS:
         raise ConfigError(f"fault {spec!r}: unknown fault kind {kind!r}; use one of "
@@ -149,20 +142,8 @@ def parse_fault(spec: str) -> RealFault:
         raise ConfigError(f"fault {spec!r}: {kind} needs a number, e.g. {kind}:3")
     if kind == "p2p" and not re.fullmatch(r"\d+>\d+", name):
         raise ConfigError(f"fault {spec!r}: a pair is written p2p:<src>><dst>, e.g. p2p:1>5")
-    if pat not in PATTERNS:
-        raise ConfigError(f"fault {spec!r}: pattern {pat!r} is not one of {', '.join(PATTERNS)}")
-    try:
-        factor = float(m.group("fac"))
-    except ValueError:
-        raise ConfigError(f"fault {spec!r}: factor {m.group('fac')!r} is not a number") from None
-    if not np.isfinite(factor) or not 1.0 < factor <= MAX_FACTOR:
+    if not 1.0 < factor <= MAX_FACTOR:
         raise ConfigError(f"fault {spec!r}: factor must be > 1 and <= {MAX_FACTOR:g}")
-    iters = None
-    if m.group("it"):
-        try:
-            iters = tuple(parse_int_ranges(m.group("it")))
-        except ValueError:
-            raise ConfigError(f"fault {spec!r}: bad iterations {m.group('it')!r}; use N, A-B or N,M,...") from None
     return RealFault(text, kind, dev, pat, factor, iters)
 
 

@@ -56,6 +56,15 @@ class RankFindings:
         self.messages.append(f"rank {self.rank}: {msg}")
         self.rows_excluded += int(excluded)
 
+    def exclude(self, excluded: np.ndarray, mask: np.ndarray, msg: str, prefix: str = "") -> None:
+        """Mark the rows of ``mask`` not yet ``excluded`` and, if any, record ``prefix + msg`` with
+        ``{k}`` in ``msg`` their count."""
+        new = mask & ~excluded
+        k = int(new.sum())
+        if k:
+            excluded[new] = True
+            self.add(prefix + msg.format(k=k), excluded=k)
+
 
 class ConsistencyLog:
     """Per-rank results of the consistency pass over everything a job has read (``Job.consistency``).
@@ -81,7 +90,7 @@ class ConsistencyLog:
         self._iter_msgs: dict[int, list[str]] = {}
         self._cross_msgs: dict[int, list[str]] = {}
         self._checked: set[int] = set()
-        self._readers: dict[str, list[tuple[int, tuple[np.ndarray, ...]]]] = {}
+        self._readers: dict[str, list[tuple[int, tuple[np.ndarray, ...], float]]] = {}
 
     def cross_check(self, rank: int, table: pa.Table, max_partners: int = 2) -> None:
         """Compare ``rank``'s collectives with those of up to ``max_partners`` members read before.
@@ -99,8 +108,9 @@ class ConsistencyLog:
         self._checked.add(rank)
         for cid, summ in _collective_summary(table).items():
             sq, its, opc, nb, st = summ
+            own_period: list[float] = []  # computed once, when first needed
             readers = self._readers.setdefault(cid, [])
-            for q, (qsq, qits, qopc, qnb, qst) in readers:
+            for q, (qsq, qits, qopc, qnb, qst), qperiod in readers:
                 if q == rank:
                     continue
                 common, ia, ib = np.intersect1d(sq, qsq, assume_unique=True, return_indices=True)
@@ -112,7 +122,9 @@ class ConsistencyLog:
                         # may enter early and wait, but all leave together): a rank numbered a whole
                         # iteration ahead (iteration and seq shifted together) is off by one iteration
                         # period, far beyond any clock skew between hosts
-                        period = min(_period(its, st), _period(qits, qst))
+                        if not own_period:
+                            own_period.append(_period(its, st))
+                        period = min(own_period[0], qperiod)
                         if not np.isfinite(period):
                             continue
                         lag = float(np.median(np.abs(st[ia] - qst[ib]).astype(np.float64)))
@@ -139,7 +151,7 @@ class ConsistencyLog:
                     self._set(r)
                 log.warning("%s", msg)
             if len(readers) < max_partners:
-                readers.append((rank, summ))
+                readers.append((rank, summ, own_period[0] if own_period else _period(its, st)))
 
     def record_ops(self, f: RankFindings) -> None:
         self.rows_read[f.rank] = f.rows_read
@@ -293,11 +305,7 @@ def check_ops(table: pa.Table, rank: int, communicators: Mapping[str, Any] | Non
     excluded = np.zeros(n, dtype=bool)
 
     def exclude(mask: np.ndarray, msg: str) -> None:
-        new = mask & ~excluded
-        k = int(new.sum())
-        if k:
-            excluded[new] = True
-            f.add(msg.format(k=k), excluded=k)
+        f.exclude(excluded, mask, msg)
 
     extreme = ((st == _I64_MIN) | (st == _I64_MAX) | (en == _I64_MIN) | (en == _I64_MAX)
                | (it == _I64_MIN) | (it == _I64_MAX) | (seq == _I64_MIN) | (seq == _I64_MAX))
@@ -406,11 +414,7 @@ def check_iterations(table: pa.Table, rank: int, ops: pa.Table | None, source: s
     excluded = np.zeros(n, dtype=bool)
 
     def exclude(mask: np.ndarray, msg: str) -> None:
-        new = mask & ~excluded
-        k = int(new.sum())
-        if k:
-            excluded[new] = True
-            f.add(f"{source}: " + msg.format(k=k), excluded=k)
+        f.exclude(excluded, mask, msg, prefix=f"{source}: ")
 
     exclude(rk != rank, "{k} row(s) of another rank, excluded")
     exclude((st == _I64_MIN) | (st == _I64_MAX) | (en == _I64_MIN) | (en == _I64_MAX) | (it == _I64_MIN)

@@ -63,7 +63,6 @@ class Evidence:
     #: the same procedure on regular iterations (the job's own null): per iteration with a cause,
     #: the devices its causes implicate
     null_devices: list[set[str]] = field(default_factory=list)
-    null_searched: int = 0
 
 
 class IrregularAnalysis:
@@ -108,8 +107,7 @@ class IrregularAnalysis:
         ref = IrregularityRule(p.delta).reference(sel.durations)
         excess = dict(zip(sel.window.tolist(), (sel.durations - ref).tolist()))
         for it in sel.chosen.tolist():
-            starts = [s for piv in p.pivots for s in start_operators(search, piv, it, p.max_starts)]
-            found = search.search(it, starts) if starts else []
+            found = search_iteration(search, p.pivots, it, p.max_starts)
             own = pivot_compute(search, p.pivot, it, excess.get(it, 0.0))
             if own is not None:
                 found = [c for c in found if not (c.cause == COMPUTE and c.ranks == own.ranks)] + [own]
@@ -149,9 +147,7 @@ class IrregularAnalysis:
             return
         pick = regular[np.unique(np.linspace(0, regular.size - 1, min(p.null_iterations, regular.size)).astype(int))]
         for it in pick.tolist():
-            ev.null_searched += 1
-            starts = [s for piv in p.pivots for s in start_operators(search, piv, it, p.max_starts)]
-            found = search.search(it, starts) if starts else []
+            found = search_iteration(search, p.pivots, it, p.max_starts)
             if not found:
                 continue
             devs: set[str] = set()
@@ -162,7 +158,7 @@ class IrregularAnalysis:
                                                speedup=p.exonerate_speedup))
             ev.null_devices.append(devs)
 
-    def rank(self, run: Any, ev: Evidence, sel: Selection | None = None) -> list[DeviceScore]:
+    def rank(self, run: Any, ev: Evidence, sel: Selection) -> list[DeviceScore]:
         """Every implicated device: MAP over the causes' rates with the topology decay, and its
         confidence against how often chance would blame it; ordered by confidence, then score."""
         p, topo = run.params, run.topology
@@ -176,20 +172,16 @@ class IrregularAnalysis:
                     gpus_of.setdefault(f"host:{topo.host_of(int(d.split(':', 1)[1]))}", []).append(d)
             ranking.explain_away(gpus_of)
         index = ranking.index()
-        conf = self.confidence(run, ev, sel)
-        hits, n = self._hits(ev, sel)
+        hits, n = weighted_hits([c.iteration for c in ev.causes], ev.implicated, sel.weights)
+        conf = self.confidence(run, ev, hits, n)
         return [DeviceScore(d, device_kind(d), s, index.get(d, 0.0), ranking.counts.get(d, 0),
                             confidence=conf.get(d), evidence=(self.name,),
                             coverage=hits.get(d, 0.0) / n if n > 0 else None) for d, s in ranking.ranked()]
 
     @staticmethod
-    def _hits(ev: Evidence, sel: Selection | None) -> tuple[dict[str, float], float]:
-        weights = sel.weights if sel is not None else {c.iteration: 1.0 for c in ev.causes}
-        return weighted_hits([c.iteration for c in ev.causes], ev.implicated, weights)
-
-    def confidence(self, run: Any, ev: Evidence, sel: Selection | None) -> dict[str, float]:
-        """Per implicated device, ``1 - P(chance blames it as often)`` over the weighted iterations."""
-        hits, n = self._hits(ev, sel)
+    def confidence(run: Any, ev: Evidence, hits: dict[str, float], n: float) -> dict[str, float]:
+        """Per implicated device, ``1 - P(chance blames it as often)`` from its weighted ``hits``
+        out of ``n`` weighted iterations."""
         if not hits:
             return {}
         src = run.source
@@ -224,6 +216,13 @@ def pivot_compute(search: GraphSearch, pivot: int, iteration: int, iteration_exc
     step["gap_excess_ns"] = int(ro.excess()[0][k])
     return RootCause(iteration, COMPUTE, (pivot,), pivot, k, step, [step],
                      f"the pivot's own compute grew by {gap_x.sum() / 1e6:.1f} ms in this iteration")
+
+
+def search_iteration(search: GraphSearch, pivots: list[int], iteration: int,
+                     max_starts: int | None) -> list[RootCause]:
+    """Algorithm 1 on one iteration from the monitored ranks' abnormal operators."""
+    starts = [s for piv in pivots for s in start_operators(search, piv, iteration, max_starts)]
+    return search.search(iteration, starts) if starts else []
 
 
 def start_operators(search: GraphSearch, pivot: int, iteration: int, max_starts: int | None) -> list[tuple[int, int]]:

@@ -112,7 +112,8 @@ class Localizer:
     def __init__(self, params: LocalizeParams | None = None, *, analyses: Any = None, **kwargs: Any) -> None:
         if params is not None and not isinstance(params, LocalizeParams):
             raise ConfigError(f"params must be a LocalizeParams, not {type(params).__name__}")
-        self.params = (params or LocalizeParams()).replace(**kwargs) if kwargs else (params or LocalizeParams())
+        base = params or LocalizeParams()
+        self.params = base.replace(**kwargs) if kwargs else base
         if analyses is not None:
             analyses = list(analyses)
             for a in analyses:
@@ -121,7 +122,8 @@ class Localizer:
         self._analyses = analyses
 
     def __repr__(self) -> str:
-        changed = {k: v for k, v in self.params.to_json().items() if v != LocalizeParams().to_json()[k]}
+        default = LocalizeParams().to_json()
+        changed = {k: v for k, v in self.params.to_json().items() if v != default[k]}
         return f"Localizer({', '.join(f'{k}={v!r}' for k, v in changed.items())})"
 
     def prepare(self, job: Any) -> Run:
@@ -157,7 +159,7 @@ class Localizer:
             sel = a.select(run)
             ev = a.gather(run, sel)
             findings.append(Finding(a.name, sel, ev, a.rank(run, ev, sel)))
-            hung = a.name == "hang" and bool(getattr(ev, "found", False))
+            hung = _hang_finding(findings[-1:]) is not None
         return self.report(run, findings)
 
     def report(self, run: Run, findings: list[Finding]) -> Report:
@@ -167,13 +169,13 @@ class Localizer:
             run.assume(f"{len(src.missing)} rank(s) missing or unreadable; the search went around them")
         untrusted = _consistency(run)
         ranked = merge_devices([f.devices for f in findings])
-        irr = next((f for f in findings if f.analysis == "irregular" and hasattr(f.selection, "weights")), None)
+        irr = next((f for f in findings if f.analysis == "irregular"), None)
         causes: list[RootCause] = irr.evidence.causes if irr else []
         verdict = decide_verdict(findings, ranked, p.min_confidence)
         pers = next((f for f in findings if f.analysis == "persistent"), None)
         slowdown = getattr(pers.evidence, "slowdown", None) if pers else None
         non_device = getattr(pers.evidence, "non_device_cause", None) if pers else None
-        named = [d for d in ranked if d.confidence is None or d.confidence >= p.min_confidence]
+        named = named_devices(ranked, p.min_confidence)
         if untrusted and verdict == "culprit":
             verdict, named = "inconclusive", []
         log.info("localize: verdict %s, %d causes, %d ranks read", verdict, len(causes), len(src.ranks_read))
@@ -255,9 +257,9 @@ def decide_verdict(findings: list[Finding], ranked: list[DeviceScore], min_confi
     persistent analysis found a slowdown of at least ``imbalance_pct`` % that no device explains
     (its non-device cause, a pipeline-stage or micro-batch imbalance, is named in the report:
     ``culprit`` with no device would be wrong, ``healthy`` would hide a slowdown worth fixing)."""
-    if any(f.analysis == "hang" and getattr(f.evidence, "found", False) for f in findings):
+    if _hang_finding(findings) is not None:
         return "hang"  # ops in flight at the end of the logs: the job hung
-    if any(d.confidence is None or d.confidence >= min_confidence for d in ranked):
+    if named_devices(ranked, min_confidence):
         return "culprit"
     beyond_noise = [w for f in findings for w in getattr(f.selection, "weights", {}).values() if w > 0]
     if any(getattr(f.evidence, "non_device_cause", None) for f in findings):
@@ -265,9 +267,20 @@ def decide_verdict(findings: list[Finding], ranked: list[DeviceScore], min_confi
     return "inconclusive" if beyond_noise or ranked else "healthy"
 
 
+def named_devices(ranked: list[DeviceScore], min_confidence: float) -> list[DeviceScore]:
+    """The devices a report may name: those reaching ``min_confidence``, and those of an analysis
+    that measures no confidence."""
+    return [d for d in ranked if d.confidence is None or d.confidence >= min_confidence]
+
+
+def _hang_finding(findings: list[Finding]) -> Finding | None:
+    """The hang analysis's finding when it found ops in flight."""
+    return next((f for f in findings if f.analysis == "hang" and getattr(f.evidence, "found", False)), None)
+
+
 def _hang_json(findings: list[Finding]) -> dict[str, Any] | None:
     """The report's ``hang`` object when the hang analysis found ops in flight, else None."""
-    f = next((f for f in findings if f.analysis == "hang" and getattr(f.evidence, "found", False)), None)
+    f = _hang_finding(findings)
     return f.evidence.to_json() if f is not None else None
 
 

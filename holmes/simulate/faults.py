@@ -52,14 +52,14 @@ import numpy as np
 from holmes._ranges import parse_int_ranges
 from holmes.errors import ConfigError
 
-__all__ = ["FaultSpec", "PATTERNS", "COMPUTE_KINDS", "NETWORK_KINDS", "active_factors", "parse_faults",
+__all__ = ["FaultSpec", "split_fault_spec", "PATTERNS", "COMPUTE_KINDS", "NETWORK_KINDS", "active_factors", "parse_faults",
            "check_devices"]
 
 PATTERNS = ("spike", "fluctuation", "persistent")
 COMPUTE_KINDS = ("gpu", "host")
 NETWORK_KINDS = ("nic", "link", "nvswitch", "switch")
 
-_SPEC = re.compile(r"^(?P<dev>[a-z]+:[^@*]+)@(?P<pat>[a-z]+)(?::(?P<it>[0-9,\-]+))?\*(?P<fac>[^*@]+)$")
+_SPEC = re.compile(r"^(?P<dev>[a-z][a-z0-9]*:[^@*]+)@(?P<pat>[a-z]+)(?::(?P<it>[0-9,\- ]+))?\*(?P<fac>[^*@]+)$")
 
 SPIKE_PROB = 0.06
 FLUCT_PERIODS = (6, 9)
@@ -71,6 +71,33 @@ def _parse_iters(text: str, spec: str) -> tuple[int, ...]:
         return tuple(parse_int_ranges(text))
     except ValueError:
         raise ConfigError(f"fault {spec!r}: bad iterations {text!r}; use N, A-B or N,M,...") from None
+
+
+def split_fault_spec(spec: object, example: str = "gpu:5@spike*2.0") -> tuple[str, str, float, tuple[int, ...] | None]:
+    """The grammar of a fault spec, ``DEVICE_ID@PATTERN[:ITERS]*FACTOR``, shared by the simulator
+    and the real-run harness: ``(device, pattern, factor, iterations or None)``.
+
+    The pattern must be one of :data:`PATTERNS` and the factor a finite number; what a device id
+    and factor may be is the caller's to check.
+
+    >>> split_fault_spec("gpu:5@persistent:3-5*1.5")
+    ('gpu:5', 'persistent', 1.5, (3, 4, 5))
+    """
+    if not isinstance(spec, str):
+        raise ConfigError(f"fault spec {spec!r} must be a string like {example}")
+    m = _SPEC.match(spec.strip())
+    if not m:
+        raise ConfigError(f"fault {spec!r}: expected DEVICE_ID@PATTERN*FACTOR, e.g. {example}")
+    if m.group("pat") not in PATTERNS:
+        raise ConfigError(f"fault {spec!r}: pattern {m.group('pat')!r} is not one of {', '.join(PATTERNS)}")
+    try:
+        factor = float(m.group("fac"))
+    except ValueError:
+        raise ConfigError(f"fault {spec!r}: factor {m.group('fac')!r} is not a number") from None
+    if not np.isfinite(factor):
+        raise ConfigError(f"fault {spec!r}: factor must be a finite number")
+    iters = _parse_iters(m.group("it"), spec) if m.group("it") else None
+    return m.group("dev"), m.group("pat"), factor, iters
 
 
 @dataclass(frozen=True)
@@ -140,23 +167,11 @@ class FaultSpec:
         """
         if isinstance(spec, FaultSpec):
             return spec
-        if not isinstance(spec, str):
-            raise ConfigError(f"fault spec {spec!r} must be a string like gpu:5@spike*2.0")
-        text = spec.strip()
-        m = _SPEC.match(text)
-        if not m:
-            raise ConfigError(f"fault {spec!r}: expected DEVICE_ID@PATTERN*FACTOR, e.g. gpu:5@spike*2.0")
-        if m.group("pat") not in PATTERNS:
-            raise ConfigError(f"fault {spec!r}: pattern {m.group('pat')!r} is not one of {', '.join(PATTERNS)}")
-        try:
-            factor = float(m.group("fac"))
-        except ValueError:
-            raise ConfigError(f"fault {spec!r}: factor {m.group('fac')!r} is not a number") from None
-        if not np.isfinite(factor) or factor <= 0:
+        dev, pattern, factor, iters = split_fault_spec(spec)
+        if factor <= 0:
             raise ConfigError(f"fault {spec!r}: factor must be a positive number")
-        iters = _parse_iters(m.group("it"), spec) if m.group("it") else None
         try:
-            return cls(m.group("dev"), m.group("pat"), factor, iters)
+            return cls(dev, pattern, factor, iters)
         except ConfigError as exc:
             raise ConfigError(f"fault {spec!r}: {exc}") from None
 
