@@ -39,6 +39,8 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--order", default="tp-cp-ep-dp-pp", help="Megatron rank order (default tp-cp-ep-dp-pp)")
     p.add_argument("--compression", default="lz4", choices=("lz4", "zstd", "snappy", "none"),
                    help="parquet codec of the rank files (default lz4)")
+    p.add_argument("--parts", type=int, default=None, metavar="N",
+                   help="write each rank's log in parts of N iterations, as a live job does (ranks/rank-XXXXX/part-*.parquet)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing job directory")
     p.add_argument("--quiet", action="store_true", help="print nothing on success")
 
@@ -53,7 +55,8 @@ def _check_sizes(args: argparse.Namespace) -> None:
     from holmes.errors import ConfigError
     from holmes.io.limits import check_world_size
 
-    for name in ("tp", "pp", "dp", "ep", "cp", "micro_batches", "layers_per_stage", "iterations", "gpus_per_host"):
+    for name in ("tp", "pp", "dp", "ep", "cp", "micro_batches", "layers_per_stage", "iterations", "gpus_per_host",
+                 "parts"):
         v = getattr(args, name)
         if v is not None and v < 1:
             raise ConfigError(f"--{name.replace('_', '-')} {v} must be >= 1")
@@ -86,7 +89,8 @@ def run(args: argparse.Namespace) -> int:
     res = run_simulation(tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep, cp=args.cp, order=args.order, workload=w,
                          iterations=args.iterations, seed=args.seed, faults=args.fault, drift=args.drift,
                          topology=args.topology, gpus_per_host=args.gpus_per_host)
-    path = write_result(res, args.out, overwrite=args.overwrite, compression=args.compression)
+    path = write_result(res, args.out, overwrite=args.overwrite, compression=args.compression,
+                        parts=args.parts)
     if not args.quiet:
         truth = res.truth()
         summary = {"job": str(path), "world_size": res.world_size, "iterations": res.iterations,

@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from holmes.errors import ArgumentTypeError, ConfigError, JobError, MissingRankError, ParseError, SchemaError
+from holmes.io import parts
 from holmes.io.consistency import ConsistencyLog, check_iterations, check_ops
 from holmes.io.limits import check_world_size, read_json_capped
 from holmes.io.models import JobMeta, TruthModel, load_model
@@ -260,10 +261,10 @@ class Job(_JobBase):
         return str(self.path / name)
 
     def rank_path(self, rank: int) -> Path:
-        return self.path / "ranks" / rank_filename(rank)
+        return parts.locate_rank_log(self.path / "ranks", rank)  # the file, else a live job's parts directory
 
     def has_rank(self, rank: int) -> bool:
-        return self.rank_path(self.check_rank(rank)).is_file()
+        return parts.has_rank_log(self.rank_path(self.check_rank(rank)))
 
     def available_ranks(self) -> list[int]:
         """Ranks whose log file exists (lists the ``ranks/`` directory)."""
@@ -271,14 +272,14 @@ class Job(_JobBase):
         out = []
         if d.is_dir():
             for name in os.listdir(d):
-                if name.startswith("rank-") and name.endswith(".parquet"):
-                    try:
-                        out.append(int(name[5:-8]))
-                    except ValueError:
-                        continue
-        return sorted(r for r in out if 0 <= r < self.world_size)
+                r = parts.rank_of_entry(name)  # rank-XXXXX.parquet, or rank-XXXXX/ of a live job's parts
+                if r is not None:
+                    out.append(r)
+        return sorted(set(r for r in out if 0 <= r < self.world_size))
 
     def _read_parquet(self, p: Path, rank: int) -> pa.Table:
+        if p.is_dir():  # a live job's rank written in parts (holmes.io.parts)
+            return parts.read_rank_parts_into(p, rank, self.stats)
         try:
             size = p.stat().st_size
         except FileNotFoundError:

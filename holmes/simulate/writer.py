@@ -27,9 +27,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from holmes.io.job import JobWriter, rank_filename
+from holmes.io.parts import rank_parts_dirname, write_part
 from holmes.io.schema import OP_NAMES, OPS_SCHEMA, validate_ops
 
-__all__ = ["rank_table", "write_result"]
+__all__ = ["rank_table", "write_result", "write_parts"]
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +72,30 @@ def rank_table(res, rank: int) -> pa.Table:
 _DELTA = {c: "DELTA_BINARY_PACKED" for c in ("iteration", "op_index", "seq", "start_ns", "end_ns")}
 
 
+def write_parts(table: pa.Table, parts_dir: str | os.PathLike[str], ops_per_iteration: int, per_part: int, *,
+                first_index: int = 0, compression: str = "lz4") -> int:
+    """Write one rank's table (iteration-major rows, ``ops_per_iteration`` a row each) as parts of
+    ``per_part`` iterations, numbered from ``first_index``; returns the number of parts written."""
+    rows = max(1, ops_per_iteration * per_part)
+    k = 0
+    for k, start in enumerate(range(0, max(table.num_rows, 1), rows)):
+        write_part(parts_dir, first_index + k, table.slice(start, rows), compression=compression,
+                   use_dictionary=["comm_id", "op"], write_statistics=False, column_encoding=_DELTA)
+    return k + 1
+
+
 def write_result(res, out: str | os.PathLike[str], *, overwrite: bool = False, threads: int = 2,
-                 compression: str = "lz4") -> Path:
+                 compression: str = "lz4", parts: int | None = None) -> Path:
     """Write ``res`` as a job directory: job.json, ranks/, iterations/, topology.json, truth.json.
 
-    ``compression`` is any parquet codec pyarrow knows (lz4: fastest; zstd: smallest).
+    ``compression`` is any parquet codec pyarrow knows (lz4: fastest; zstd: smallest). With
+    ``parts=N`` each rank's log is written as a live job's would be: ``ranks/rank-XXXXX/`` holding
+    ``part-000000.parquet``, ... of ``N`` iterations each (:mod:`holmes.io.parts`).
     """
+    if parts is not None and int(parts) < 1:
+        from holmes.errors import ConfigError
+
+        raise ConfigError(f"parts must be >= 1 iteration, got {parts}")
     meta = res.meta()
     # everything goes to a staging sibling that replaces ``out`` whole on close (job.json last)
     writer = JobWriter(out, meta, overwrite=overwrite)
@@ -88,8 +107,13 @@ def write_result(res, out: str | os.PathLike[str], *, overwrite: bool = False, t
 
     def one(r: int) -> None:
         name = rank_filename(r)
-        pq.write_table(rank_table(res, r), ranks_dir / name, compression=compression,
-                       use_dictionary=["comm_id", "op"], write_statistics=False, column_encoding=_DELTA)
+        table = rank_table(res, r)
+        if parts:
+            write_parts(table, ranks_dir / rank_parts_dirname(r), table.num_rows // max(res.iterations, 1),
+                        int(parts), compression=compression)
+        else:
+            pq.write_table(table, ranks_dir / name, compression=compression,
+                           use_dictionary=["comm_id", "op"], write_statistics=False, column_encoding=_DELTA)
         pq.write_table(res.iterations_table(r), it_dir / name, compression=compression, use_dictionary=False,
                        write_statistics=False)
 
