@@ -111,3 +111,43 @@ def test_impact_matches_the_cost_measured_against_a_fault_free_twin():
     r = localize(job, analysis="persistent")
     cost = 100 * (1 - np.mean(twin.iteration_times(0)[1]) / np.mean(job.iteration_times(0)[1]))
     assert r.top.id == "gpu:10" and r.top.impact_pct == pytest.approx(cost, abs=max(1.0, 0.25 * cost))
+
+
+def _parts(job, ranks, win):
+    from holmes.localize.mapreduce import merge_summaries, persistent_rank_summary
+
+    return merge_summaries(*[persistent_rank_summary(job, r, win) for r in ranks])
+
+
+def test_map_reduce_in_any_grouping_gives_the_in_process_report(slow_gpu):
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from holmes.localize.mapreduce import localize_summary, merge_summaries, persistent_window
+
+    win = persistent_window(slow_gpu)
+    ref = localize(slow_gpu, analysis="persistent").dumps()
+    W = slow_gpu.world_size
+
+    @settings(max_examples=4, deadline=None)
+    @given(st.permutations(range(W)), st.integers(1, W - 1))
+    def check(order, cut):
+        a, b = _parts(slow_gpu, order[:cut], win), _parts(slow_gpu, order[cut:], win)
+        assert localize_summary(slow_gpu, merge_summaries(b, a)).dumps() == ref
+
+    check()
+    assert json.loads(ref)["devices"][0]["id"] == "gpu:5"
+
+
+def test_merge_rejects_a_rank_twice_and_keeps_missing_ranks(slow_gpu):
+    from holmes.io import MemoryJob
+    from holmes.localize.mapreduce import merge_summaries, persistent_rank_summary, persistent_window
+
+    win = persistent_window(slow_gpu)
+    with pytest.raises(ConfigError, match="twice"):
+        merge_summaries(_parts(slow_gpu, [1, 2], win), _parts(slow_gpu, [2], win))
+    holed = MemoryJob(slow_gpu.meta, {r: slow_gpu.ops(r) for r in range(slow_gpu.world_size) if r != 7})
+    s = merge_summaries(*[persistent_rank_summary(holed, r, win) for r in range(holed.world_size)])
+    assert 7 in s.missing and 7 not in s.ranks and len(s.ranks) == holed.world_size - 1
+    r = localize(holed, analysis="persistent")
+    assert r.top.id == "gpu:5" and any("unreadable" in a for a in r.assumptions)

@@ -97,6 +97,10 @@ class JobSource:
             self._streamed.add(r)
         return t
 
+    def note_read(self, ranks: Any) -> None:
+        """Count ``ranks`` as read when their logs were read elsewhere (a distributed map step)."""
+        self._streamed.update(int(r) for r in ranks if int(r) not in self._fetched)
+
     def _read(self, rank: int) -> pa.Table | None:
         """The rank's table (the kept one if any), read and accounted, or None recorded in :attr:`missing`."""
         r = int(rank)

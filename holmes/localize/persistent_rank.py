@@ -1,0 +1,310 @@
+"""The persistent analysis as map/reduce: one small summary per rank, and an associative merge.
+
+The persistent analysis (:mod:`~holmes.localize.persistent`) must read every rank. It does so
+rank by rank, keeping of each rank only a compact numeric summary of its operators in the
+analysis window (no strings, no timestamps: each value is measured on the rank's own clock):
+
+* per operator: its *slot* (communicator, or communicator + sender + receiver for P2P), its
+  ``seq``, its iteration, its duration, the rank's compute gap before it, the rank's own work since
+  it last waited, whether it starts a batch of operators issued together, its bytes;
+* per iteration: the rank's own work (the sum of its compute gaps).
+
+The same functions run in process (``holmes localize``) and distributed (one task per rank)::
+
+    window = persistent_window(job)                          # the iterations to analyse (pivot's)
+    parts = [persistent_rank_summary(job, r, window) for r in range(job.world_size)]   # map
+    summary = merge_summaries(*parts)                        # reduce: associative, commutative
+    report = localize_summary(job, summary)                  # the report, as holmes.localize's
+
+:func:`merge_summaries` only takes the union of the ranks (a rank summarized twice is an error),
+and everything computed from the merged summary visits the ranks in ascending order, so the
+report is bit-for-bit the same whatever the grouping or order of the merges.
+
+Examples
+--------
+>>> import holmes
+>>> job = holmes.read_job("fixtures/gpu16-clean")
+>>> win = persistent_window(job)
+>>> a = persistent_rank_summary(job, 3, win)
+>>> a.ranks, a.rows(3) > 0
+([3], True)
+>>> s = merge_summaries(merge_summaries(*[persistent_rank_summary(job, r, win) for r in range(8)]),
+...                     merge_summaries(*[persistent_rank_summary(job, r, win) for r in range(8, 16)]))
+>>> s.ranks == list(range(16)), s.missing
+(True, {})
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from holmes.errors import ConfigError, JobError
+
+__all__ = ["RankSummary", "PersistentSummary", "persistent_window", "persistent_rank_summary", "merge_summaries",
+           "FIELDS"]
+
+log = logging.getLogger(__name__)
+
+_SEND, _RECV = "send", "recv"
+#: bits of a slot key: communicator code << 42 | (sender + 1) << 21 | (receiver + 1)
+_RBITS = 21
+
+#: the per-operator arrays of a :class:`RankSummary`, with their dtypes
+FIELDS = {"slot": np.int32, "seq": np.int64, "widx": np.int32, "dur": np.int64, "own": np.int64,
+          "gap": np.float64, "new_batch": np.bool_, "nbytes": np.int64}
+
+
+@dataclass(frozen=True)
+class RankSummary:
+    """One rank's operators in the window, in compact numeric form.
+
+    Attributes
+    ----------
+    comms : tuple of str
+        The communicators the rank used (its local codes index this tuple).
+    keys : int64 array
+        The rank's slots: ``local comm code << 42 | (sender + 1) << 21 | (receiver + 1)``
+        (sender = receiver = -1 for collectives).
+    ops : dict of str -> array
+        Per operator (issue order), the arrays of :data:`FIELDS`; ``slot`` indexes ``keys``.
+    compute : float64 array (T,)
+        Per window iteration, the rank's own work (sum of its compute gaps, ns).
+    iter_ptr : int64 array (T + 1,)
+        The operators of window iteration ``t`` are rows ``iter_ptr[t]:iter_ptr[t + 1]``.
+    """
+
+    comms: tuple[str, ...]
+    keys: np.ndarray
+    ops: dict[str, np.ndarray]
+    compute: np.ndarray
+    iter_ptr: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return int(sum(a.nbytes for a in self.ops.values()) + self.keys.nbytes + self.compute.nbytes
+                   + self.iter_ptr.nbytes)
+
+
+@dataclass
+class PersistentSummary:
+    """The persistent analysis's input: the summaries of the ranks read so far (the reduce's value).
+
+    Attributes
+    ----------
+    window : int64 array
+        The iterations analysed (the same for every rank).
+    world_size : int
+    per_rank : dict of int -> RankSummary
+    missing : dict of int -> str
+        Ranks whose log was absent or unreadable, with the reason.
+    """
+
+    window: np.ndarray
+    world_size: int
+    per_rank: dict[int, RankSummary] = field(default_factory=dict)
+    missing: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def ranks(self) -> list[int]:
+        """Ranks summarized, ascending."""
+        return sorted(self.per_rank)
+
+    def rows(self, rank: int) -> int:
+        """How many operators of ``rank`` the summary holds."""
+        s = self.per_rank.get(int(rank))
+        return 0 if s is None else int(len(s.ops["seq"]))
+
+    @property
+    def nbytes(self) -> int:
+        return int(sum(s.nbytes for s in self.per_rank.values()))
+
+
+def persistent_window(job: Any, pivot: int = 0, window: int = 200) -> np.ndarray:
+    """The iterations the persistent analysis looks at: the pivot's last ``window`` iterations.
+
+    Raises
+    ------
+    JobError
+        The pivot's log holds no iteration (or is unreadable: the typed error naming its file).
+    """
+    from holmes.localize.sources import open_source
+
+    src = open_source(job)
+    got = src.iteration_times(pivot)
+    if got is None or len(got[0]) == 0:
+        exc = src.errors.get(pivot)
+        if exc is not None:
+            raise exc
+        raise JobError(f"pivot rank {pivot}: no iterations in its log")
+    return np.asarray(got[0], dtype=np.int64)[-int(window):]
+
+
+def persistent_rank_summary(job: Any, rank: int, window: Any) -> PersistentSummary:
+    """Map step: read one rank's log and summarize it (a :class:`PersistentSummary` of one rank).
+
+    Parameters
+    ----------
+    job : path, Job, MemoryJob or JobSource
+        Pass an opened job (or source) when summarizing many ranks in one process: a path is
+        opened on every call.
+    rank : int
+    window : sequence of int
+        The iterations to keep (:func:`persistent_window`).
+
+    Returns
+    -------
+    PersistentSummary
+        With the rank in ``per_rank``, or in ``missing`` when its log is absent or unreadable.
+    """
+    from holmes.localize.sources import open_source
+
+    src = open_source(job)
+    r = int(rank)
+    win = np.asarray(window, dtype=np.int64)
+    if win.ndim != 1 or (np.diff(win) <= 0).any():
+        raise ConfigError("window must be increasing iteration numbers")
+    out = PersistentSummary(win, src.world_size)
+    t = src.stream(r)
+    if t is None:
+        out.missing[r] = src.missing.get(r, f"log of rank {r} is missing")
+        return out
+    starts = _iteration_starts(src, r) if src.world_size <= 1024 else None
+    s = summarize_table(r, t, win, starts)
+    if s is not None:
+        out.per_rank[r] = s
+    return out
+
+
+def merge_summaries(*parts: PersistentSummary) -> PersistentSummary:
+    """Reduce step: the union of summaries (associative and commutative).
+
+    Raises
+    ------
+    ConfigError
+        No summary given, summaries of different windows or jobs, or a rank summarized twice.
+    """
+    if not parts:
+        raise ConfigError("merge_summaries needs at least one summary")
+    first = parts[0]
+    out = PersistentSummary(first.window, first.world_size)
+    for p in parts:
+        if p.world_size != first.world_size or not np.array_equal(p.window, first.window):
+            raise ConfigError("merge_summaries: the summaries are of different jobs or windows")
+        twice = set(p.per_rank) & set(out.per_rank)
+        if twice:
+            raise ConfigError(f"merge_summaries: rank(s) {sorted(twice)[:5]} summarized twice")
+        out.per_rank.update(p.per_rank)
+        for r, why in p.missing.items():
+            out.missing.setdefault(r, why)
+    for r in out.per_rank:
+        out.missing.pop(r, None)
+    return out
+
+
+def summarize_table(r: int, t: pa.Table, win: np.ndarray, starts: dict[int, int] | None) -> RankSummary | None:
+    """The :class:`RankSummary` of rank ``r``'s CommOps table (None: no operator in the window)."""
+    if t.num_rows == 0:
+        return None
+    it = t.column("iteration").to_numpy()
+    start = t.column("start_ns").to_numpy().astype(np.int64)
+    end = t.column("end_ns").to_numpy().astype(np.int64)
+    frontier = np.maximum.accumulate(end)
+    gap = np.empty(len(start), np.int64)
+    gap[0] = 0
+    gap[1:] = start[1:] - frontier[:-1]
+    new_batch = np.ones(len(start), np.bool_)
+    new_batch[1:] = gap[1:] >= 0
+    if starts is not None:
+        fi = np.flatnonzero(np.r_[True, it[1:] != it[:-1]])
+        st = np.array([starts.get(int(i), -1) for i in it[fi].tolist()], np.int64)
+        ok = st >= 0
+        gap[fi[ok]] = start[fi[ok]] - st[ok]
+        new_batch[fi] = True
+    gap = np.maximum(gap, 0)
+    keep = np.isin(it, win)
+    if not keep.any():
+        return None
+    sel = np.flatnonzero(keep)
+    it, gap, new_batch = it[sel], gap[sel], new_batch[sel]
+    dur = (end - start)[sel]
+    new_batch[np.r_[True, it[1:] != it[:-1]]] = True
+    T = len(win)
+    widx = np.searchsorted(win, it).astype(np.int32)
+    iter_ptr = np.searchsorted(widx, np.arange(T + 1)).astype(np.int64)
+    compute = np.bincount(widx, weights=gap, minlength=T).astype(np.float64)
+    own = _own_work(gap, dur, t.column("op_index").to_numpy()[sel])
+    tk = t.take(pa.array(sel))
+    comms, comm = _codes(tk.column("comm_id"))
+    op = _op_codes(tk.column("op"))
+    peer = tk.column("peer").fill_null(-1).to_numpy().astype(np.int64)
+    seq = tk.column("seq").to_numpy().astype(np.int64)
+    is_p2p = op > 0
+    sender = np.where(is_p2p, np.where(op == 1, r, peer), -1)
+    receiver = np.where(is_p2p, np.where(op == 1, peer, r), -1)
+    key = (comm.astype(np.int64) << 2 * _RBITS) | ((sender + 1) << _RBITS) | (receiver + 1)
+    keys, slot = np.unique(key, return_inverse=True)
+    if (seq < 0).any():  # unknown sequence numbers: issue order within the slot
+        for j in np.unique(slot[seq < 0]).tolist():
+            m = slot == j
+            seq[m] = np.arange(int(m.sum()))
+    ops = {"slot": slot.astype(np.int32), "seq": seq, "widx": widx, "dur": dur, "own": own,
+           "gap": gap.astype(np.float64), "new_batch": new_batch,
+           "nbytes": tk.column("nbytes").to_numpy().astype(np.int64)}
+    return RankSummary(comms, keys.astype(np.int64), ops, compute, iter_ptr)
+
+
+def _own_work(gap: np.ndarray, dur: np.ndarray, op_index: np.ndarray) -> np.ndarray:
+    """Per row, the rank's own work since it last waited: the sum of its compute gaps since the
+    last operator that lasted clearly longer than that operator's shortest copy over the window
+    (1.5x + 20 us), this row's gap included. Collectives in which every member was slow (a whole
+    tensor-parallel group on a slow host) keep accumulating; a wait resets it.
+
+    >>> _own_work(np.array([5, 3, 2, 4]), np.array([10_000, 500_000, 10_000, 10_000]), np.array([0, 1, 0, 1])).tolist()
+    [5, 8, 2, 6]
+    """
+    n = len(gap)
+    if n == 0:
+        return gap.astype(np.int64)
+    pos = op_index.astype(np.int64)
+    dmin = np.full(int(pos.max()) + 1, np.iinfo(np.int64).max)
+    np.minimum.at(dmin, pos, dur)
+    waited = dur > 1.5 * dmin[pos] + 20_000
+    c = np.cumsum(gap)
+    reset = np.zeros(n, np.bool_)
+    reset[0] = True
+    reset[1:] = waited[:-1]
+    start = np.maximum.accumulate(np.where(reset, np.arange(n), 0))
+    before = np.where(start > 0, c[np.maximum(start - 1, 0)], 0)
+    return (c - before).astype(np.int64)
+
+
+def _codes(col: Any) -> tuple[tuple[str, ...], np.ndarray]:
+    """A string column as (its distinct values, per row the index of its value)."""
+    arr = col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    if not pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_encode()
+    return tuple(arr.dictionary.to_pylist()), arr.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _op_codes(col: Any) -> np.ndarray:
+    """0 collective, 1 send, 2 recv."""
+    values, idx = _codes(col)
+    lut = np.array([1 if v == _SEND else 2 if v == _RECV else 0 for v in values] or [0])
+    return lut[idx]
+
+
+def _iteration_starts(src: Any, r: int) -> dict[int, int] | None:
+    """Per iteration, when rank ``r`` started it (from the job's iteration table), or None."""
+    job = getattr(src, "job", None)
+    if job is None or not hasattr(job, "iterations"):
+        return None
+    try:
+        t = job.iterations(r)
+    except Exception:  # noqa: BLE001 - an unusable iteration table falls back to the ops
+        return None
+    return dict(zip(t.column("iteration").to_pylist(), t.column("start_ns").to_pylist()))

@@ -1,0 +1,183 @@
+"""Who made whom wait: the merged per-rank summaries folded into per-instance and per-rank tables.
+
+From a :class:`~holmes.localize.persistent_rank.PersistentSummary` (every rank's operators in the
+window) :func:`fold` builds, visiting ranks in ascending order (so the result does not depend on how
+the summaries were merged):
+
+* per operator *instance* (a slot -- communicator, or P2P communicator + sender + receiver -- and a
+  ``seq``): its member count, its shortest copy (its duration, its rank, that rank's own work
+  before it, its iteration) and its second-shortest duration. The member that entered last waited
+  for no one: its copy lasted least; the others waited about ``second - shortest`` each;
+* **waiting caused** (ranks x iterations): each instance's last member is charged
+  ``(n - 1) * min(second - shortest, its own work since it last waited)`` (clock-free: every
+  duration and gap is measured on one rank's clock);
+* **own work** (ranks x iterations): the sum of each rank's compute gaps;
+* per slot and iteration the *transfer time* (the sum of its instances' shortest copies), its bytes
+  and its instance count, to compare communicators with their peers;
+* the replayable program (:class:`~holmes.localize.whatif.Program`) of the window.
+
+Examples
+--------
+>>> import holmes
+>>> from holmes.localize.persistent_rank import persistent_window, persistent_rank_summary, merge_summaries
+>>> job = holmes.read_job("fixtures/gpu16-clean")
+>>> win = persistent_window(job)
+>>> f = fold(merge_summaries(*[persistent_rank_summary(job, r, win) for r in range(16)]), job.communicators)
+>>> f.caused.shape == f.compute.shape == (16, len(win)), bool(f.caused.min() >= 0)
+(True, True)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numba
+import numpy as np
+
+from holmes.localize.persistent_rank import _RBITS, FIELDS, PersistentSummary
+from holmes.localize.whatif import Program
+
+__all__ = ["Folded", "fold"]
+
+log = logging.getLogger(__name__)
+
+_BIG = np.iinfo(np.int64).max
+_MASK = (1 << _RBITS) - 1
+
+
+@dataclass
+class Folded:
+    """The tables the persistent analysis works on (see the module docstring)."""
+
+    window: np.ndarray
+    caused: np.ndarray            # (W, T) waiting caused, ns
+    compute: np.ndarray           # (W, T) own work, ns
+    present: np.ndarray           # (W,) bool: rank summarized
+    slot_info: list[tuple]        # per slot ("c"|"p", kind, members | (sender, receiver), comm_id)
+    X: np.ndarray                 # (S, T) transfer time per slot and iteration
+    NB: np.ndarray                # (S,) bytes
+    CNT: np.ndarray               # (S,) instances
+    program: Program | None
+    inst_slot: np.ndarray         # per instance, its slot
+    inst_it: np.ndarray           # per instance, its window iteration
+    row_rank: np.ndarray          # per program row, its rank
+    row_it: np.ndarray            # per program row, its window iteration
+
+
+def fold(summary: PersistentSummary, communicators: Mapping[str, Any], *, program: bool = True) -> Folded:
+    """Fold a merged summary into the persistent analysis's tables (ranks in ascending order)."""
+    W, win = summary.world_size, summary.window
+    T = len(win)
+    ranks = summary.ranks
+    comm_ids = sorted({c for r in ranks for c in summary.per_rank[r].comms})
+    code = {c: i for i, c in enumerate(comm_ids)}
+    gkeys = []
+    for r in ranks:
+        s = summary.per_rank[r]
+        lut = np.array([code[c] for c in s.comms], np.int64)
+        gkeys.append((lut[s.keys >> 2 * _RBITS] << 2 * _RBITS) | (s.keys & ((1 << 2 * _RBITS) - 1)))
+    slot_keys = np.unique(np.concatenate(gkeys)) if gkeys else np.zeros(0, np.int64)
+    lens = np.zeros(W, np.int64)
+    for r in ranks:
+        lens[r] = len(summary.per_rank[r].ops["seq"])
+    rank_ptr = np.r_[0, np.cumsum(lens)].astype(np.int64)
+    n = int(rank_ptr[-1])
+    cols = {k: np.empty(n, dt) for k, dt in FIELDS.items()}
+    compute = np.zeros((W, T))
+    iter_ptr = np.zeros((W, T + 1), np.int64)
+    for r, gk in zip(ranks, gkeys):
+        s = summary.per_rank[r]
+        a, b = rank_ptr[r], rank_ptr[r + 1]
+        for k in FIELDS:
+            cols[k][a:b] = s.ops[k]
+        cols["slot"][a:b] = np.searchsorted(slot_keys, gk)[s.ops["slot"]]
+        compute[r] = s.compute
+        iter_ptr[r] = s.iter_ptr + a
+    for r in range(W):
+        if lens[r] == 0:
+            iter_ptr[r] = rank_ptr[r]
+    S = len(slot_keys)
+    row_rank = np.repeat(np.arange(W, dtype=np.int32), lens)
+    smin = np.full(S, _BIG, np.int64)
+    smax = np.full(S, -1, np.int64)
+    _seq_range(cols["slot"], cols["seq"], smin, smax)
+    size = np.where(smax >= 0, smax - smin + 1, 0)
+    base = np.r_[0, np.cumsum(size)].astype(np.int64)
+    inst = base[cols["slot"]] + cols["seq"] - smin[cols["slot"]]
+    n_inst = int(base[-1])
+    cnt = np.zeros(n_inst, np.int64)
+    d1 = np.full(n_inst, _BIG, np.int64)
+    d2 = np.full(n_inst, _BIG, np.int64)
+    r1 = np.full(n_inst, -1, np.int64)
+    g1 = np.zeros(n_inst, np.int64)
+    it1 = np.full(n_inst, -1, np.int64)
+    nb = np.zeros(n_inst, np.int64)
+    _fold(inst, row_rank, cols["dur"], cols["own"], cols["widx"], cols["nbytes"], cnt, d1, d2, r1, g1, it1, nb)
+    inst_slot = np.repeat(np.arange(S, dtype=np.int64), size)
+    # waiting caused: the last member of each instance, (n - 1) x its own work up to the others' wait
+    ok = (cnt >= 2) & (d2 < _BIG) & (r1 >= 0) & (it1 >= 0)
+    own = np.minimum(d2[ok] - d1[ok], g1[ok]).clip(0).astype(np.float64)
+    caused = np.bincount(r1[ok] * T + it1[ok], weights=(cnt[ok] - 1) * own, minlength=W * T).reshape(W, T)
+    # transfer time per slot and iteration: the instances' shortest copies (of instances every member
+    # logged: with a member's log missing, the shortest copy may be a wait)
+    info = [_slot_info(int(k), comm_ids, communicators) for k in slot_keys.tolist()]
+    expected = np.array([len(i[2]) for i in info], np.int64)
+    has = cnt > 0
+    full = has & (cnt >= expected[inst_slot])
+    x = np.where(has & (d1 < _BIG), d1, 0).astype(np.float64)
+    inst_it = np.where(it1 >= 0, it1, 0)
+    X = np.bincount(inst_slot[full] * T + inst_it[full], weights=x[full], minlength=S * T).reshape(S, T) \
+        if T else np.zeros((S, 0))
+    NB = np.bincount(inst_slot[has], weights=nb[has].astype(np.float64), minlength=S)
+    CNT = np.bincount(inst_slot[has], minlength=S).astype(np.float64)
+    prog = None
+    if program:
+        prog = Program(rank_ptr, iter_ptr, inst, cols["gap"], cols["new_batch"], x, cnt)
+    present = lens > 0
+    log.info("persistent: %d ranks folded, %d operators, %d instances, %d slots", len(ranks), n, n_inst, S)
+    return Folded(win, caused, compute, present, info, X, NB, CNT, prog, inst_slot, inst_it, row_rank,
+                  cols["widx"])
+
+
+def _slot_info(k: int, comm_ids: list[str], communicators: Mapping[str, Any]) -> tuple:
+    cid = comm_ids[k >> 2 * _RBITS]
+    snd, rcv = ((k >> _RBITS) & _MASK) - 1, (k & _MASK) - 1
+    c = communicators.get(cid)
+    kind = getattr(c, "kind", "other") if c is not None else "other"
+    if snd < 0:
+        members = tuple(int(r) for r in c.ranks) if c is not None else ()
+        return ("c", kind, members, cid)
+    return ("p", kind, (snd, rcv), cid)
+
+
+@numba.njit(cache=True, nogil=True)
+def _seq_range(slot, seq, smin, smax):  # pragma: no cover - compiled
+    for j in range(len(slot)):
+        s = slot[j]
+        if seq[j] < smin[s]:
+            smin[s] = seq[j]
+        if seq[j] > smax[s]:
+            smax[s] = seq[j]
+
+
+@numba.njit(cache=True, nogil=True)
+def _fold(inst, rank, dur, own, widx, nbytes, cnt, d1, d2, r1, g1, it1, nb):  # pragma: no cover - compiled
+    # rows in ascending rank order: on equal durations the lower rank stays the shortest copy
+    for j in range(len(inst)):
+        i = inst[j]
+        cnt[i] += 1
+        d = dur[j]
+        if d < d1[i]:
+            d2[i] = d1[i]
+            d1[i] = d
+            r1[i] = rank[j]
+            g1[i] = own[j]
+        elif d < d2[i]:
+            d2[i] = d
+        if it1[i] < 0:
+            it1[i] = widx[j]
+        if nbytes[j] > nb[i]:
+            nb[i] = nbytes[j]
