@@ -11,7 +11,10 @@ per communicator, ``op_index`` per iteration, as ``DESIGN.md`` defines them), ke
 communicators it saw; :func:`holmes.logger.finalize_job` merges those into ``job.json``.
 
 Files are written under a temporary name and renamed on :meth:`CommOpsRecorder.close`, so a job
-directory never holds a truncated parquet file under its final name.
+directory never holds a truncated parquet file under its final name. With ``parts_every=N`` and/or
+``parts_interval=T`` the log is written *live* instead: ``JOB/ranks/rank-XXXXX/part-NNNNNN.parquet``,
+a part closed and renamed into place at the first step mark after every ``N`` iterations or ``T``
+seconds (:mod:`holmes.io.parts`), so a watcher (:mod:`holmes.watch`) reads the job while it runs.
 
 Examples
 --------
@@ -44,6 +47,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from holmes.errors import ConfigError
+from holmes.io.parts import ITERATION_KEYS, part_filename, rank_parts_dirname
 from holmes.io.schema import ITERATIONS_SCHEMA, OP_NAMES, OPS_SCHEMA, P2P_OPS
 
 __all__ = ["CommOpsRecorder", "PendingOp", "COMMS_DIR"]
@@ -100,6 +104,12 @@ class CommOpsRecorder:
         Replace this rank's log left by an earlier run in ``out_dir``. Without it, an existing
         log of this rank, or a finalized ``job.json``, is refused (a :class:`ConfigError`): the
         new run's ranks would otherwise mix with the old run's.
+    parts_every : int, optional
+        Live mode: write the log in parts, a part closed at the first step mark after this many
+        iterations (``ranks/rank-XXXXX/part-NNNNNN.parquet``, each renamed into place when
+        complete; the communicator sidecar is refreshed with each part).
+    parts_interval : float, optional
+        Live mode: ... or after this many seconds (whichever comes first with ``parts_every``).
 
     Notes
     -----
@@ -107,13 +117,26 @@ class CommOpsRecorder:
     """
 
     def __init__(self, out_dir: str | os.PathLike[str], rank: int, *, world_size: int | None = None,
-                 flush_every: int = 8192, start_iteration: int = 0, overwrite: bool = False) -> None:
+                 flush_every: int = 8192, start_iteration: int = 0, overwrite: bool = False,
+                 parts_every: int | None = None, parts_interval: float | None = None) -> None:
         if int(rank) < 0:
             raise ConfigError(f"rank must be >= 0, got {rank}")
         if int(flush_every) < 1:
             raise ConfigError(f"flush_every must be >= 1, got {flush_every}")
         if world_size is not None and not 0 <= int(rank) < int(world_size):
             raise ConfigError(f"rank {rank} is outside world_size {world_size}")
+        if parts_every is not None and int(parts_every) < 1:
+            raise ConfigError(f"parts_every must be >= 1 iteration, got {parts_every}")
+        if parts_interval is not None and not float(parts_interval) > 0:
+            raise ConfigError(f"parts_interval must be > 0 seconds, got {parts_interval}")
+        self.parts_every = None if parts_every is None else int(parts_every)
+        self.parts_interval = None if parts_interval is None else float(parts_interval)
+        self.live = self.parts_every is not None or self.parts_interval is not None
+        self.parts_written = 0
+        self._part_iters = 0
+        self._part_t0 = time.monotonic()
+        self._part_range: list[int] = []
+        self._side_written: str | None = None
         self.out_dir = Path(out_dir)
         self.rank = int(rank)
         self.world_size = None if world_size is None else int(world_size)
@@ -152,11 +175,17 @@ class CommOpsRecorder:
         self.ops_path = self.out_dir / "ranks" / f"{name}.parquet"
         self.iterations_path = self.out_dir / "iterations" / f"{name}.parquet"
         self.comms_path = self.out_dir / COMMS_DIR / f"{name}.json"
+        self.parts_dir = self.out_dir / "ranks" / rank_parts_dirname(self.rank)
         if not overwrite:
-            for old in (self.ops_path, self.out_dir / "job.json"):
+            for old in (self.ops_path, self.parts_dir, self.out_dir / "job.json"):
                 if old.exists():
                     raise ConfigError(f"{old}: exists (left by an earlier run?); record into a new directory or "
                                       "pass overwrite=True")
+        if self.live:
+            if overwrite and self.parts_dir.is_dir():
+                for old_part in self.parts_dir.glob("part-*.parquet"):
+                    old_part.unlink()
+            self.parts_dir.mkdir(exist_ok=True)
         self._tmp_ops = self.ops_path.with_name(f".{name}.parquet.partial")
         self._tmp_iters = self.iterations_path.with_name(f".{name}.parquet.partial")
 
@@ -211,13 +240,67 @@ class CommOpsRecorder:
                 if self._iter_ops:
                     start = self._iter_start if self._iter_start is not None else self._first_start
                     self._iters.append((self._cur_iter, int(start), now))
+                self._part_iters += 1
             else:  # nothing open yet: the first mark just names the iteration
                 new = self._cur_iter if iteration is None else int(iteration)
             self._cur_iter = new
             self._cur_index = 0
             self._iter_start = now
             self._iter_ops = 0
+            if self.live and self._part_due():
+                self._cut_part_locked()
         return new
+
+    # ------------------------------------------------------------------ live parts
+
+    def _part_due(self) -> bool:
+        if self.parts_every is not None and self._part_iters >= self.parts_every:
+            return True
+        return self.parts_interval is not None and time.monotonic() - self._part_t0 >= self.parts_interval
+
+    def _ops_tmp(self) -> Path:
+        """Where rows go now: the rank file's temporary, or the current part's in live mode."""
+        if self.live:
+            return self.parts_dir / f".{part_filename(self.parts_written)}.partial"
+        return self._tmp_ops
+
+    def _cut_part_locked(self) -> None:
+        """Flush the finished rows, close the current part and rename it into place (caller holds the lock)."""
+        self._flush_locked(final=False)
+        self._close_part_locked()
+        self._part_iters = 0
+        self._part_t0 = time.monotonic()
+
+    def _close_part_locked(self) -> Path | None:
+        if self._writer is None:
+            return None
+        if self._part_range:
+            self._writer.add_key_value_metadata({ITERATION_KEYS[0].decode(): str(min(self._part_range)),
+                                                 ITERATION_KEYS[1].decode(): str(max(self._part_range))})
+        self._writer.close()
+        self._writer = None
+        final = self.parts_dir / part_filename(self.parts_written)
+        os.replace(self._ops_tmp(), final)
+        self.parts_written += 1
+        self._part_range = []
+        self._write_sidecar(live=True)
+        log.debug("rank %d: part %s written", self.rank, final)
+        return final
+
+    def _write_sidecar(self, live: bool = False, dump: dict[str, Any] | None = None) -> None:
+        side: dict[str, Any] = {"rank": self.rank, "world_size": self.world_size, "rows": self.rows_written,
+                                "communicators": self._comm_info}
+        if live:
+            side["live"] = True
+        if dump is not None:
+            side["dump"] = dump
+        text = json.dumps(side, sort_keys=True)
+        if live and text == self._side_written:
+            return
+        tmp = self.comms_path.with_name(f".{self.comms_path.name}.partial")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, self.comms_path)
+        self._side_written = text
 
     # ------------------------------------------------------------------ recording
 
@@ -361,7 +444,10 @@ class CommOpsRecorder:
         ]
         table = pa.Table.from_arrays(cols, schema=OPS_SCHEMA)
         if self._writer is None:
-            self._writer = pq.ParquetWriter(self._tmp_ops, OPS_SCHEMA)
+            self._writer = pq.ParquetWriter(self._ops_tmp(), OPS_SCHEMA)
+        if self.live:
+            its = self._iteration[idx]
+            self._part_range += [int(its.min()), int(its.max())]
         self._writer.write_table(table)
         self.rows_written += table.num_rows
 
@@ -373,6 +459,25 @@ class CommOpsRecorder:
             self._iter_writer = pq.ParquetWriter(self._tmp_iters, ITERATIONS_SCHEMA)
         self._iter_writer.write_table(t)
         self._iters.clear()
+
+    def _finish_ops_file_locked(self) -> None:
+        """Close the rank file (or, live, the current part) and rename it into place; a rank without
+        any operator gets an empty but valid file (part)."""
+        if self.live and self._writer is None and self.parts_written:
+            return
+        if self._writer is None:
+            self._writer = pq.ParquetWriter(self._ops_tmp(), OPS_SCHEMA)
+            self._writer.write_table(OPS_SCHEMA.empty_table())
+        if self.live:
+            self._close_part_locked()
+            return
+        self._writer.close()
+        os.replace(self._tmp_ops, self.ops_path)
+
+    @property
+    def log_path(self) -> Path:
+        """The rank's log: the file, or the parts directory in live mode."""
+        return self.parts_dir if self.live else self.ops_path
 
     def flush(self) -> None:
         """Append every finished buffered row to the rank file (still-running rows stay buffered)."""
@@ -406,15 +511,11 @@ class CommOpsRecorder:
         at = time.time_ns() if at_ns is None else int(at_ns)
         with self._lock:
             if self.closed:
-                return self.ops_path
+                return self.log_path
             self._iter_ops = 0  # the current iteration never ended: no boundary for it
             self._flush_locked(final=False)  # finished rows out; running ones compacted to the front
             n = self._n
-            if self._writer is None:
-                self._writer = pq.ParquetWriter(self._tmp_ops, OPS_SCHEMA)
-                self._writer.write_table(OPS_SCHEMA.empty_table())
-            self._writer.close()
-            os.replace(self._tmp_ops, self.ops_path)  # what is complete is readable from here on
+            self._finish_ops_file_locked()  # what is complete is readable from here on
             if self._iter_writer is not None:
                 self._iter_writer.close()
                 os.replace(self._tmp_iters, self.iterations_path)
@@ -430,22 +531,26 @@ class CommOpsRecorder:
                     "peer": pa.array(peer, mask=peer < 0, type=pa.int32()), "nbytes": pa.array(self._nbytes[idx]),
                     "start_ns": pa.array(self._start[idx]), "end_ns": pa.nulls(n, pa.int64()),
                     "state": pa.array(["started"] * n, type=pa.string())})
-                done = pq.read_table(self.ops_path)
-                done = done.append_column("state", pa.array(["completed"] * done.num_rows, type=pa.string()))
-                both = pa.concat_tables([done.cast(running.schema), running])
-                tmp = self.ops_path.with_name(f".{self.ops_path.name}.dump")
-                pq.write_table(both, tmp)
-                os.replace(tmp, self.ops_path)
-            side = {"rank": self.rank, "world_size": self.world_size, "rows": self.rows_written + n,
-                    "communicators": self._comm_info,
-                    "dump": {"reason": reason, "at_ns": at, **({"detail": str(detail)[:500]} if detail else {})}}
-            tmp = self.comms_path.with_name(f".{self.comms_path.name}.partial")
-            tmp.write_text(json.dumps(side, sort_keys=True), encoding="utf-8")
-            os.replace(tmp, self.comms_path)
+                if self.live:  # the running ops are the last part (readers fill 'completed' in the others)
+                    final = self.parts_dir / part_filename(self.parts_written)
+                    tmp = self.parts_dir / f".{final.name}.partial"
+                    pq.write_table(running, tmp)
+                    os.replace(tmp, final)
+                    self.parts_written += 1
+                else:
+                    done = pq.read_table(self.ops_path)
+                    done = done.append_column("state", pa.array(["completed"] * done.num_rows, type=pa.string()))
+                    both = pa.concat_tables([done.cast(running.schema), running])
+                    tmp = self.ops_path.with_name(f".{self.ops_path.name}.dump")
+                    pq.write_table(both, tmp)
+                    os.replace(tmp, self.ops_path)
+            self.rows_written += n
+            self._write_sidecar(dump={"reason": reason, "at_ns": at, **({"detail": str(detail)[:500]} if detail else {})})
+            self.rows_written -= n
             self.closed = True
             log.warning("rank %d: dumped (%s) %d finished and %d running operator(s) to %s",
-                        self.rank, reason, self.rows_written, n, self.ops_path)
-        return self.ops_path
+                        self.rank, reason, self.rows_written, n, self.log_path)
+        return self.log_path
 
     def close(self, *, end_iteration: bool = True) -> Path:
         """Flush everything, close the files, rename them into place and write the sidecar.
@@ -455,25 +560,17 @@ class CommOpsRecorder:
         """
         with self._lock:
             if self.closed:
-                return self.ops_path
+                return self.log_path
             if end_iteration and self._iter_ops:
                 start = self._iter_start if self._iter_start is not None else self._first_start
                 self._iters.append((self._cur_iter, int(start), time.time_ns()))
                 self._iter_ops = 0
             self._flush_locked(final=True)
-            if self._writer is None:  # no operator at all: an empty but valid file
-                self._writer = pq.ParquetWriter(self._tmp_ops, OPS_SCHEMA)
-                self._writer.write_table(OPS_SCHEMA.empty_table())
-            self._writer.close()
-            os.replace(self._tmp_ops, self.ops_path)
+            self._finish_ops_file_locked()
             if self._iter_writer is not None:
                 self._iter_writer.close()
                 os.replace(self._tmp_iters, self.iterations_path)
-            side = {"rank": self.rank, "world_size": self.world_size, "rows": self.rows_written,
-                    "communicators": self._comm_info}
-            tmp = self.comms_path.with_name(f".{self.comms_path.name}.partial")
-            tmp.write_text(json.dumps(side, sort_keys=True), encoding="utf-8")
-            os.replace(tmp, self.comms_path)
+            self._write_sidecar()
             self.closed = True
-            log.info("rank %d: wrote %d operators to %s", self.rank, self.rows_written, self.ops_path)
-        return self.ops_path
+            log.info("rank %d: wrote %d operators to %s", self.rank, self.rows_written, self.log_path)
+        return self.log_path

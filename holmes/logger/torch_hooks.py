@@ -145,6 +145,11 @@ class CommOpsLogger:
         description (``group_desc``, Megatron names understood) or is ``"other"``.
     start_iteration : int, default 0
         Iteration number of operators issued before the first :meth:`step`.
+    parts_every, parts_interval : int, float, optional
+        Live mode: write the log in parts (``ranks/rank-XXXXX/part-NNNNNN.parquet``), one closed at
+        the first step mark after every ``parts_every`` iterations or ``parts_interval`` seconds,
+        so ``holmes watch`` follows the job while it trains (see
+        :class:`~holmes.logger.CommOpsRecorder`).
 
     Examples
     --------
@@ -156,7 +161,8 @@ class CommOpsLogger:
 
     def __init__(self, out_dir: str | os.PathLike[str], rank: int | None = None, world_size: int | None = None, *,
                  flush_every: int = 8192, layout: Any = None,
-                 groups: Mapping[str, Iterable[Any]] | None = None, start_iteration: int = 0) -> None:
+                 groups: Mapping[str, Iterable[Any]] | None = None, start_iteration: int = 0,
+                 parts_every: int | None = None, parts_interval: float | None = None) -> None:
         self.out_dir = Path(out_dir)
         self._rank = None if rank is None else int(rank)
         self._world_size = None if world_size is None else int(world_size)
@@ -164,6 +170,8 @@ class CommOpsLogger:
         self.layout = layout
         self.groups = dict(groups) if groups else {}
         self.start_iteration = int(start_iteration)
+        self.parts_every = parts_every
+        self.parts_interval = parts_interval
         self._rec: CommOpsRecorder | None = None
         self._saved: dict[str, Any] = {}
         self._saved_p2pop_init: Any = None
@@ -190,7 +198,8 @@ class CommOpsLogger:
                 raise ConfigError("CommOpsLogger: rank unknown; initialize torch.distributed first or pass rank=")
             self._rank, self._world_size = rank, ws
             self._rec = CommOpsRecorder(self.out_dir, rank, world_size=ws, flush_every=self.flush_every,
-                                        start_iteration=self.start_iteration)
+                                        start_iteration=self.start_iteration, parts_every=self.parts_every,
+                                        parts_interval=self.parts_interval)
         return self._rec
 
     @property
