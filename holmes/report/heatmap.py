@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -213,7 +214,8 @@ def slowness_map(job: Any, *, iterations: Any = None, layout: Any = None, focus:
     ranks = np.array(got, dtype=np.int64)
     stage = stage_by_rank[ranks] if len(ranks) else np.zeros(0, dtype=np.int64)
     values = np.full_like(comp, np.nan)
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns (an iteration nobody logged)
         for s in np.unique(stage):
             m = stage == s
             peers = comp[m] if m.sum() >= 3 else comp
