@@ -71,6 +71,9 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, metavar="FILE.parquet",
                    help="output parquet file (never inside JOB; an existing file needs --overwrite)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="run on a Dask cluster (tcp://host:8786; needs holmes[dask]): the workers read the rank "
+                        "files from JOB's path and the scored ranks are written as they come; same output")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -90,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
     ranks = parse_ranks(args.ranks, job.world_size)
     if ranks is None:
         ranks = job.available_ranks()
+    if args.scheduler:
+        return _run_distributed(args, job, det, ranks, inputs)
     # cross-rank evidence from every available rank (one streaming pass), then score the chosen ranks
     context = JobContext.from_job(job) if det.uses_context() else None
     tables = []
@@ -110,4 +115,23 @@ def run(args: argparse.Namespace) -> int:
     for msg in job.consistency.assumptions():  # what the consistency pass excluded or repaired
         sys.stderr.write(f"holmes detect: warning: {msg}\n")
     sys.stderr.write(f"holmes detect: {out.num_rows} ops of {len(ranks)} rank(s), {n_flag} flagged -> {dest}\n")
+    return 0
+
+
+def _run_distributed(args: argparse.Namespace, job, det, ranks: list[int], inputs: list[str]) -> int:
+    """``--scheduler``: the context and the scores computed on the Dask workers, written as they come."""
+    from holmes.detect.fulljob import score_job, write_scores
+    from holmes.io.outputs import atomic_file
+
+    if not ranks:
+        raise ConfigError(f"{args.job}: no rank to score")
+    dest = Path(args.out)
+    scores = score_job(job, det, ranks=ranks, scheduler=args.scheduler)
+    with atomic_file(dest, inputs=inputs, overwrite=args.overwrite) as tmp:
+        write_scores(scores, tmp)
+    for msg in scores.assumptions:  # what the consistency pass excluded or repaired, on the workers
+        sys.stderr.write(f"holmes detect: warning: {msg}\n")
+    if not getattr(args, "quiet", False):
+        sys.stderr.write(f"holmes detect: {scores.n_ops} ops of {len(ranks)} rank(s), {scores.n_flagged} flagged "
+                         f"-> {dest}\n")
     return 0

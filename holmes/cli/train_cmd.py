@@ -27,6 +27,9 @@ def add_parser(p: argparse.ArgumentParser) -> None:
                         "a mix (default; the model then serves holmes detect and lone rank tables)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--overwrite", action="store_true", help="replace an existing MODEL.json / MODEL.npz")
+    p.add_argument("--scheduler", metavar="ADDRESS",
+                   help="read the jobs and compute the training rows on a Dask cluster (tcp://host:8786; needs "
+                        "holmes[dask]; the workers read the jobs from their paths); the same model as without it")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -45,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--out {args.out}: is a directory; give a model path such as DIR/NAME")
     for path in model_paths(args.out):
         check_output(path, inputs=args.jobs, overwrite=args.overwrite, kind="file")
-    X, y, _ = jobs_dataset(args.jobs, max_ranks=args.max_ranks, seed=args.seed, context=args.context)
+    X, y, _ = jobs_dataset(args.jobs, max_ranks=args.max_ranks, seed=args.seed, context=args.context,
+                           scheduler=args.scheduler)
     if X.shape[0] == 0:
         raise ConfigError("the jobs hold no operators")
     det = OperatorDetector(n_estimators=args.n_estimators, criterion=args.criterion, max_depth=args.max_depth,

@@ -13,7 +13,9 @@ Public pieces:
 * :class:`ReconstructionDetector` (label-free, learns the job's own regular iterations: RUAD's
   idea), :class:`RobustDetector` (no model), :class:`LabelDetector` (ground truth, for evaluation), the
   :class:`Detector` protocol and :func:`resolve_detector` (a detector from a name or a model path);
-* :class:`DriftMonitor`, :class:`AutoTuner` -- drift auto-tuning by shifting split thresholds.
+* :class:`DriftMonitor`, :class:`AutoTuner` -- drift auto-tuning by shifting split thresholds;
+* :func:`job_context`, :func:`score_job`, :func:`write_scores` -- full-job detection (what
+  ``holmes detect`` does), in process or on a Dask cluster (``scheduler=``, :mod:`holmes.parallel`).
 
 The paper's baselines (3-sigma, KNN, SVM) are evaluation code: :mod:`holmes.eval.detect_baselines`.
 """
@@ -30,6 +32,7 @@ from holmes.detect.monitor import (DEFAULT_DELTA, IrregularityRule, IterationMon
                                    irregular_iterations, irregular_mask)
 from holmes.detect.simple import Detector, LabelDetector, RobustDetector, resolve_detector
 from holmes.detect.training import job_dataset, jobs_dataset, rank_dataset
+from holmes.detect.fulljob import JobScores, job_context, score_job, write_scores
 
 __all__ = [
     "DEFAULT_DELTA", "IrregularityRule", "irregular_mask", "IterationMonitor", "irregular_iterations",
@@ -39,4 +42,5 @@ __all__ = [
     "Detector", "LabelDetector", "RobustDetector", "ReconstructionDetector", "resolve_detector",
     "DriftMonitor", "AutoTuner", "RetuneRecord",
     "rank_dataset", "job_dataset", "jobs_dataset",
+    "job_context", "score_job", "write_scores", "JobScores",
 ]

@@ -37,6 +37,13 @@ rows; :func:`holmes.detect.operator_features` appends them to the per-rank featu
 context (one rank on its own) the same features are computed from that rank alone, and
 ``job_ranks`` tells the detector how much evidence there was.
 
+A context is a *mergeable summary*: :meth:`JobContext.merge` adds another context's ranks, so a
+job's context can be built as a tree (one context per group of ranks, on the machines that hold
+their logs, then merged; :func:`holmes.detect.job_context` with a Dask scheduler). Its sums are
+exact: each log-slowness enters as a fixed-point integer (``2**-32`` units), so the merged context
+is bit for bit the same whatever the grouping and order of the merges (floating-point sums would
+depend on them).
+
 Examples
 --------
 >>> from holmes.io.schema import ops_table
@@ -53,6 +60,9 @@ Examples
 0.336
 >>> int(F[2, CONTEXT_FEATURE_NAMES.index("inst_members")])
 2
+>>> both = JobContext.from_tables([rank(0, 2)]).merge(JobContext.from_tables([rank(1, 2)]))
+>>> both.n_ranks, bool((both.features(rank(0, 2)) == F).all())   # merged: the same, bit for bit
+(2, True)
 """
 
 from __future__ import annotations
@@ -94,6 +104,22 @@ CONTEXT_FEATURE_NAMES: tuple[str, ...] = (
 
 _NEEDED = ("rank", "iteration", "op_index", "comm_id", "seq", "op", "peer", "start_ns", "end_ns")
 _LR_CLIP = 9.0  # |log-slowness| bound (a factor of ~8000) so one broken row cannot dominate a mean
+# fixed-point unit of the sums: exact (hence associative) integer sums; a key holds up to
+# 2**63 / (9 * 2**32) ~ 2.4e8 contributions before overflowing
+_SCALE = float(2 ** 32)
+
+
+def _fixed(x: np.ndarray) -> np.ndarray:
+    """Values in fixed-point units (int64)."""
+    return np.rint(np.asarray(x, dtype=np.float64) * _SCALE).astype(np.int64)
+
+
+def _group_sum(inv: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Exact int64 sums of ``values`` per group ``inv`` (0..n-1)."""
+    out = np.zeros(n, dtype=np.int64)
+    if values.size:
+        np.add.at(out, inv, values)
+    return out
 
 
 class _RankView:
@@ -191,25 +217,42 @@ class _Instances:
         uniq, inv, w, comms = v.streams()
         gid = _global_ids(self.ids, [(comms[u // (w * w)], u // w % w - 1, u % w - 1) for u in uniq.tolist()], create)
         while len(self.sums) < len(self.ids):
-            self.sums.append(np.zeros(0))
+            self.sums.append(np.zeros(0, np.int64))
             self.counts.append(np.zeros(0, dtype=np.int32))
         return gid[inv]
 
     def add(self, sid: np.ndarray, seq: np.ndarray, lr: np.ndarray) -> None:
+        """Add fixed-point log-slowness ``lr`` (int64) at each row's stream and ``seq``."""
         for g, rows in _runs(sid):
             rows = rows[seq[rows] >= 0]  # a negative seq (malformed log) names no instance
             if rows.size == 0:
                 continue
             q = seq[rows]
             need = int(q.max()) + 1
-            if need > self.sums[g].size:
-                grow = max(need, 2 * self.sums[g].size)
-                self.sums[g] = np.concatenate([self.sums[g], np.zeros(grow - self.sums[g].size)])
-                self.counts[g] = np.concatenate([self.counts[g], np.zeros(grow - self.counts[g].size, np.int32)])
+            self._grow(g, need)
             np.add.at(self.sums[g], q, lr[rows])
             np.add.at(self.counts[g], q, 1)
 
+    def _grow(self, g: int, need: int) -> None:
+        if need > self.sums[g].size:
+            grow = max(need, 2 * self.sums[g].size)
+            self.sums[g] = np.concatenate([self.sums[g], np.zeros(grow - self.sums[g].size, np.int64)])
+            self.counts[g] = np.concatenate([self.counts[g], np.zeros(grow - self.counts[g].size, np.int32)])
+
+    def merge(self, other: "_Instances") -> None:
+        """Add ``other``'s sums and counts (exact)."""
+        for key, h in other.ids.items():
+            g = self.ids.setdefault(key, len(self.ids))
+            if g == len(self.sums):
+                self.sums.append(np.zeros(0, np.int64))
+                self.counts.append(np.zeros(0, np.int32))
+            n = int(np.flatnonzero(other.counts[h])[-1]) + 1 if other.counts[h].any() else 0
+            self._grow(g, n)
+            self.sums[g][:n] += other.sums[h][:n]
+            self.counts[g][:n] += other.counts[h][:n]
+
     def lookup(self, sid: np.ndarray, seq: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per row, the fixed-point sum (as float64) and the count of its instance."""
         s = np.zeros(sid.size)
         c = np.zeros(sid.size, dtype=np.int64)
         for g, rows in _runs(sid):
@@ -249,21 +292,42 @@ class _CommIterations:
         return np.where(g >= 0, (g << 32) + (v.it & 0xFFFFFFFF), -1)
 
     def add(self, keys: np.ndarray, lr: np.ndarray) -> None:
+        """Add fixed-point log-slowness ``lr`` (int64) at each row's key."""
         u, inv = np.unique(keys, return_inverse=True)
-        self._chunks.append((u, np.bincount(inv, lr, minlength=u.size),
-                             np.bincount(inv, minlength=u.size).astype(np.int64)))
-        self._pending += u.size
+        inv = inv.reshape(-1)
+        self._append((u, _group_sum(inv, lr, u.size), np.bincount(inv, minlength=u.size).astype(np.int64)))
+
+    def _append(self, chunk: tuple[np.ndarray, np.ndarray, np.ndarray]) -> None:
+        self._chunks.append(chunk)
+        self._pending += chunk[0].size
         self._stats = None
         if self._pending > self._MERGE_AT:
             self._merge()
+
+    def merge(self, other: "_CommIterations") -> None:
+        """Add ``other``'s sums and counts (exact; its group ids renumbered into this store's)."""
+        if not other.ids:
+            return
+        remap = np.zeros(max(other.ids.values()) + 1, dtype=np.int64)
+        for key, h in other.ids.items():
+            remap[h] = self.ids.setdefault(key, len(self.ids))
+        for k, s, c in other._chunks:
+            self._append(((remap[k >> 32] << 32) + (k & 0xFFFFFFFF), s, c))
+
+    def __getstate__(self) -> dict[str, Any]:
+        self._merge()  # one chunk of sums (exact: the same sums either way), no derived statistics
+        state = dict(self.__dict__)
+        state["_stats"] = None
+        return state
 
     def _merge(self) -> None:
         if len(self._chunks) > 1:
             k = np.concatenate([c[0] for c in self._chunks])
             u, inv = np.unique(k, return_inverse=True)
-            s = np.bincount(inv, np.concatenate([c[1] for c in self._chunks]), minlength=u.size)
-            c = np.bincount(inv, np.concatenate([c[2] for c in self._chunks]), minlength=u.size)
-            self._chunks = [(u, s, c.astype(np.int64))]
+            inv = inv.reshape(-1)
+            s = _group_sum(inv, np.concatenate([c[1] for c in self._chunks]), u.size)
+            c = _group_sum(inv, np.concatenate([c[2] for c in self._chunks]), u.size)
+            self._chunks = [(u, s, c)]
         self._pending = self._chunks[0][0].size if self._chunks else 0
 
     def stats(self) -> tuple[np.ndarray, ...]:
@@ -276,7 +340,7 @@ class _CommIterations:
                 self._stats = (np.zeros(0, np.int64),) + tuple(np.zeros(0) for _ in range(4))
                 return self._stats
             keys, s, c = self._chunks[0]
-            mean = s / np.maximum(c, 1)
+            mean = s / np.maximum(c, 1) / _SCALE
             grp = keys >> 32  # keys are sorted, so each group's iterations are contiguous
             bounds = np.r_[0, np.flatnonzero(grp[1:] != grp[:-1]) + 1, keys.size].astype(np.int64)
             med, mad, low, healthy = _levels(mean, bounds)
@@ -338,7 +402,7 @@ class JobContext:
     def __init__(self) -> None:
         self.n_ranks = 0
         self._it = np.zeros(0, dtype=np.int64)      # sorted iteration numbers seen
-        self._it_sum = np.zeros(0)                  # sum over ranks of the rank's mean lr in the iteration
+        self._it_sum = np.zeros(0, dtype=np.int64)  # sum over ranks of the rank's mean lr in the iteration (fixed point)
         self._it_cnt = np.zeros(0, dtype=np.int64)  # ranks that logged the iteration
         self._inst = _Instances()
         self._comm_it = _CommIterations()
@@ -357,20 +421,54 @@ class JobContext:
         lr = v.log_slowness()
         u, inv = np.unique(v.it, return_inverse=True)
         mean = np.bincount(inv, lr, minlength=u.size) / np.bincount(inv, minlength=u.size)
+        self._add_iterations(u, _fixed(mean), np.ones(u.size, dtype=np.int64))
+        q = _fixed(lr)
+        self._inst.add(self._inst.stream_ids(v), v.seq, q)
+        self._comm_it.add(self._comm_it.keys(v), q)
+        return self
+
+    def _add_iterations(self, u: np.ndarray, s: np.ndarray, c: np.ndarray) -> None:
         if not np.isin(u, self._it).all():
             merged = np.union1d(self._it, u)
-            s = np.zeros(merged.size)
-            c = np.zeros(merged.size, dtype=np.int64)
+            ms = np.zeros(merged.size, dtype=np.int64)
+            mc = np.zeros(merged.size, dtype=np.int64)
             pos = np.searchsorted(merged, self._it)
-            s[pos] = self._it_sum
-            c[pos] = self._it_cnt
-            self._it, self._it_sum, self._it_cnt = merged, s, c
+            ms[pos] = self._it_sum
+            mc[pos] = self._it_cnt
+            self._it, self._it_sum, self._it_cnt = merged, ms, mc
         pos = np.searchsorted(self._it, u)
-        self._it_sum[pos] += mean
-        self._it_cnt[pos] += 1
-        self._inst.add(self._inst.stream_ids(v), v.seq, lr)
-        self._comm_it.add(self._comm_it.keys(v), lr)
+        self._it_sum[pos] += s
+        self._it_cnt[pos] += c
+
+    def merge(self, other: "JobContext") -> "JobContext":
+        """Add the ranks of ``other`` (a context of other ranks of the same job) to this one; returns self.
+
+        Exact: merging contexts in any grouping and order gives the context of all their ranks
+        added one by one, bit for bit (the reduce of a distributed build).
+        """
+        if not isinstance(other, JobContext):
+            raise TypeError(f"JobContext.merge takes a JobContext, not {type(other).__name__}")
+        self.n_ranks += other.n_ranks
+        self._stats = None
+        if other._it.size:
+            self._add_iterations(other._it, other._it_sum, other._it_cnt)
+        self._inst.merge(other._inst)
+        self._comm_it.merge(other._comm_it)
         return self
+
+    @classmethod
+    def merged(cls, contexts: Iterable["JobContext"]) -> "JobContext":
+        """One context holding the ranks of all ``contexts`` (none is modified)."""
+        out = cls()
+        for c in contexts:
+            out.merge(c)
+        return out
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the derived statistics are recomputed where needed: a pickled context (sent to a worker) carries sums only
+        state = dict(self.__dict__)
+        state["_stats"] = None
+        return state
 
     @classmethod
     def from_tables(cls, tables: Iterable[pa.Table]) -> "JobContext":
@@ -393,7 +491,7 @@ class JobContext:
     def _iteration_stats(self) -> tuple[np.ndarray, float, float, float, float]:
         """``(per-iteration mean, median, spread, 10th percentile, healthy spread)`` over the iterations seen."""
         if self._stats is None:
-            m = self._it_sum / np.maximum(self._it_cnt, 1)
+            m = self._it_sum / np.maximum(self._it_cnt, 1) / _SCALE
             med, mad, low, healthy = (float(a[0]) if m.size else 0.0
                                       for a in _levels(m, np.array([0, m.size], np.int64)))
             self._stats = (m, med, max(MAD_SIGMA * mad, 1e-3), low, max(healthy, 1e-3))
@@ -419,7 +517,7 @@ class JobContext:
         out[:, 1] = dev / spread
         out[:, 2] = np.where(hit, np.log2(1.0 + self._it_cnt[pos]), 0.0)
         s, c = self._inst.lookup(self._inst.stream_ids(v, create=False), v.seq)
-        inst = s / np.maximum(c, 1)
+        inst = s / np.maximum(c, 1) / _SCALE
         out[:, 3] = inst
         out[:, 4] = c
         # the instance's slowness against its usual level and spread at this position (some
