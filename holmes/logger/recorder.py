@@ -39,6 +39,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable
+from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,10 @@ COMMS_DIR = "comms"
 _KINDS = ("dp", "tp", "pp", "ep", "cp", "other")
 _OP_CODE = {name: i for i, name in enumerate(OP_NAMES)}
 _P2P_CODES = frozenset(_OP_CODE[o] for o in P2P_OPS)
-_OP_NAMES_ARR = np.array(OP_NAMES, dtype=object)
+_OP_DICT = pa.array(list(OP_NAMES), pa.string())
+#: what the rank files are written with: CommOps v1, ``comm_id`` and ``op`` dictionary-encoded
+_WRITE_SCHEMA = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), pa.string()), f.nullable)
+                           if f.name in ("comm_id", "op") else f for f in OPS_SCHEMA])
 
 
 class PendingOp:
@@ -70,11 +74,11 @@ class PendingOp:
     ``(start_ns, end_ns)`` or ``None`` while the operator is still running.
     """
 
-    __slots__ = ("_rec", "pos", "done", "resolver", "poll")
+    __slots__ = ("_rec", "row", "done", "resolver", "poll")
 
-    def __init__(self, rec: "CommOpsRecorder", pos: int) -> None:
+    def __init__(self, rec: "CommOpsRecorder", row: list[int]) -> None:
         self._rec = rec
-        self.pos = pos
+        self.row = row
         self.done = False
         self.resolver: Callable[[bool], tuple[int, int] | None] | None = None
         self.poll: Callable[[], bool] | None = None
@@ -141,17 +145,9 @@ class CommOpsRecorder:
         self.rank = int(rank)
         self.world_size = None if world_size is None else int(world_size)
         self.flush_every = int(flush_every)
-        n = self.flush_every
-        self._iteration = np.empty(n, np.int64)
-        self._op_index = np.empty(n, np.int32)
-        self._comm = np.empty(n, np.int32)
-        self._seq = np.empty(n, np.int64)
-        self._op = np.empty(n, np.int8)
-        self._peer = np.empty(n, np.int32)
-        self._nbytes = np.empty(n, np.int64)
-        self._start = np.empty(n, np.int64)
-        self._end = np.empty(n, np.int64)
-        self._n = 0
+        # one list per operator: [iteration, op_index, comm, seq, op, peer, nbytes, start_ns, end_ns]
+        # (end_ns -1 while running); a row list is also the handle that finishes it
+        self._rows: list[list[int]] = []
         self._pending: list[PendingOp] = []
         self._lock = threading.RLock()
         self._comm_ids: dict[str, int] = {}
@@ -305,16 +301,16 @@ class CommOpsRecorder:
     # ------------------------------------------------------------------ recording
 
     def _append(self, comm_id: str, op: str, peer: int | None, nbytes: int, start_ns: int,
-                end_ns: int) -> int:
+                end_ns: int) -> list[int]:
         # caller holds the lock
         code = _OP_CODE.get(op)
         if code is None:
             raise ConfigError(f"unknown operator {op!r}; expected one of {list(OP_NAMES)}")
-        if self._n >= self.flush_every:
+        if len(self._rows) >= self.flush_every:
             self._flush_locked(final=False)
-            if self._n >= self.flush_every:  # every buffered row is still running: grow
-                self._grow()
-        c = self._comm_code(comm_id)
+        c = self._comm_ids.get(comm_id)
+        if c is None:
+            c = self._comm_code(comm_id)
         p = -1 if peer is None else int(peer)
         if code in _P2P_CODES:
             key = (c, code, p)
@@ -323,22 +319,13 @@ class CommOpsRecorder:
         else:
             s = self._seq_coll.get(c, 0)
             self._seq_coll[c] = s + 1
-        i = self._n
-        self._iteration[i] = self._cur_iter
-        self._op_index[i] = self._cur_index
-        self._comm[i] = c
-        self._seq[i] = s
-        self._op[i] = code
-        self._peer[i] = p
-        self._nbytes[i] = nbytes
-        self._start[i] = start_ns
-        self._end[i] = end_ns
-        self._n = i + 1
+        row = [self._cur_iter, self._cur_index, c, s, code, p, nbytes, start_ns, end_ns]
+        self._rows.append(row)
         if not self._iter_ops:
             self._first_start = start_ns
         self._cur_index += 1
         self._iter_ops += 1
-        return i
+        return row
 
     def record(self, comm_id: str, op: str, *, peer: int | None = None, nbytes: int = 0,
                start_ns: int, end_ns: int) -> None:
@@ -351,40 +338,42 @@ class CommOpsRecorder:
         """Record an operator that started now (or at ``start_ns``); finish it with :meth:`PendingOp.finish`."""
         start = time.time_ns() if start_ns is None else int(start_ns)
         with self._lock:
-            i = self._append(comm_id, op, peer, int(nbytes), start, -1)
-            h = PendingOp(self, i)
+            h = PendingOp(self, self._append(comm_id, op, peer, int(nbytes), start, -1))
             self._pending.append(h)
         return h
+
+    def open_row(self, comm_id: str, op: str, peer: int | None, nbytes: int, start_ns: int) -> list[int]:
+        """The fast path of a synchronous operator: record it as running and return its row; the
+        caller finishes it with ``row[8] = end_ns`` (``end_ns >= start_ns``; one item store, safe
+        from any thread). Until then a flush keeps it buffered and a dump writes it as running."""
+        with self._lock:
+            return self._append(comm_id, op, peer, nbytes, start_ns, -1)
+
+    def running_since(self) -> int | None:
+        """``start_ns`` of the oldest operator still running, or None."""
+        with self._lock:
+            return min((r[7] for r in self._rows if r[8] < 0), default=None)
 
     def _finish(self, h: PendingOp, end_ns: int, start_ns: int | None) -> None:
         with self._lock:
             if h.done:
                 return
             h.done = True
+            row = h.row
             if start_ns is not None:
-                self._start[h.pos] = start_ns
-            self._end[h.pos] = max(end_ns, int(self._start[h.pos]))
+                row[7] = int(start_ns)
+            row[8] = max(int(end_ns), row[7])
             try:
                 self._pending.remove(h)
             except ValueError:  # pragma: no cover - already removed
                 pass
-
-    def _grow(self) -> None:
-        n = self.flush_every
-        for name in ("_iteration", "_op_index", "_comm", "_seq", "_op", "_peer", "_nbytes", "_start", "_end"):
-            a = getattr(self, name)
-            b = np.empty(len(a) + n, a.dtype)
-            b[: len(a)] = a
-            setattr(self, name, b)
-        log.warning("rank %d: %d operators still running at flush; buffer grown to %d rows",
-                    self.rank, len(self._pending), len(self._end))
 
     # ------------------------------------------------------------------ flushing
 
     @property
     def buffered(self) -> int:
         """Rows held in memory (not yet written)."""
-        return self._n
+        return len(self._rows)
 
     def _resolve_pending(self, final: bool) -> None:
         now = time.time_ns()
@@ -406,48 +395,54 @@ class CommOpsRecorder:
             if final:
                 log.debug("rank %d: operator still running at close; end_ns set to now", self.rank)
                 self._finish(h, now, None)
+        if final:
+            for row in self._rows:  # synchronous operators that never returned (an exception)
+                if row[8] < 0:
+                    row[8] = max(now, row[7])
 
     def _flush_locked(self, final: bool) -> None:
         self._resolve_pending(final)
-        n = self._n
-        if n:
-            ready = self._end[:n] >= 0
-            idx = np.flatnonzero(ready)
-            if len(idx):
-                self._write_rows(idx)
-            keep = np.flatnonzero(~ready)
-            if len(keep):  # compact the still-running rows to the front
-                old_pos = {int(p): j for j, p in enumerate(keep)}
-                for name in ("_iteration", "_op_index", "_comm", "_seq", "_op", "_peer", "_nbytes", "_start", "_end"):
-                    a = getattr(self, name)
-                    a[: len(keep)] = a[keep]
-                for h in self._pending:
-                    h.pos = old_pos[h.pos]
-            self._n = len(keep)
+        rows = self._rows
+        if rows:
+            # each row read once: a row finishing after this read is still running here and stays
+            a = np.fromiter(chain.from_iterable(rows), np.int64, count=9 * len(rows)).reshape(-1, 9)
+            running = a[:, 8] < 0
+            if running.any():
+                keep = [rows[i] for i in np.flatnonzero(running)]
+                a = a[~running]
+            else:
+                keep = []
+            self._rows = keep
+            if len(a):
+                self._write_rows(a)
+            if len(keep) >= self.flush_every:
+                log.warning("rank %d: %d operators still running at flush", self.rank, len(keep))
         if self._iters:
             self._write_iterations()
 
-    def _write_rows(self, idx: np.ndarray) -> None:
-        names = np.array(self._comm_names, dtype=object)
-        peer = self._peer[idx]
-        cols = [
-            pa.array(np.full(len(idx), self.rank, np.int32)),
-            pa.array(self._iteration[idx]),
-            pa.array(self._op_index[idx]),
-            pa.array(names[self._comm[idx]], type=pa.string()),
-            pa.array(self._seq[idx]),
-            pa.array(_OP_NAMES_ARR[self._op[idx]], type=pa.string()),
+    def _columns(self, a: np.ndarray) -> list[pa.Array]:
+        """The CommOps v1 columns (end_ns included) of an ``(n, 9)`` array of rows; ``comm_id`` and
+        ``op`` dictionary-encoded (readers cast them to strings)."""
+        peer = a[:, 5].astype(np.int32)
+        return [
+            pa.array(np.full(len(a), self.rank, np.int32)),
+            pa.array(a[:, 0]),
+            pa.array(a[:, 1].astype(np.int32)),
+            pa.DictionaryArray.from_arrays(pa.array(a[:, 2].astype(np.int32)), pa.array(self._comm_names, pa.string())),
+            pa.array(a[:, 3]),
+            pa.DictionaryArray.from_arrays(pa.array(a[:, 4].astype(np.int32)), _OP_DICT),
             pa.array(peer, mask=peer < 0, type=pa.int32()),
-            pa.array(self._nbytes[idx]),
-            pa.array(self._start[idx]),
-            pa.array(self._end[idx]),
+            pa.array(a[:, 6]),
+            pa.array(a[:, 7]),
+            pa.array(a[:, 8]),
         ]
-        table = pa.Table.from_arrays(cols, schema=OPS_SCHEMA)
+
+    def _write_rows(self, a: np.ndarray) -> None:
+        table = pa.Table.from_arrays(self._columns(a), schema=_WRITE_SCHEMA)
         if self._writer is None:
-            self._writer = pq.ParquetWriter(self._ops_tmp(), OPS_SCHEMA)
+            self._writer = pq.ParquetWriter(self._ops_tmp(), _WRITE_SCHEMA, write_statistics=False)
         if self.live:
-            its = self._iteration[idx]
-            self._part_range += [int(its.min()), int(its.max())]
+            self._part_range += [int(a[:, 0].min()), int(a[:, 0].max())]
         self._writer.write_table(table)
         self.rows_written += table.num_rows
 
@@ -514,23 +509,16 @@ class CommOpsRecorder:
                 return self.log_path
             self._iter_ops = 0  # the current iteration never ended: no boundary for it
             self._flush_locked(final=False)  # finished rows out; running ones compacted to the front
-            n = self._n
+            n = len(self._rows)
             self._finish_ops_file_locked()  # what is complete is readable from here on
             if self._iter_writer is not None:
                 self._iter_writer.close()
                 os.replace(self._tmp_iters, self.iterations_path)
             if n:
-                idx = np.arange(n)
-                names = np.array(self._comm_names, dtype=object)
-                peer = self._peer[idx]
-                running = pa.table({
-                    "rank": pa.array(np.full(n, self.rank, np.int32)), "iteration": pa.array(self._iteration[idx]),
-                    "op_index": pa.array(self._op_index[idx]),
-                    "comm_id": pa.array(names[self._comm[idx]], type=pa.string()), "seq": pa.array(self._seq[idx]),
-                    "op": pa.array(_OP_NAMES_ARR[self._op[idx]], type=pa.string()),
-                    "peer": pa.array(peer, mask=peer < 0, type=pa.int32()), "nbytes": pa.array(self._nbytes[idx]),
-                    "start_ns": pa.array(self._start[idx]), "end_ns": pa.nulls(n, pa.int64()),
-                    "state": pa.array(["started"] * n, type=pa.string())})
+                cols = [c.cast(pa.string()) if pa.types.is_dictionary(c.type) else c
+                        for c in self._columns(np.array(self._rows, dtype=np.int64))[:9]]
+                running = pa.Table.from_arrays(cols + [pa.nulls(n, pa.int64()), pa.array(["started"] * n, pa.string())],
+                                               names=OPS_SCHEMA.names + ["state"])
                 if self.live:  # the running ops are the last part (readers fill 'completed' in the others)
                     final = self.parts_dir / part_filename(self.parts_written)
                     tmp = self.parts_dir / f".{final.name}.partial"

@@ -42,7 +42,11 @@ __all__ = ["CommOpsLogger", "enable", "WRAPPED_FUNCTIONS", "active_logger"]
 
 log = logging.getLogger(__name__)
 
-_tls = threading.local()
+class _Depth(threading.local):
+    depth = 0  # > 0 inside a wrapped call of this thread: nested calls are not logged twice
+
+
+_tls = _Depth()
 _ACTIVE: "CommOpsLogger | None" = None
 _ENABLE_LOCK = threading.Lock()
 
@@ -97,7 +101,7 @@ class _Wrapper:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         lg = _ACTIVE
-        if lg is None or getattr(_tls, "depth", 0):
+        if lg is None or _tls.depth:
             return self.__wrapped__(*args, **kwargs)
         return self._handler(lg, self.__wrapped__, args, kwargs)
 
@@ -347,8 +351,7 @@ class CommOpsLogger:
                     rec = self._rec
                     if rec is None or rec.closed:
                         continue
-                    with rec._lock:
-                        oldest = min((int(rec._start[h.pos]) for h in rec._pending if not h.done), default=None)
+                    oldest = rec.running_since()
                     if oldest is not None and time.time_ns() - oldest > limit_ns:
                         self.dump("timeout", f"an operator in flight for more than {timeout:g} s")
                         return
@@ -488,6 +491,9 @@ def _reason_of(exc: BaseException | None) -> str:
     return "timeout" if "timed out" in text or "timeout" in text else "exception"
 
 
+_time_ns = time.time_ns
+
+
 def _run(orig: Callable, args: tuple, kwargs: dict) -> Any:
     _tls.depth = getattr(_tls, "depth", 0) + 1
     try:
@@ -504,11 +510,11 @@ def _issue(lg: CommOpsLogger, orig: Callable, args: tuple, kwargs: dict, cuda: b
         ev0 = lg._cuda.event()
     start = time.time_ns()
     if not cuda and not is_async:  # in flight while the call blocks: a hang dump shows it 'started'
-        running = [rec.begin(cid, op, peer=peer, nbytes=nbytes, start_ns=start) for cid, op, peer, nbytes in entries]
+        rows = [rec.open_row(cid, op, peer, nbytes, start) for cid, op, peer, nbytes in entries]
         out = _run(orig, args, kwargs)
         end = time.time_ns()
-        for h in running:
-            h.finish(end)
+        for row in rows:
+            row[8] = end if end > row[7] else row[7]
         return out
     out = _run(orig, args, kwargs)
     handles = [rec.begin(cid, op, peer=peer, nbytes=nbytes, start_ns=start) for cid, op, peer, nbytes in entries]
@@ -542,11 +548,35 @@ def _collective_handler(name: str) -> Callable:
     def handler(lg: CommOpsLogger, orig: Callable, args: tuple, kwargs: dict) -> Any:
         n = len(args)
         group = args[gi] if n > gi else kwargs.get(gname)
-        is_async = bool(args[ai] if n > ai else kwargs.get(aname, False))
+        is_async = args[ai] if n > ai else kwargs.get(aname, False)
         t = args[ti] if n > ti else kwargs.get(tname)
-        nbytes = nbytes_of(t) if sizing == "one" else nbytes_of_list(t) if sizing == "list" else 0
-        cid, _ = lg.comm_of(group)
-        return _issue(lg, orig, args, kwargs, is_cuda(t), is_async, [(cid, op, None, nbytes)])
+        if sizing == "one":
+            try:
+                nbytes = t.nbytes
+                cuda = t.is_cuda
+            except AttributeError:
+                nbytes, cuda = nbytes_of(t), is_cuda(t)
+        else:
+            nbytes, cuda = (nbytes_of_list(t) if sizing == "list" else 0), is_cuda(t)
+        hit = lg._group_cache.get(id(group))
+        cid = hit[1] if hit is not None and hit[0] is group else lg.comm_of(group)[0]
+        rec = lg._rec
+        if is_async or cuda or rec is None:
+            return _issue(lg, orig, args, kwargs, cuda, bool(is_async), [(cid, op, None, nbytes)])
+        # the fast path of a synchronous CPU collective (gloo): one row (in flight while the call
+        # blocks: a hang dump shows it 'started'), finished by one item store
+        start = _time_ns()
+        with rec._lock:
+            row = rec._append(cid, op, None, nbytes, start, -1)
+        tls = _tls
+        tls.depth = 1
+        try:
+            out = orig(*args, **kwargs)
+        finally:
+            tls.depth = 0
+        end = _time_ns()
+        row[8] = end if end > start else start
+        return out
 
     return handler
 
