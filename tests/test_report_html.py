@@ -102,11 +102,17 @@ def test_path_graph_follows_the_search(slow):
     assert _count(graph, 'class="group"') == 16  # 4 stages x 4 replicas of tensor-parallel groups
 
 
-def test_impact_and_cluster(slow):
-    _, report, page = slow
-    assert report.top.impact_pct is not None
+def test_impact_bars():
+    devs = [DeviceScore("gpu:3", "gpu", 0.7, impact_pct=12.5), DeviceScore("nic:3", "nic", 0.2),
+            DeviceScore("host:0", "host", 0.1, impact_pct=1.5)]
+    page = render_html(Report(devices=devs[:1], all_devices=devs, world_size=8, verdict="culprit"))
     impact = page.split('id="impact"')[1].split("</svg>")[0]
-    assert re.findall(r'data-device="([^"]+)"', impact)[0] == "gpu:21"
+    assert re.findall(r'class="bar" data-device="([^"]+)"', impact) == ["gpu:3", "host:0"]
+    assert "12.5%" in impact
+
+
+def test_cluster(slow):
+    _, report, page = slow
     topo = page.split('id="topology"')[1].split("</svg>")[0]
     assert re.findall(r'class="gpu named"[^>]*data-device="([^"]+)"', topo) == ["gpu:21"]
     assert _count(topo, 'class="host') == 8

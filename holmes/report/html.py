@@ -111,7 +111,7 @@ def render_html(report: Any, job: Any = None, *, topology: Any = None, max_ranks
             _section("series-section", "Iteration times of the pivot", _series(report, job)),
             _section("paths-section", "Traced paths through the communication-operator graph",
                      _paths(report, paths, layout, gpu_ranks)),
-            _section("topology-section", "Implicated devices in the cluster", _cluster(report, topo, on_path, notes)),
+            _section("topology-section", "Implicated devices in the cluster", _cluster(report, topo, notes)),
             _section("impact-section", "What-if impact", _impact(report))]
     if report.hang:
         body.append(_section("hang-section", "Hang", _hang(report.hang)))
@@ -192,10 +192,10 @@ def _heatmap(report: Any, job: Any, layout: Any, gpu_ranks: set[int], on_path: l
              max_rows: int) -> str:
     if job is None:
         return '<p class="note">Pass the job (holmes report JOB, Report.to_html(job=...)) for the heatmap.</p>'
-    focus = sorted(gpu_ranks) + on_path + list(report.fetched)
-    for r in gpu_ranks:  # the named GPUs' stage peers make the comparison
-        if layout is not None:
-            focus += [m for kind in ("tp", "dp") for m in layout.group_of(r, kind)]
+    # the named GPUs, their tensor-parallel groups and the traced ranks first (a quarter of the
+    # budget at most), then ranks spread evenly over the stages (the peers the cells compare with)
+    focus = sorted(gpu_ranks) + [m for r in sorted(gpu_ranks) if layout is not None for m in layout.group_of(r, "tp")]
+    focus = list(dict.fromkeys(focus + on_path))[:max(len(gpu_ranks), max_ranks // 4)]
     its = report.window or None
     m = slowness_map(job, iterations=its, layout=layout, focus=focus, max_ranks=max_ranks)
     shown = m.binned(max_rows)
@@ -254,7 +254,7 @@ def _paths(report: Any, paths: list, layout: Any, gpu_ranks: set[int]) -> str:
             + f'<ol id="path-list">{listing}</ol>')
 
 
-def _cluster(report: Any, topo: Any, on_path: list[int], notes: list[str]) -> str:
+def _cluster(report: Any, topo: Any, notes: list[str]) -> str:
     if topo is None:
         return '<p class="note">No topology.</p>'
     hi = {d.id: "candidate" for d in report.candidates}
@@ -263,7 +263,7 @@ def _cluster(report: Any, topo: Any, on_path: list[int], notes: list[str]) -> st
         hi.setdefault(d.id, "candidate" if not report.devices else "other")
     hi = {k: v for k, v in hi.items() if v != "other"}
     note = "".join(f'<p class="note">{esc(n)}</p>' for n in notes if "topology" in n)
-    return note + f"<p>{legend_html()}</p>" + topology_svg(topo, hi, ranks=on_path[:16])
+    return note + f"<p>{legend_html()}</p>" + topology_svg(topo, hi, ranks=list(report.pivots[:1]))
 
 
 def _impact(report: Any) -> str:

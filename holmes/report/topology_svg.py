@@ -97,9 +97,11 @@ def topology_svg(topo: Any, highlight: dict[str, str], *, ranks: Any = (), max_h
     for t, sws in by_tier.items():
         if len(sws) <= max_per_tier:
             pick = sws
-        else:
-            pick = [s for s in sws if s in hi_sw or (t == 1 and s in leaves_used)]
-            pick += [s for s in sws if s not in pick][:max(0, max_per_tier - len(pick))]
+        else:  # the implicated switches always, then the shown hosts' leaves, then the first others
+            first = [x for x in sws if x in hi_sw]
+            used = [x for x in sws if t == 1 and x in leaves_used and x not in hi_sw]
+            rest = [x for x in sws if x not in hi_sw and x not in leaves_used]
+            pick = first + (used + rest)[:max(0, max_per_tier - len(first))]
             pick = sorted(set(pick), key=sws.index)
         shown[t] = pick
         hidden[t] = len(sws) - len(pick)
