@@ -58,7 +58,7 @@ def series_svg(iterations: Any, durations_ns: Any, *, threshold_ns: float | None
     for v in np.linspace(lo, hi, 5):
         p.append(el("line", x1=left - 4, x2=left, y1=Y(v), y2=Y(v), stroke="#888"))
         p.append(el("text", f"{v:.1f}", x=left - 6, y=Y(v) + 4, cls="tick", text_anchor="end"))
-    p.append(el("text", "ms", x=left - 40, y=top + 10, cls="axis"))
+    p.append(el("text", "ms", x=left + 4, y=top + 12, cls="axis"))
     step = max(1, int(np.ceil(len(its) / 12)))
     for i in its[::step]:
         p.append(el("text", str(int(i)), x=X(i), y=top + h + 14, cls="tick", text_anchor="middle"))
