@@ -23,7 +23,7 @@ Examples
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,16 +31,16 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from holmes.io.crosscheck import CrossCheck
 from holmes.io.schema import OP_NAMES, P2P_OPS
 
-__all__ = ["RankFindings", "ConsistencyLog", "check_ops", "check_iterations"]
+__all__ = ["RankFindings", "ConsistencyLog", "check_ops", "check_ops_batch", "check_iterations"]
 
 log = logging.getLogger(__name__)
 
 _I64_MIN = np.iinfo(np.int64).min
 _I64_MAX = np.iinfo(np.int64).max
 _P2P_CODES = np.array([OP_NAMES.index(o) for o in P2P_OPS])
-_A2A = OP_NAMES.index("all_to_all")  # its per-rank size may differ between members
 
 
 @dataclass
@@ -89,69 +89,32 @@ class ConsistencyLog:
         self.disagreements: list[tuple[int, int, str, str]] = []
         self._iter_msgs: dict[int, list[str]] = {}
         self._cross_msgs: dict[int, list[str]] = {}
-        self._checked: set[int] = set()
-        self._readers: dict[str, list[tuple[int, tuple[np.ndarray, ...], float]]] = {}
+        self._cross = CrossCheck()
 
-    def cross_check(self, rank: int, table: pa.Table, max_partners: int = 2) -> None:
-        """Compare ``rank``'s collectives with those of up to ``max_partners`` members read before.
+    def cross_check(self, rank: int, table: pa.Table) -> None:
+        """Compare ``rank``'s collectives with those of up to two members read before.
 
         The members of a communicator number the same collective with the same ``seq`` and log it
         in the same iteration. Against each partner: when they share ``seq`` numbers, at least 90% of the shared
-        collectives must fall in the same iteration; when they share none, they may not share two
-        or more iterations either (their ``seq`` numbers are then shifted against each other).
+        collectives must fall in the same iteration, and their completions (where both logged one)
+        may not lie over half an iteration period apart (a rank numbered a whole iteration ahead);
+        when they share none, they may not share two or more iterations either (their ``seq``
+        numbers are then shifted against each other), nor have logged at the same time.
         Ring-buffer windows (Flight Recorder) that overlap partly pass. A disagreement is recorded
         for both ranks (no file can tell which one is wrong) and in :attr:`disagreements`. Only
-        the first ``max_partners`` readers of each communicator are kept, so memory stays bounded.
+        the first two readers of each communicator are kept, so memory stays bounded.
         """
-        if table.num_rows == 0 or rank in self._checked:
-            return
-        self._checked.add(rank)
-        for cid, summ in _collective_summary(table).items():
-            sq, its, opc, nb, st = summ
-            own_period: list[float] = []  # computed once, when first needed
-            readers = self._readers.setdefault(cid, [])
-            for q, (qsq, qits, qopc, qnb, qst), qperiod in readers:
-                if q == rank:
-                    continue
-                common, ia, ib = np.intersect1d(sq, qsq, assume_unique=True, return_indices=True)
-                if len(common):
-                    bad = int(np.sum((its[ia] != qits[ib]) | (opc[ia] != qopc[ib])
-                                     | ((nb[ia] != qnb[ib]) & (nb[ia] > 0) & (qnb[ib] > 0) & (opc[ia] != _A2A))))
-                    if bad <= 0.1 * len(common):  # inferred iteration boundaries (converters) may slip a little
-                        # the same collectives must also complete at about the same time (a member
-                        # may enter early and wait, but all leave together): a rank numbered a whole
-                        # iteration ahead (iteration and seq shifted together) is off by one iteration
-                        # period, far beyond any clock skew between hosts
-                        if not own_period:
-                            own_period.append(_period(its, st))
-                        period = min(own_period[0], qperiod)
-                        if not np.isfinite(period):
-                            continue
-                        lag = float(np.median(np.abs(st[ia] - qst[ib]).astype(np.float64)))
-                        if lag <= 0.5 * period:
-                            continue
-                        what = (f"the collectives both logged end {lag / 1e6:.3g} ms apart (median), "
-                                f"{lag / period:.2g} iteration periods")
-                    else:
-                        what = (f"{bad} of the {len(common)} collective(s) both logged differ in iteration, "
-                                "operator or size")
-                else:
-                    shared_iters = len(np.intersect1d(np.unique(its), np.unique(qits)))
-                    if shared_iters >= 2:
-                        what = f"they share {shared_iters} iterations but no collective seq number"
-                    elif _ran_together(st, its, qst, qits):
-                        what = "they logged at the same time but share no iteration or collective seq number"
-                    else:
-                        continue
-                lo, hi = min(rank, q), max(rank, q)
-                msg = f"ranks {lo} and {hi} disagree on communicator {cid!r}: {what} (iteration or seq numbers shifted)"
-                self.disagreements.append((lo, hi, cid, msg))
-                for r in (rank, q):
-                    self._cross_msgs.setdefault(r, []).append(f"rank {r}: {msg}")
-                    self._set(r)
-                log.warning("%s", msg)
-            if len(readers) < max_partners:
-                readers.append((rank, summ, own_period[0] if own_period else _period(its, st)))
+        self.cross_check_batch(table, [rank])
+
+    def cross_check_batch(self, table: pa.Table, ranks: Sequence[int]) -> None:
+        """:meth:`cross_check` for the rows of many ranks at once, read in the order of ``ranks``
+        (vectorized: :class:`holmes.io.crosscheck.CrossCheck`)."""
+        for lo, hi, cid, msg in self._cross.add(table, ranks):
+            self.disagreements.append((lo, hi, cid, msg))
+            for r in (lo, hi):
+                self._cross_msgs.setdefault(r, []).append(f"rank {r}: {msg}")
+                self._set(r)
+            log.warning("%s", msg)
 
     def record_ops(self, f: RankFindings) -> None:
         self.rows_read[f.rank] = f.rows_read
@@ -197,67 +160,46 @@ class ConsistencyLog:
                 f"rows_excluded={sum(self.rows_excluded.values())})")
 
 
-def _collective_summary(table: pa.Table) -> dict[str, tuple[np.ndarray, ...]]:
-    """comm_id -> (seq sorted, iteration, op code, nbytes, end_ns) of its collectives, for the cross-rank check."""
-    op_c, op_names = _codes(table.column("op"))
-    if not len(op_names):
-        return {}
-    codes = np.array([OP_NAMES.index(o) if o in OP_NAMES else -1 for o in op_names], dtype=np.int64)[op_c]
-    is_coll = ~np.isin(codes, _P2P_CODES)
-    if not is_coll.any():
-        return {}
-    comm, comm_names = _codes(table.column("comm_id"))
-    cols = [comm[is_coll], _np(table.column("iteration"))[is_coll], _np(table.column("seq"))[is_coll],
-            codes[is_coll], _np(table.column("nbytes"))[is_coll], _np(table.column("end_ns"))[is_coll]]
-    o = np.lexsort([cols[2], cols[0]])
-    comm, it, seq, opc, nb, st = (c[o] for c in cols)
-    out = {}
-    brk = np.r_[0, np.flatnonzero(comm[1:] != comm[:-1]) + 1, len(comm)]
-    for a, b in zip(brk[:-1], brk[1:]):
-        s_ = seq[a:b]
-        keep = np.r_[True, s_[1:] != s_[:-1]]  # unique seq (the per-rank pass already excluded repeats)
-        out[comm_names[int(comm[a])]] = (s_[keep], it[a:b][keep], opc[a:b][keep], nb[a:b][keep], st[a:b][keep])
-    return out
-
-
-def _ran_together(st: np.ndarray, its: np.ndarray, qst: np.ndarray, qits: np.ndarray) -> bool:
-    """Both ranks logged >= 3 iterations and their time spans overlap by over half the shorter one."""
-    if len(np.unique(its)) < 3 or len(np.unique(qits)) < 3:
-        return False
-    lo, hi = max(st.min(), qst.min()), min(st.max(), qst.max())
-    shorter = min(st.max() - st.min(), qst.max() - qst.min())
-    return shorter > 0 and (hi - lo) > 0.5 * shorter
-
-
-def _period(its: np.ndarray, st: np.ndarray) -> float:
-    """Median gap between the first collective ends of consecutive iterations (inf with < 3 iterations)."""
-    u, inv = np.unique(its, return_inverse=True)
-    if len(u) < 3:
-        return float("inf")
-    first = np.full(len(u), _I64_MAX, dtype=np.int64)
-    np.minimum.at(first, inv, st)
-    gaps = np.diff(first.astype(np.float64)) / np.maximum(np.diff(u.astype(np.float64)), 1.0)
-    gaps = gaps[gaps > 0]
-    return float(np.median(gaps)) if len(gaps) else float("inf")
-
-
 def _np(col: pa.ChunkedArray, fill: int | None = None) -> np.ndarray:
     if fill is not None and col.null_count:
         col = pc.fill_null(col, fill)
     return col.to_numpy() if isinstance(col, pa.ChunkedArray) else np.asarray(col)
 
 
-def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, list[Any]]:
-    """Integer codes and their values for a (possibly dictionary-encoded) string column."""
+def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[Any]]:
+    """Integer codes and their values for a (possibly dictionary-encoded) string column (equal
+    strings, equal codes)."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()   # one dictionary for every chunk
     if pa.types.is_dictionary(col.type):
+        values = col.dictionary.to_pylist()
+        if col.dictionary.null_count == 0 and len(set(values)) == len(values):
+            return col.indices.to_numpy(zero_copy_only=False).astype(np.int64), values
         col = col.cast(col.type.value_type)
-    enc = col.combine_chunks().dictionary_encode() if isinstance(col, pa.ChunkedArray) else col.dictionary_encode()
+    enc = col.dictionary_encode()
     return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
+
+
+def _is_sorted(keys: list[np.ndarray]) -> bool:
+    """Whether the rows already are in ``np.lexsort(keys)`` order (last key = primary)."""
+    n = len(keys[0])
+    tie = np.ones(max(n - 1, 0), dtype=bool)
+    for k in reversed(keys):
+        a, b = k[:-1], k[1:]
+        if (tie & (b < a)).any():
+            return False
+        tie &= b == a
+    return True
+
+
+def _sort_order(keys: list[np.ndarray]) -> np.ndarray:
+    """``np.lexsort(keys)`` (last key = primary), ``arange`` when the rows already are in that order."""
+    return np.arange(len(keys[0])) if _is_sorted(keys) else np.lexsort(keys)
 
 
 def _first_of_runs(keys: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
     """(order, same_as_previous) after sorting rows by ``keys`` (last key = primary)."""
-    order = np.lexsort(keys)
+    order = _sort_order(keys)
     same = np.zeros(n, dtype=bool)
     if n > 1:
         eq = np.ones(n - 1, dtype=bool)
@@ -287,14 +229,47 @@ def check_ops(table: pa.Table, rank: int, communicators: Mapping[str, Any] | Non
     -------
     (pyarrow.Table, RankFindings)
     """
+    out, found = check_ops_batch(table, [int(rank)], communicators, np.full(table.num_rows, int(rank), np.int64))
+    return out, found[int(rank)]
+
+
+def check_ops_batch(table: pa.Table, ranks: Iterable[int], communicators: Mapping[str, Any] | None = None,
+                    row_ranks: np.ndarray | None = None) -> tuple[pa.Table, dict[int, RankFindings]]:
+    """:func:`check_ops` over the rows of many ranks at once (one vectorized pass, rank-keyed).
+
+    ``table`` holds validated rows whose ``rank`` column names their rank (as
+    :func:`holmes.io.validate_ops` with ``rank=`` ensures); ``ranks`` lists the ranks it covers
+    (a rank without rows gets empty findings); ``row_ranks``, when given, overrides the column
+    (each row's rank). Returns the rows kept, in their input order, with
+    ``op_index`` renumbered on the ranks that need it, and rank -> :class:`RankFindings`: the same
+    rows and messages as :func:`check_ops` rank by rank.
+
+    Examples
+    --------
+    >>> from holmes.io.schema import ops_table
+    >>> t = ops_table(rank=[0, 0, 1, 1], iteration=[0] * 4, op_index=[0, 1, 0, 1], comm_id=["dp"] * 4,
+    ...               seq=[0, 1, 0, 1], op=["all_reduce"] * 4, peer=[None] * 4, nbytes=[8] * 4,
+    ...               start_ns=[0, 10, 0, 10], end_ns=[5, 15, 5, 8])
+    >>> kept, found = check_ops_batch(t, [0, 1], {"dp": (0, 1)})
+    >>> kept.num_rows, found[0].messages, found[1].messages
+    (3, [], ['rank 1: 1 op(s) end before they start, excluded'])
+    """
+    if row_ranks is not None:
+        rk = np.asarray(row_ranks, dtype=np.int64)
+    else:
+        rk = _np(table.column("rank")).astype(np.int64) if table.num_rows else np.zeros(0, np.int64)
+    order_ranks = sorted({int(r) for r in ranks} | set(np.unique(rk).tolist()))
+    uranks = np.asarray(order_ranks, dtype=np.int64)
+    ri = np.searchsorted(uranks, rk)
     n = table.num_rows
-    f = RankFindings(rank=int(rank), rows_read=n)
+    counts = np.bincount(ri, minlength=len(uranks))
+    found = {r: RankFindings(rank=r, rows_read=int(counts[i])) for i, r in enumerate(order_ranks)}
     if n == 0:
-        return table, f
+        return table, found
     it = _np(table.column("iteration"))
     ix = _np(table.column("op_index")).astype(np.int64)
-    st = _np(table.column("start_ns"))
-    en = _np(table.column("end_ns"))
+    st, st_ok = _np_valid(table.column("start_ns"))
+    en, en_ok = _np_valid(table.column("end_ns"))
     seq = _np(table.column("seq"))
     peer = _np(table.column("peer"), fill=-1).astype(np.int64)
     has_peer = _np(pc.is_valid(table.column("peer"))).astype(bool)
@@ -304,64 +279,74 @@ def check_ops(table: pa.Table, rank: int, communicators: Mapping[str, Any] | Non
     is_p2p = np.isin(op_code, _P2P_CODES)
     excluded = np.zeros(n, dtype=bool)
 
-    def exclude(mask: np.ndarray, msg: str) -> None:
-        f.exclude(excluded, mask, msg)
+    def exclude(mask: np.ndarray, msg: str, detail: Any = None) -> None:
+        new = mask & ~excluded
+        if not new.any():
+            return
+        excluded[new] = True
+        per = np.bincount(ri[new], minlength=len(uranks))
+        for i in np.flatnonzero(per).tolist():
+            k = int(per[i])
+            found[order_ranks[i]].add(msg.format(k=k, detail=detail(i, new) if detail else ""), excluded=k)
 
-    extreme = ((st == _I64_MIN) | (st == _I64_MAX) | (en == _I64_MIN) | (en == _I64_MAX)
-               | (it == _I64_MIN) | (it == _I64_MAX) | (seq == _I64_MIN) | (seq == _I64_MAX))
-    exclude(extreme, "{k} op(s) hold an int64 extreme in start_ns/end_ns/iteration/seq (a sentinel, not a value), "
-                     "excluded")
-    exclude(en < st, "{k} op(s) end before they start, excluded")
+    def extreme(v: np.ndarray, ok: np.ndarray | None = None) -> np.ndarray:
+        e = (v == _I64_MIN) | (v == _I64_MAX)
+        return e if ok is None else e & ok
+
+    exclude(extreme(st, st_ok) | extreme(en, en_ok) | extreme(it) | extreme(seq),
+            "{k} op(s) hold an int64 extreme in start_ns/end_ns/iteration/seq (a sentinel, not a value), excluded")
+    exclude((en < st) & st_ok & en_ok, "{k} op(s) end before they start, excluded")
     exclude(is_p2p & ~has_peer, "{k} send/recv op(s) have no peer, excluded")
-    exclude(is_p2p & has_peer & (peer == rank), "{k} send/recv op(s) name the rank itself as peer, excluded")
+    exclude(is_p2p & has_peer & (peer == rk), "{k} send/recv op(s) name the rank itself as peer, excluded")
     exclude(~is_p2p & has_peer, "{k} collective op(s) name a peer, excluded")
     if communicators:
-        members = []
-        for name in comm_names:
-            c = communicators.get(name)
-            rs = getattr(c, "ranks", c) if c is not None else None
-            members.append(frozenset(int(x) for x in rs) if rs is not None else None)
-        not_member = np.array([m is not None and rank not in m for m in members], dtype=bool)
-        if not_member.any():
-            bad = not_member[comm]
-            names = sorted({comm_names[i] for i in np.unique(comm[bad & ~excluded])}) if bad.any() else []
-            exclude(bad, "{k} op(s) on communicator(s) " + ", ".join(repr(x) for x in names[:3])
-                    + " that the rank is not a member of, excluded")
-        peer_member = np.ones(n, dtype=bool)
-        sel = np.flatnonzero(is_p2p & has_peer & ~excluded)
-        if len(sel):
-            peer_member[sel] = [members[comm[i]] is None or int(peer[i]) in members[comm[i]] for i in sel]
-        exclude(~peer_member, "{k} send/recv op(s) name a peer outside their communicator, excluded")
+        known, keys = _member_keys(comm_names, communicators)
+        member = np.isin((comm << 32) | rk, keys) | ~known[comm]
 
-    # exact duplicates (every required column equal): keep the first
-    keys = [en, st, peer, op_code, seq, comm, ix, it]
-    order, same = _first_of_runs(keys, n)
-    dup = np.zeros(n, dtype=bool)
-    dup[order[same]] = True
-    exclude(dup, "{k} duplicated row(s), excluded")
+        def names(i: int, new: np.ndarray) -> str:
+            cs = sorted({comm_names[c] for c in np.unique(comm[new & (ri == i)]).tolist()})
+            return ", ".join(repr(x) for x in cs[:3])
 
-    # two different rows at the same (iteration, op_index)
+        exclude(~member, "{k} op(s) on communicator(s) {detail} that the rank is not a member of, excluded", names)
+        sel = is_p2p & has_peer & ~excluded
+        peer_in = np.ones(n, dtype=bool)
+        if sel.any():
+            peer_in[sel] = np.isin((comm[sel] << 32) | peer[sel], keys) | ~known[comm[sel]]
+        exclude(~peer_in, "{k} send/recv op(s) name a peer outside their communicator, excluded")
+
+    # rows sharing (rank, iteration, op_index): the only ones that can be duplicates or clash
+    o3, same3 = _first_of_runs([ix, it, ri], n)
+    if same3.any():
+        in_run = same3 | np.r_[same3[1:], False]
+        sub = np.sort(o3[in_run])
+        # exact duplicates (every required column equal): keep the first (an open op's missing
+        # time never equals another's)
+        order, same = _first_of_runs([a[sub] for a in (en, st, peer, op_code, seq, comm, ix, it, ri)], len(sub))
+        okr = (st_ok & en_ok)[sub][order]
+        same[1:] &= okr[1:] & okr[:-1]
+        dup = np.zeros(n, dtype=bool)
+        dup[sub[order[same]]] = True
+        exclude(dup, "{k} duplicated row(s), excluded")
+        # two different rows at the same (iteration, op_index)
+        keep = sub[~excluded[sub]]
+        if len(keep) > 1:
+            o, s = _first_of_runs([ix[keep], it[keep], ri[keep]], len(keep))
+            if s.any():
+                clash = np.zeros(n, dtype=bool)
+                first = np.r_[s[1:], False] & ~s
+                clash[keep[o[s]]] = True
+                clash[keep[o[first]]] = True
+                exclude(clash, "{k} row(s) share an (iteration, op_index) with a different row, excluded")
+
+    # seq strictly increasing per stream (collectives: comm; p2p: comm, direction, peer) in issue
+    # (= start; not started: last) order
     keep = np.flatnonzero(~excluded)
     if len(keep) > 1:
-        o, s = _first_of_runs([ix[keep], it[keep]], len(keep))
-        clash = np.zeros(n, dtype=bool)
-        if s.any():
-            first = np.r_[s[1:], False] & ~s
-            clash[keep[o[s]]] = True
-            clash[keep[o[first]]] = True
-            exclude(clash, "{k} row(s) share an (iteration, op_index) with a different row, excluded")
-
-    # seq strictly increasing per stream (collectives: comm; p2p: comm, direction, peer) in start order
-    keep = np.flatnonzero(~excluded)
-    if len(keep) > 1:
-        kind = np.where(is_p2p, op_code, -1)[keep]
-        pk = np.where(is_p2p, peer, -1)[keep]
-        # issue order = start order (op_index is repaired to it below)
-        o = np.lexsort([ix[keep], st[keep], it[keep], pk, kind, comm[keep]])
-        ks = [comm[keep][o], kind[o], pk[o]]
-        same_stream = np.ones(len(o) - 1, dtype=bool)
-        for k_ in ks:
-            same_stream &= k_[1:] == k_[:-1]
+        o = _stream_order(ri[keep], comm[keep], np.where(is_p2p, op_code, -1)[keep],
+                          np.where(is_p2p, peer, -1)[keep], it[keep], np.where(st_ok, st, _I64_MAX)[keep], ix[keep])
+        sid = o[1]
+        o = o[0]
+        same_stream = sid[o][1:] == sid[o][:-1]
         sq = seq[keep][o]
         back = np.zeros(len(keep), dtype=bool)
         back[1:] = same_stream & (sq[1:] <= sq[:-1])
@@ -370,29 +355,75 @@ def check_ops(table: pa.Table, rank: int, communicators: Mapping[str, Any] | Non
         exclude(bad, "{k} op(s) repeat or go back in seq on their communicator, excluded")
 
     out = table.filter(pa.array(~excluded)) if excluded.any() else table
+    out = _repair_op_index(out, ~excluded, ri, it, ix, np.where(st_ok, st, _I64_MAX), st_ok, order_ranks, found)
+    for r, f in found.items():
+        if f.rows_excluded and f.rows_excluded == f.rows_read:
+            f.messages[-1] += " (no op of this rank is left)"
+    return out, found
 
-    # op_index in issue (start) order inside each iteration: renumber where it is not
+
+def _stream_order(ri: np.ndarray, comm: np.ndarray, kind: np.ndarray, pk: np.ndarray, it: np.ndarray,
+                  st: np.ndarray, ix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(order by stream (rank, comm, kind, peer) then (iteration, start, op_index), stream id per row)."""
+    c, pmax = int(comm.max()) + 1, int(pk.max()) + 2
+    if (int(ri.max()) + 1) * c * 3 * pmax < (1 << 62):   # one int64 key
+        kc = np.where(kind < 0, 0, kind - int(_P2P_CODES.min()) + 1)
+        sid = ((ri * c + comm) * 3 + kc) * pmax + (pk + 1)
+    else:
+        sid = np.unique(np.stack([ri, comm, kind, pk], axis=1), axis=0, return_inverse=True)[1].reshape(-1)
+    if _is_sorted([ix, st, it, ri]):   # rows in issue order already: a stable sort by stream keeps it
+        return np.argsort(sid, kind="stable"), sid
+    return np.lexsort([ix, st, it, sid]), sid
+
+
+def _repair_op_index(out: pa.Table, kept: np.ndarray, ri: np.ndarray, it: np.ndarray, ix: np.ndarray,
+                     st: np.ndarray, st_ok: np.ndarray, order_ranks: list[int],
+                     found: dict[int, RankFindings]) -> pa.Table:
+    """``op_index`` in issue (start) order inside each iteration: renumbered on the ranks where it is not."""
     m = out.num_rows
-    if m > 1:
-        it2 = _np(out.column("iteration"))
-        ix2 = _np(out.column("op_index")).astype(np.int64)
-        st2 = _np(out.column("start_ns"))
-        o = np.lexsort([ix2, it2])
-        its, sts = it2[o], st2[o]
-        disorder = (its[1:] == its[:-1]) & (sts[1:] < sts[:-1])
-        if disorder.any():
-            bad_iters = np.unique(its[1:][disorder])
-            o2 = np.lexsort([ix2, st2, it2])
-            new_ix = np.empty(m, dtype=np.int64)
-            starts = np.r_[0, np.flatnonzero(it2[o2][1:] != it2[o2][:-1]) + 1]
-            run = np.repeat(starts, np.diff(np.r_[starts, m]))
-            new_ix[o2] = np.arange(m) - run
-            idx = out.schema.get_field_index("op_index")
-            out = out.set_column(idx, out.schema.field(idx), pa.array(new_ix.astype(np.int32)))
-            f.add(f"op_index is not in start order in {len(bad_iters)} iteration(s); renumbered by start_ns")
-    if f.rows_excluded and f.rows_excluded == n:
-        f.messages[-1] += " (no op of this rank is left)"
-    return out, f
+    if m < 2:
+        return out
+    ri2, it2, ix2, st2, ok2 = ri[kept], it[kept], ix[kept], st[kept], st_ok[kept]
+    o = _sort_order([ix2, it2, ri2])
+    ris, its, sts, oks = ri2[o], it2[o], st2[o], ok2[o]
+    disorder = (ris[1:] == ris[:-1]) & (its[1:] == its[:-1]) & (sts[1:] < sts[:-1]) & oks[1:] & oks[:-1]
+    if not disorder.any():
+        return out
+    bad_r, bad_it = ris[1:][disorder], its[1:][disorder]
+    pairs = np.unique(np.stack([bad_r, bad_it]), axis=1)
+    n_iters = np.bincount(pairs[0], minlength=len(order_ranks))
+    o2 = np.lexsort([ix2, st2, it2, ri2])
+    grp = np.r_[0, np.flatnonzero((it2[o2][1:] != it2[o2][:-1]) | (ri2[o2][1:] != ri2[o2][:-1])) + 1]
+    run = np.repeat(grp, np.diff(np.r_[grp, m]))
+    new_ix = np.empty(m, dtype=np.int64)
+    new_ix[o2] = np.arange(m) - run
+    new_ix = np.where(n_iters[ri2] > 0, new_ix, ix2)
+    idx = out.schema.get_field_index("op_index")
+    out = out.set_column(idx, out.schema.field(idx), pa.array(new_ix.astype(np.int32)))
+    for i in np.flatnonzero(n_iters).tolist():
+        found[order_ranks[i]].add(f"op_index is not in start order in {int(n_iters[i])} iteration(s); "
+                                  "renumbered by start_ns")
+    return out
+
+
+def _member_keys(comm_names: list[Any], communicators: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(whether each comm_id has a member list, sorted ``code << 32 | member`` keys of every member)."""
+    known = np.zeros(max(len(comm_names), 1), dtype=bool)
+    keys = []
+    for code, name in enumerate(comm_names):
+        c = communicators.get(name)
+        rs = getattr(c, "ranks", c) if c is not None else None
+        if rs is not None:
+            known[code] = True
+            keys.append((np.int64(code) << 32) | np.asarray(rs, dtype=np.int64))
+    return known, (np.unique(np.concatenate(keys)) if keys else np.zeros(0, np.int64))
+
+
+def _np_valid(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """An int64 column as numpy (nulls as 0) and its validity mask."""
+    if col.null_count:
+        return pc.fill_null(col, 0).to_numpy(), _np(pc.is_valid(col)).astype(bool)
+    return _np(col), np.ones(len(col), dtype=bool)
 
 
 def check_iterations(table: pa.Table, rank: int, ops: pa.Table | None, source: str) -> tuple[pa.Table | None, RankFindings]:

@@ -8,13 +8,10 @@ was read.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import shutil
-import tempfile
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,25 +23,21 @@ import pyarrow.parquet as pq
 
 from holmes.errors import ArgumentTypeError, ConfigError, JobError, MissingRankError, ParseError, SchemaError
 from holmes.io import parts
+from holmes.io.batch import RankBatch, RankRead, iter_batches, read_rank_file, sort_ops
 from holmes.io.consistency import ConsistencyLog, check_iterations, check_ops
-from holmes.io.limits import check_world_size, read_json_capped
+from holmes.io.limits import read_json_capped
 from holmes.io.models import JobMeta, TruthModel, load_model
-from holmes.io.outputs import replace_file_text
 from holmes.io.schema import SCHEMA_ID, iterations_table, validate_iterations, validate_ops
+from holmes.io.writer import JobWriter, _rank_arg, rank_filename, write_job
 
 if TYPE_CHECKING:
     from holmes.topology.cluster import ClusterTopology
     from holmes.topology.layout import Communicator, ParallelLayout
 
 __all__ = ["Job", "MemoryJob", "ReadStats", "read_job", "JobWriter", "write_job", "rank_filename",
-           "derive_iterations"]
+           "derive_iterations", "RankRead", "RankBatch"]
 
 log = logging.getLogger(__name__)
-
-
-def rank_filename(rank: int) -> str:
-    """``rank-00042.parquet``: the file name of a rank's log (zero-padded to 5 digits)."""
-    return f"rank-{rank:05d}.parquet"
 
 
 @dataclass
@@ -97,13 +90,6 @@ def derive_iterations(ops: pa.Table) -> pa.Table:
     start[0] = first[0]
     start[1:] = last[:-1]
     return iterations_table(np.full(len(iters), rank, dtype=np.int32), iters, start, last)
-
-
-def _rank_arg(rank: Any) -> int:
-    """``rank`` as an int; a float, bool or string is an :class:`ArgumentTypeError` (not truncated)."""
-    if isinstance(rank, (bool, np.bool_)) or not isinstance(rank, (int, np.integer)):
-        raise ArgumentTypeError(f"rank must be an integer, not {type(rank).__name__} {rank!r}"[:200])
-    return int(rank)
 
 
 class _JobBase:
@@ -187,7 +173,74 @@ class _JobBase:
         t, found = check_ops(t, r, self.communicators, source)
         self.consistency.record_ops(found)
         self.consistency.cross_check(r, t)
-        return _sorted(t)
+        return sort_ops(t)
+
+    def _load_raw(self, r: int, columns: Sequence[str] | None = None) -> pa.Table:  # pragma: no cover - overridden
+        """Rank ``r``'s rows as stored (only ``columns``, those it has, when given), unchecked."""
+        raise NotImplementedError
+
+    def _source(self, r: int) -> str:
+        """How messages name rank ``r``'s log."""
+        return f"rank {r}"
+
+    def iter_batches(self, ranks: Sequence[int] | None = None, *, columns: Sequence[str] | None = None,
+                     batch_size: int = 256) -> Iterator[RankBatch]:
+        """Read many ranks cheaply, ``batch_size`` at a time, as :class:`RankBatch` tables.
+
+        The fast path for an analysis that reads every rank (or many): each file is opened once,
+        the schema is validated once per batch and the consistency pass runs vectorized over the
+        batch (:mod:`holmes.io.batch`); the findings land in :attr:`consistency` exactly as with
+        :meth:`ops`, and :attr:`stats` counts the ranks read. Nothing is kept in the rank cache
+        (memory stays one batch). An unusable rank is in the batch's ``errors`` (never raised).
+
+        Parameters
+        ----------
+        ranks : sequence of int, optional
+            Which ranks, in which order (default: every rank of the world, ascending).
+        columns : sequence of str, optional
+            The columns to return (default: all). Only these and the ones the checks need are read.
+        batch_size : int, default 256
+        """
+        rs = range(self.world_size) if ranks is None else [self.check_rank(r) for r in ranks]
+        return iter_batches(self, rs, columns=columns, batch_size=max(1, int(batch_size)))
+
+    def iter_ranks(self, ranks: Sequence[int] | None = None, *, columns: Sequence[str] | None = None,
+                   batch_size: int = 256, errors: str = "raise") -> Iterator[RankRead]:
+        """Every rank's checked log, streamed: ``(rank, table, error)`` per rank, in order.
+
+        The same tables as :meth:`ops` (validated, consistency-checked, sorted by ``(iteration,
+        op_index)``), read through :meth:`iter_batches` (several times cheaper per rank); nothing is
+        cached, so memory stays one batch whatever the world size.
+
+        Parameters
+        ----------
+        ranks : sequence of int, optional
+            Which ranks, in which order (default: every rank, ascending).
+        columns : sequence of str, optional
+            Return only these columns (the checks still read what they need).
+        batch_size : int, default 256
+            Ranks read and checked together.
+        errors : {"raise", "skip"}
+            An unusable rank (missing, unreadable, bad schema) raises its typed error
+            (:class:`~holmes.errors.MissingRankError`, :class:`~holmes.errors.ParseError`,
+            :class:`~holmes.errors.SchemaError`) when reached, or with ``"skip"`` is yielded as
+            ``(rank, None, error)``.
+
+        Examples
+        --------
+        >>> import holmes
+        >>> job = holmes.read_job("fixtures/gpu64-3d-slow-gpu")                      # doctest: +SKIP
+        >>> for rank, table, _ in job.iter_ranks(columns=["iteration", "start_ns", "end_ns"]):
+        ...     pass                                                                 # doctest: +SKIP
+        """
+        if errors not in ("raise", "skip"):
+            raise ConfigError(f"iter_ranks: errors must be 'raise' or 'skip', not {errors!r}")
+        for b in self.iter_batches(ranks, columns=columns, batch_size=batch_size):
+            for i, r in enumerate(b.ranks):
+                err = b.errors.get(r)
+                if err is not None and errors == "raise":
+                    raise err
+                yield RankRead(r, None if err is not None else b.rank_table(i), err)
 
     def _cached_ops(self, r: int) -> pa.Table | None:  # pragma: no cover - overridden
         return None
@@ -277,9 +330,20 @@ class Job(_JobBase):
                     out.append(r)
         return sorted(set(r for r in out if 0 <= r < self.world_size))
 
-    def _read_parquet(self, p: Path, rank: int) -> pa.Table:
+    def _source(self, r: int) -> str:
+        return str(self.rank_path(r))
+
+    def _load_raw(self, r: int, columns: Sequence[str] | None = None) -> pa.Table:
+        p = self.rank_path(r)
         if p.is_dir():  # a live job's rank written in parts (holmes.io.parts)
-            return parts.read_rank_parts_into(p, rank, self.stats)
+            t = parts.read_rank_parts_into(p, r, self.stats)
+            return t if columns is None else t.select([c for c in t.column_names if c in set(columns)])
+        t, size = read_rank_file(p, r, columns)
+        self.stats.bytes_read += size
+        self.stats.files_read += 1
+        return t
+
+    def _read_parquet(self, p: Path, rank: int) -> pa.Table:
         try:
             size = p.stat().st_size
         except FileNotFoundError:
@@ -312,8 +376,7 @@ class Job(_JobBase):
         if hit is not None:
             self._cache.move_to_end(r)
             return hit
-        p = self.rank_path(r)
-        t = self._checked_ops(self._read_parquet(p, r), r, str(p))
+        t = self._checked_ops(self._load_raw(r), r, self._source(r))
         self.stats.ranks_read.add(r)
         self._cache[r] = t
         if len(self._cache) > self._cache_size:
@@ -409,14 +472,18 @@ class MemoryJob(_JobBase):
         r = self.check_rank(rank)
         if r in self._validated:
             return self._validated[r]
-        if r not in self._ops:
-            raise MissingRankError(f"log of rank {r} is missing")
-        t = self._checked_ops(self._ops[r], r, f"rank {r}")
+        t = self._checked_ops(self._load_raw(r), r, f"rank {r}")
         self._validated[r] = t
         self.stats.ranks_read.add(r)
-        self.stats.bytes_read += t.nbytes
         self._verify_iterations(r, t)
         return t
+
+    def _load_raw(self, r: int, columns: Sequence[str] | None = None) -> pa.Table:
+        if r not in self._ops:
+            raise MissingRankError(f"log of rank {r} is missing")
+        t = self._ops[r]
+        self.stats.bytes_read += t.nbytes
+        return t if columns is None else t.select([c for c in t.column_names if c in set(columns)])
 
     def _cached_ops(self, r: int) -> pa.Table | None:
         return self._validated.get(r)
@@ -433,16 +500,6 @@ class MemoryJob(_JobBase):
             self._iter_checked[r] = t
             return t
         return derive_iterations(self.ops(r))
-
-
-def _sorted(t: pa.Table) -> pa.Table:
-    if t.num_rows < 2:
-        return t
-    it = t.column("iteration").to_numpy()
-    ix = t.column("op_index").to_numpy()
-    if np.all((it[1:] > it[:-1]) | ((it[1:] == it[:-1]) & (ix[1:] >= ix[:-1]))):
-        return t
-    return t.sort_by([("iteration", "ascending"), ("op_index", "ascending")])
 
 
 def read_job(path: str | os.PathLike[str], *, cache_size: int = 64) -> Job:
@@ -470,165 +527,6 @@ def read_job(path: str | os.PathLike[str], *, cache_size: int = 64) -> Job:
     >>> job.ops(0).num_rows                                     # doctest: +SKIP
     """
     return Job(path, cache_size=cache_size)
-
-
-class JobWriter:
-    """Write a job directory rank by rank: built in a temporary sibling, swapped in whole on close.
-
-    Files go to :attr:`staging` (a ``.holmes-tmp-*`` sibling of ``path``); :meth:`close` writes
-    ``job.json`` last and swaps the directory into place (see :func:`holmes.io.outputs.staged_directory`),
-    so an interrupted write never leaves a half-new job, and ``overwrite`` replaces an old job
-    whole (nothing of it survives beside the new files). Leaving the ``with`` block on an
-    exception, or :meth:`abort`, deletes the staging directory and leaves ``path`` untouched.
-
-    Parameters
-    ----------
-    path : path-like
-        Target directory. It must not exist or be empty, unless ``overwrite=True``; a writer never
-        replaces a directory that holds something else than a job.
-    meta : JobMeta or dict
-        The contents of ``job.json``.
-    overwrite : bool, default False
-        Replace an existing job directory.
-    compression : str, default "zstd"
-    inputs : iterable of path-like, optional
-        What the caller reads; ``path`` may not lie inside (or contain) one of them.
-
-    Examples
-    --------
-    >>> import tempfile, holmes
-    >>> from holmes.io.schema import ops_table
-    >>> d = tempfile.mkdtemp() + "/job"
-    >>> meta = {"world_size": 2, "communicators": {"dp-0": {"kind": "dp", "ranks": [0, 1]}}}
-    >>> with JobWriter(d, meta) as w:
-    ...     for r in (0, 1):
-    ...         _ = w.write_ops(r, ops_table(rank=[r], iteration=[0], op_index=[0], comm_id=["dp-0"],
-    ...                     seq=[0], op=["all_reduce"], peer=[None], nbytes=[4], start_ns=[0], end_ns=[9]))
-    >>> holmes.read_job(d).ops(1).num_rows
-    1
-    """
-
-    def __init__(self, path: str | os.PathLike[str], meta: JobMeta | Mapping[str, Any], *,
-                 overwrite: bool = False, compression: str = "zstd",
-                 inputs: Iterable[str | os.PathLike[str]] = ()) -> None:
-        from holmes.io.outputs import TMP_PREFIX, OutputError, check_output
-
-        if not isinstance(path, (str, os.PathLike)):
-            raise ConfigError(f"job path must be a path, not {type(path).__name__}")
-        self.path = Path(path)
-        self.meta = meta if isinstance(meta, JobMeta) else JobMeta.model_validate(dict(meta))
-        check_world_size(self.meta.world_size, f"{self.path}/job.json")
-        self.compression = compression
-        self.overwrite = bool(overwrite)
-        try:
-            check_output(self.path, inputs=inputs, overwrite=self.overwrite, kind="job")
-        except OutputError as exc:
-            raise JobError(str(exc)) from None
-        parent = Path(os.path.realpath(os.path.abspath(self.path))).parent
-        try:
-            parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise JobError(f"{self.path}: cannot create {parent}: {exc.strerror or exc}") from None
-        self.staging = Path(tempfile.mkdtemp(dir=parent, prefix=f"{TMP_PREFIX}{self.path.name}."))
-        (self.staging / "ranks").mkdir()
-        self._comm_ids = None if self.meta.communicators is None else set(self.meta.communicators)
-        self.ranks_written: set[int] = set()
-        self._closed = False
-
-    def __enter__(self) -> "JobWriter":
-        return self
-
-    def __exit__(self, exc_type: Any, *exc: Any) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
-
-    def __del__(self) -> None:  # a writer dropped without close leaves no staging directory
-        try:
-            if not self._closed:
-                self.abort()
-        except Exception:  # noqa: BLE001 - interpreter shutdown
-            pass
-
-    def abort(self) -> None:
-        """Delete what was staged; ``path`` stays as it was."""
-        self._closed = True
-        shutil.rmtree(self.staging, ignore_errors=True)
-
-    def _check_rank(self, rank: int) -> int:
-        r = _rank_arg(rank)
-        if r < 0 or r >= self.meta.world_size:
-            raise JobError(f"rank {r} is outside world_size {self.meta.world_size}")
-        return r
-
-    def staged_path(self, *parts: str) -> Path:
-        """Where a file of the job is written before the swap (``staged_path("ranks", name)``)."""
-        if self._closed:
-            raise JobError(f"{self.path}: writer is closed")
-        return self.staging.joinpath(*parts)
-
-    def write_ops(self, rank: int, table: pa.Table) -> Path:
-        """Validate and write one rank's ops; returns the file written (in the staging directory)."""
-        r = self._check_rank(rank)
-        t = validate_ops(table, f"rank {r}", world_size=self.meta.world_size, rank=r, comm_ids=self._comm_ids)
-        p = self.staged_path("ranks", rank_filename(r))
-        pq.write_table(t, p, compression=self.compression)
-        self.ranks_written.add(r)
-        return p
-
-    def write_iterations(self, rank: int, table: pa.Table) -> Path:
-        r = self._check_rank(rank)
-        t = validate_iterations(table, f"iterations of rank {r}")
-        d = self.staged_path("iterations")
-        d.mkdir(exist_ok=True)
-        p = d / rank_filename(r)
-        pq.write_table(t, p, compression=self.compression)
-        return p
-
-    def write_topology(self, topology: Any) -> Path:
-        p = self.staged_path("topology.json")
-        replace_file_text(p, json.dumps(topology.to_dict(), indent=1, allow_nan=False) + "\n")
-        return p
-
-    def write_truth(self, truth: TruthModel | Mapping[str, Any]) -> Path:
-        model = truth if isinstance(truth, TruthModel) else TruthModel.model_validate(dict(truth))
-        p = self.staged_path("truth.json")
-        replace_file_text(p, json.dumps(model.model_dump(by_alias=True, mode="json"), indent=2, allow_nan=False) + "\n")
-        return p
-
-    def close(self) -> Path:
-        """Write ``job.json`` (last) and swap the staged directory into place; returns the job directory."""
-        if not self._closed:
-            from holmes.io.outputs import _swap_in
-
-            try:
-                replace_file_text(self.staging / "job.json",
-                                  json.dumps(self.meta.to_json_dict(), indent=2, allow_nan=False) + "\n")
-                _swap_in(self.staging, Path(os.path.realpath(os.path.abspath(self.path))), self.overwrite)
-            except BaseException:
-                self.abort()
-                raise
-            self._closed = True
-        return self.path
-
-
-def write_job(path: str | os.PathLike[str], meta: JobMeta | Mapping[str, Any], ops: Mapping[int, pa.Table] | Iterable[tuple[int, pa.Table]],
-              *, iterations: Mapping[int, pa.Table] | None = None, topology: Any = None,
-              truth: TruthModel | Mapping[str, Any] | None = None, overwrite: bool = False,
-              inputs: Iterable[str | os.PathLike[str]] = ()) -> Path:
-    """Write a whole job directory at once; see :class:`JobWriter`."""
-    items = ops.items() if isinstance(ops, Mapping) else ops
-    with JobWriter(path, meta, overwrite=overwrite, inputs=inputs) as w:
-        for r, t in items:
-            w.write_ops(r, t)
-        for r, t in (iterations or {}).items():
-            w.write_iterations(r, t)
-        if topology is not None:
-            w.write_topology(topology)
-        if truth is not None:
-            w.write_truth(truth)
-    return Path(path)
 
 
 assert SCHEMA_ID == JobMeta.model_fields["schema_id"].default

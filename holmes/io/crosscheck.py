@@ -1,0 +1,235 @@
+"""The cross-rank half of the consistency pass, vectorized over a batch of ranks.
+
+The members of a communicator number the same collective with the same ``seq`` and log it in the
+same iteration. :class:`CrossCheck` compares each rank read with the first ``max_partners``
+readers of each of its communicators (see :meth:`holmes.io.consistency.ConsistencyLog.cross_check`
+for the rule); :meth:`CrossCheck.add` takes the checked rows of many ranks at once and does one
+sort and a few grouped numpy passes per communicator instead of a Python loop per rank.
+
+Examples
+--------
+>>> from holmes.io.schema import ops_table
+>>> def log(r, shift):
+...     return ops_table(rank=[r] * 4, iteration=[0, 1, 2, 3], op_index=[0] * 4, comm_id=["dp"] * 4,
+...                      seq=[0, 1, 2, 3], op=["all_reduce"] * 4, peer=[None] * 4, nbytes=[8] * 4,
+...                      start_ns=[i * 100 + shift for i in range(4)], end_ns=[i * 100 + 5 + shift for i in range(4)])
+>>> import pyarrow as pa
+>>> cc = CrossCheck()
+>>> found = cc.add(pa.concat_tables([log(0, 0), log(1, 0), log(2, 100)]), [0, 1, 2])
+>>> [d[:3] for d in found]
+[(0, 2, 'dp'), (1, 2, 'dp')]
+>>> found[0][3]
+"ranks 0 and 2 disagree on communicator 'dp': the collectives both logged end 0.0001 ms apart (median), 1 iteration periods (iteration or seq numbers shifted)"
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from holmes.io.schema import OP_NAMES, P2P_OPS
+
+__all__ = ["CrossCheck"]
+
+_I64_MAX = np.iinfo(np.int64).max
+_P2P_CODES = np.array([OP_NAMES.index(o) for o in P2P_OPS])
+_A2A = OP_NAMES.index("all_to_all")  # its per-rank size may differ between members
+
+
+@dataclass
+class _Reader:
+    """One reader of a communicator: its collectives (seq sorted unique) and iteration period."""
+
+    rank: int
+    seq: np.ndarray
+    it: np.ndarray
+    opc: np.ndarray
+    nb: np.ndarray
+    end: np.ndarray
+    end_ok: np.ndarray
+    period: float
+    pos: int = -1   # position in the batch that registered it (-1: an earlier batch)
+
+
+class CrossCheck:
+    """The readers kept per communicator and the disagreements found (bounded memory)."""
+
+    def __init__(self, max_partners: int = 2) -> None:
+        self.max_partners = int(max_partners)
+        self.readers: dict[str, list[_Reader]] = {}
+        self.checked: set[int] = set()
+
+    def add(self, table: pa.Table, ranks: Sequence[int]) -> list[tuple[int, int, str, str]]:
+        """Cross-check the ranks of ``ranks`` (in that reading order) whose rows ``table`` holds;
+        returns the disagreements ``(rank_a, rank_b, comm_id, message)`` found, in reading order."""
+        todo = [int(r) for r in ranks if int(r) not in self.checked]
+        if not todo or table.num_rows == 0:
+            self.checked.update(todo)
+            return []
+        pos_of = np.full(int(max(todo)) + 2, -1, dtype=np.int64)
+        pos_of[np.asarray(todo)] = np.arange(len(todo))
+        self.checked.update(todo)
+        rows = _collectives(table, pos_of)
+        if rows is None:
+            return []
+        pos, comm, names, first_row, it, seq, opc, nb, end, end_ok = rows
+        # one segment per (comm, rank): its collectives by seq, repeats dropped (the first kept)
+        o = np.lexsort([seq, pos, comm])
+        pos, comm, first_row, it, seq, opc, nb, end, end_ok = (
+            a[o] for a in (pos, comm, first_row, it, seq, opc, nb, end, end_ok))
+        keep = np.r_[True, (seq[1:] != seq[:-1]) | (pos[1:] != pos[:-1]) | (comm[1:] != comm[:-1])]
+        pos, comm, first_row, it, seq, opc, nb, end, end_ok = (
+            a[keep] for a in (pos, comm, first_row, it, seq, opc, nb, end, end_ok))
+        seg_start = np.flatnonzero(np.r_[True, (pos[1:] != pos[:-1]) | (comm[1:] != comm[:-1])])
+        seg_end = np.r_[seg_start[1:], len(pos)]
+        seg = np.repeat(np.arange(len(seg_start)), seg_end - seg_start)
+        periods = _periods(seg, it, end, end_ok, len(seg_start))
+        seg_first = np.minimum.reduceat(first_row, seg_start)
+        found: list[tuple[int, int, int, int, tuple[int, int, str, str]]] = []
+        comm_bounds = np.flatnonzero(np.r_[True, comm[seg_start][1:] != comm[seg_start][:-1]])
+        for ci, cs in enumerate(comm_bounds):
+            ce = comm_bounds[ci + 1] if ci + 1 < len(comm_bounds) else len(seg_start)
+            cid = names[int(comm[seg_start[cs]])]
+            readers = self.readers.setdefault(cid, [])
+            segs = np.arange(cs, ce)
+            seg_pos = pos[seg_start[segs]]
+            for s in segs[: max(0, self.max_partners - len(readers))]:
+                a, b = seg_start[s], seg_end[s]
+                readers.append(_Reader(todo[int(pos[a])], seq[a:b], it[a:b], opc[a:b], nb[a:b], end[a:b],
+                                       end_ok[a:b], float(periods[s]), int(pos[a])))
+            for qi, q in enumerate(readers):
+                elig = segs[(seg_pos > q.pos) & (np.asarray(todo)[seg_pos] != q.rank)]
+                for s, what in self._compare(q, elig, seg_start, seg_end, seg, it, seq, opc, nb, end, end_ok,
+                                             periods):
+                    r = todo[int(pos[seg_start[s]])]
+                    lo, hi = min(r, q.rank), max(r, q.rank)
+                    msg = (f"ranks {lo} and {hi} disagree on communicator {cid!r}: {what} "
+                           "(iteration or seq numbers shifted)")
+                    found.append((int(pos[seg_start[s]]), int(seg_first[s]), qi, 0, (lo, hi, cid, msg)))
+        found.sort(key=lambda x: x[:4])
+        for rs in self.readers.values():   # later batches see this batch's readers as earlier ones
+            for q in rs:
+                q.pos = -1
+        return [f[4] for f in found]
+
+    def _compare(self, q: _Reader, segs: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray,
+                 seg: np.ndarray, it: np.ndarray, seq: np.ndarray, opc: np.ndarray, nb: np.ndarray,
+                 end: np.ndarray, end_ok: np.ndarray, periods: np.ndarray) -> list[tuple[int, str]]:
+        """(segment, what) of the segments in ``segs`` that disagree with reader ``q``."""
+        if not len(segs) or not len(q.seq):
+            return []
+        lens = seg_end[segs] - seg_start[segs]
+        rows = np.repeat(seg_start[segs], lens) + (np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens))
+        local = np.repeat(np.arange(len(segs)), lens)
+        j = np.minimum(np.searchsorted(q.seq, seq[rows]), len(q.seq) - 1)
+        m = q.seq[j] == seq[rows]
+        rows, local, j = rows[m], local[m], j[m]
+        common = np.bincount(local, minlength=len(segs))
+        diff = ((it[rows] != q.it[j]) | (opc[rows] != q.opc[j])
+                | ((nb[rows] != q.nb[j]) & (nb[rows] > 0) & (q.nb[j] > 0) & (opc[rows] != _A2A)))
+        bad = np.bincount(local[diff], minlength=len(segs))
+        out: list[tuple[int, str]] = []
+        ok_m = end_ok[rows] & q.end_ok[j]
+        lag = _group_median(local[ok_m], np.abs(end[rows][ok_m] - q.end[j][ok_m]).astype(np.float64), len(segs))
+        period = np.minimum(periods[segs], q.period)
+        for k in np.flatnonzero(common > 0).tolist():
+            s = int(segs[k])
+            if bad[k] <= 0.1 * common[k]:  # inferred iteration boundaries (converters) may slip a little
+                # the same collectives must also complete at about the same time: a rank numbered a
+                # whole iteration ahead is off by one iteration period, far beyond any clock skew
+                if not np.isfinite(period[k]) or not np.isfinite(lag[k]) or lag[k] <= 0.5 * period[k]:
+                    continue
+                out.append((s, f"the collectives both logged end {lag[k] / 1e6:.3g} ms apart (median), "
+                               f"{lag[k] / period[k]:.2g} iteration periods"))
+            else:
+                out.append((s, f"{int(bad[k])} of the {int(common[k])} collective(s) both logged differ in "
+                               "iteration, operator or size"))
+        for k in np.flatnonzero(common == 0).tolist():
+            s = int(segs[k])
+            a, b = seg_start[s], seg_end[s]
+            shared = len(np.intersect1d(np.unique(it[a:b]), np.unique(q.it)))
+            if shared >= 2:
+                out.append((s, f"they share {shared} iterations but no collective seq number"))
+            elif _ran_together(end[a:b][end_ok[a:b]], it[a:b][end_ok[a:b]], q.end[q.end_ok], q.it[q.end_ok]):
+                out.append((s, "they logged at the same time but share no iteration or collective seq number"))
+        return out
+
+
+def _collectives(table: pa.Table, pos_of: np.ndarray) -> tuple | None:
+    """The collectives of the ranks to check: (reading position, comm code, comm names, row, iteration,
+    seq, op code, nbytes, end_ns, end_ns valid), or None when there are none."""
+    rk = table.column("rank").to_numpy().astype(np.int64)
+    inside = rk < len(pos_of) - 1
+    pos = np.where(inside, pos_of[np.minimum(rk, len(pos_of) - 1)], -1)
+    op_c, op_names = _codes(table.column("op"))
+    codes = np.array([OP_NAMES.index(o) if o in OP_NAMES else -1 for o in op_names] or [-1], dtype=np.int64)[op_c]
+    sel = (pos >= 0) & ~np.isin(codes, _P2P_CODES)
+    if not sel.any():
+        return None
+    comm, names = _codes(table.column("comm_id"))
+    endc = table.column("end_ns")
+    if endc.null_count:
+        end, end_ok = pc.fill_null(endc, 0).to_numpy(), pc.is_valid(endc).to_numpy(zero_copy_only=False)
+    else:
+        end, end_ok = endc.to_numpy(), np.ones(table.num_rows, dtype=bool)
+    idx = np.flatnonzero(sel)
+    return (pos[idx], comm[idx], names, idx, table.column("iteration").to_numpy()[idx],
+            table.column("seq").to_numpy()[idx], codes[idx], table.column("nbytes").to_numpy()[idx],
+            end[idx].astype(np.int64), np.asarray(end_ok)[idx].astype(bool))
+
+
+def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, list]:
+    """Integer codes and their values for a (possibly dictionary-encoded) string column."""
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    enc = col.combine_chunks().dictionary_encode() if isinstance(col, pa.ChunkedArray) else col.dictionary_encode()
+    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
+
+
+def _group_median(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Median of ``values`` per group id in ``[0, n)`` (nan for an empty group)."""
+    out = np.full(n, np.nan)
+    if not len(values):
+        return out
+    o = np.lexsort([values, group])
+    g, v = group[o], values[o]
+    cnt = np.bincount(g, minlength=n)
+    start = np.r_[0, np.cumsum(cnt)[:-1]]
+    has = cnt > 0
+    lo = start[has] + (cnt[has] - 1) // 2
+    hi = start[has] + cnt[has] // 2
+    out[has] = (v[lo] + v[hi]) / 2.0
+    return out
+
+
+def _periods(seg: np.ndarray, it: np.ndarray, end: np.ndarray, end_ok: np.ndarray, n: int) -> np.ndarray:
+    """Per segment: the median gap between the first collective ends of consecutive iterations
+    (per iteration number), inf with fewer than 3 iterations."""
+    out = np.full(n, np.inf)
+    o = np.lexsort([it, seg])
+    s, i = seg[o], it[o]
+    e = np.where(end_ok[o], end[o], _I64_MAX)
+    starts = np.flatnonzero(np.r_[True, (s[1:] != s[:-1]) | (i[1:] != i[:-1])])
+    gs, gi, ge = s[starts], i[starts], np.minimum.reduceat(e, starts)
+    n_it = np.bincount(gs, minlength=n)
+    same = gs[1:] == gs[:-1]
+    ok = same & (ge[1:] != _I64_MAX) & (ge[:-1] != _I64_MAX) & (n_it[gs[1:]] >= 3)
+    gaps = (ge[1:].astype(np.float64) - ge[:-1]) / np.maximum((gi[1:] - gi[:-1]).astype(np.float64), 1.0)
+    ok &= gaps > 0
+    med = _group_median(gs[1:][ok], gaps[ok], n)
+    has = np.isfinite(med)
+    out[has] = med[has]
+    return out
+
+
+def _ran_together(st: np.ndarray, its: np.ndarray, qst: np.ndarray, qits: np.ndarray) -> bool:
+    """Both ranks logged >= 3 iterations and their time spans overlap by over half the shorter one."""
+    if len(np.unique(its)) < 3 or len(np.unique(qits)) < 3:
+        return False
+    lo, hi = max(st.min(), qst.min()), min(st.max(), qst.max())
+    shorter = min(st.max() - st.min(), qst.max() - qst.min())
+    return shorter > 0 and (hi - lo) > 0.5 * shorter

@@ -1,0 +1,195 @@
+"""Writing CommOps job directories (see ``DESIGN.md``, "The job directory"): :class:`JobWriter`
+rank by rank into a staging directory swapped in whole, :func:`write_job` all at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from holmes.errors import ArgumentTypeError, ConfigError, JobError
+from holmes.io.limits import check_world_size
+from holmes.io.models import JobMeta, TruthModel
+from holmes.io.outputs import replace_file_text
+from holmes.io.schema import validate_iterations, validate_ops
+
+__all__ = ["JobWriter", "write_job", "rank_filename"]
+
+
+def rank_filename(rank: int) -> str:
+    """``rank-00042.parquet``: the file name of a rank's log (zero-padded to 5 digits)."""
+    return f"rank-{rank:05d}.parquet"
+
+
+def _rank_arg(rank: Any) -> int:
+    """``rank`` as an int; a float, bool or string is an :class:`ArgumentTypeError` (not truncated)."""
+    if isinstance(rank, (bool, np.bool_)) or not isinstance(rank, (int, np.integer)):
+        raise ArgumentTypeError(f"rank must be an integer, not {type(rank).__name__} {rank!r}"[:200])
+    return int(rank)
+
+
+class JobWriter:
+    """Write a job directory rank by rank: built in a temporary sibling, swapped in whole on close.
+
+    Files go to :attr:`staging` (a ``.holmes-tmp-*`` sibling of ``path``); :meth:`close` writes
+    ``job.json`` last and swaps the directory into place (see :func:`holmes.io.outputs.staged_directory`),
+    so an interrupted write never leaves a half-new job, and ``overwrite`` replaces an old job
+    whole (nothing of it survives beside the new files). Leaving the ``with`` block on an
+    exception, or :meth:`abort`, deletes the staging directory and leaves ``path`` untouched.
+
+    Parameters
+    ----------
+    path : path-like
+        Target directory. It must not exist or be empty, unless ``overwrite=True``; a writer never
+        replaces a directory that holds something else than a job.
+    meta : JobMeta or dict
+        The contents of ``job.json``.
+    overwrite : bool, default False
+        Replace an existing job directory.
+    compression : str, default "zstd"
+    inputs : iterable of path-like, optional
+        What the caller reads; ``path`` may not lie inside (or contain) one of them.
+
+    Examples
+    --------
+    >>> import tempfile, holmes
+    >>> from holmes.io.schema import ops_table
+    >>> d = tempfile.mkdtemp() + "/job"
+    >>> meta = {"world_size": 2, "communicators": {"dp-0": {"kind": "dp", "ranks": [0, 1]}}}
+    >>> with JobWriter(d, meta) as w:
+    ...     for r in (0, 1):
+    ...         _ = w.write_ops(r, ops_table(rank=[r], iteration=[0], op_index=[0], comm_id=["dp-0"],
+    ...                     seq=[0], op=["all_reduce"], peer=[None], nbytes=[4], start_ns=[0], end_ns=[9]))
+    >>> holmes.read_job(d).ops(1).num_rows
+    1
+    """
+
+    def __init__(self, path: str | os.PathLike[str], meta: JobMeta | Mapping[str, Any], *,
+                 overwrite: bool = False, compression: str = "zstd",
+                 inputs: Iterable[str | os.PathLike[str]] = ()) -> None:
+        from holmes.io.outputs import TMP_PREFIX, OutputError, check_output
+
+        if not isinstance(path, (str, os.PathLike)):
+            raise ConfigError(f"job path must be a path, not {type(path).__name__}")
+        self.path = Path(path)
+        self.meta = meta if isinstance(meta, JobMeta) else JobMeta.model_validate(dict(meta))
+        check_world_size(self.meta.world_size, f"{self.path}/job.json")
+        self.compression = compression
+        self.overwrite = bool(overwrite)
+        try:
+            check_output(self.path, inputs=inputs, overwrite=self.overwrite, kind="job")
+        except OutputError as exc:
+            raise JobError(str(exc)) from None
+        parent = Path(os.path.realpath(os.path.abspath(self.path))).parent
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise JobError(f"{self.path}: cannot create {parent}: {exc.strerror or exc}") from None
+        self.staging = Path(tempfile.mkdtemp(dir=parent, prefix=f"{TMP_PREFIX}{self.path.name}."))
+        (self.staging / "ranks").mkdir()
+        self._comm_ids = None if self.meta.communicators is None else set(self.meta.communicators)
+        self.ranks_written: set[int] = set()
+        self._closed = False
+
+    def __enter__(self) -> "JobWriter":
+        return self
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def __del__(self) -> None:  # a writer dropped without close leaves no staging directory
+        try:
+            if not self._closed:
+                self.abort()
+        except Exception:  # noqa: BLE001 - interpreter shutdown
+            pass
+
+    def abort(self) -> None:
+        """Delete what was staged; ``path`` stays as it was."""
+        self._closed = True
+        shutil.rmtree(self.staging, ignore_errors=True)
+
+    def _check_rank(self, rank: int) -> int:
+        r = _rank_arg(rank)
+        if r < 0 or r >= self.meta.world_size:
+            raise JobError(f"rank {r} is outside world_size {self.meta.world_size}")
+        return r
+
+    def staged_path(self, *parts: str) -> Path:
+        """Where a file of the job is written before the swap (``staged_path("ranks", name)``)."""
+        if self._closed:
+            raise JobError(f"{self.path}: writer is closed")
+        return self.staging.joinpath(*parts)
+
+    def write_ops(self, rank: int, table: pa.Table) -> Path:
+        """Validate and write one rank's ops; returns the file written (in the staging directory)."""
+        r = self._check_rank(rank)
+        t = validate_ops(table, f"rank {r}", world_size=self.meta.world_size, rank=r, comm_ids=self._comm_ids)
+        p = self.staged_path("ranks", rank_filename(r))
+        pq.write_table(t, p, compression=self.compression)
+        self.ranks_written.add(r)
+        return p
+
+    def write_iterations(self, rank: int, table: pa.Table) -> Path:
+        r = self._check_rank(rank)
+        t = validate_iterations(table, f"iterations of rank {r}")
+        d = self.staged_path("iterations")
+        d.mkdir(exist_ok=True)
+        p = d / rank_filename(r)
+        pq.write_table(t, p, compression=self.compression)
+        return p
+
+    def write_topology(self, topology: Any) -> Path:
+        p = self.staged_path("topology.json")
+        replace_file_text(p, json.dumps(topology.to_dict(), indent=1, allow_nan=False) + "\n")
+        return p
+
+    def write_truth(self, truth: TruthModel | Mapping[str, Any]) -> Path:
+        model = truth if isinstance(truth, TruthModel) else TruthModel.model_validate(dict(truth))
+        p = self.staged_path("truth.json")
+        replace_file_text(p, json.dumps(model.model_dump(by_alias=True, mode="json"), indent=2, allow_nan=False) + "\n")
+        return p
+
+    def close(self) -> Path:
+        """Write ``job.json`` (last) and swap the staged directory into place; returns the job directory."""
+        if not self._closed:
+            from holmes.io.outputs import _swap_in
+
+            try:
+                replace_file_text(self.staging / "job.json",
+                                  json.dumps(self.meta.to_json_dict(), indent=2, allow_nan=False) + "\n")
+                _swap_in(self.staging, Path(os.path.realpath(os.path.abspath(self.path))), self.overwrite)
+            except BaseException:
+                self.abort()
+                raise
+            self._closed = True
+        return self.path
+
+
+def write_job(path: str | os.PathLike[str], meta: JobMeta | Mapping[str, Any], ops: Mapping[int, pa.Table] | Iterable[tuple[int, pa.Table]],
+              *, iterations: Mapping[int, pa.Table] | None = None, topology: Any = None,
+              truth: TruthModel | Mapping[str, Any] | None = None, overwrite: bool = False,
+              inputs: Iterable[str | os.PathLike[str]] = ()) -> Path:
+    """Write a whole job directory at once; see :class:`JobWriter`."""
+    items = ops.items() if isinstance(ops, Mapping) else ops
+    with JobWriter(path, meta, overwrite=overwrite, inputs=inputs) as w:
+        for r, t in items:
+            w.write_ops(r, t)
+        for r, t in (iterations or {}).items():
+            w.write_iterations(r, t)
+        if topology is not None:
+            w.write_topology(topology)
+        if truth is not None:
+            w.write_truth(truth)
+    return Path(path)
