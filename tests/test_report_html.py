@@ -232,3 +232,12 @@ def test_write_html_refuses_the_job_directory(slow, tmp_path):
         write_html(report, SLOW_GPU / "r.html", job=job)
     p = write_html(report, tmp_path / "r.html", job=job, max_ranks=8)
     assert p.read_text().count('class="irr-mark"') == len(set(report.irregular_iterations) & set(report.window))
+
+
+def test_a_named_nic_is_labelled_on_its_rank_row(slow):
+    job, _, _ = slow
+    r = Report(devices=[DeviceScore("nic:5", "nic", 1.0, confidence=0.99)], world_size=64, verdict="culprit",
+               window=list(range(24)), irregular_iterations=[9])
+    heat = render_html(r, job=job, max_ranks=8).split('id="heatmap"')[1].split("</svg>")[0]
+    assert re.findall(r'data-rank="(\d+)">([^<]+)<', heat) == [("5", "nic:5")]
+    assert _count(heat, 'class="irr-mark"') == 1

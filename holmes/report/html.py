@@ -199,7 +199,11 @@ def _heatmap(report: Any, job: Any, layout: Any, gpu_ranks: set[int], on_path: l
     its = report.window or None
     m = slowness_map(job, iterations=its, layout=layout, focus=focus, max_ranks=max_ranks)
     shown = m.binned(max_rows)
-    marked = {r: f"gpu:{r}" for r in sorted(gpu_ranks)}
+    marked: dict[int, str] = {}
+    for d in report.devices or report.candidates:  # the named GPUs and NICs, labelled by their ids
+        kind, _, n = d.id.partition(":")
+        if kind in ("gpu", "nic") and n.isdigit():
+            marked[int(n)] = f"{marked[int(n)]}, {d.id}" if int(n) in marked else d.id
     return (f"<p>Each cell: a rank's compute in an iteration over the median of its peers' (same pipeline "
             f"stage); red is slower. Triangles mark the pivot's irregular iterations. {describe(shown)}.</p>"
             + heatmap_svg(shown, irregular=report.irregular_iterations, marked=marked)
