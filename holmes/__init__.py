@@ -19,6 +19,7 @@ from holmes.io import Job, JobMeta, JobWriter, MemoryJob, read_job, write_job
 # ``from holmes.localize import GraphSearch``). Binding it after the subpackage import replaces the
 # attribute Python set to the module.
 from holmes.localize import Localizer, LocalizeParams, localize  # noqa: E402  (after io: no cycle)
+from holmes.watch import watch  # noqa: E402  (the function; the subpackage stays importable)
 
 __version__ = "0.1.0"
 
@@ -29,5 +30,5 @@ __all__ = [
     "HolmesError", "SchemaError", "ParseError", "JobError", "MissingRankError", "TopologyError",
     "LayoutError", "ConfigError", "NotFittedError", "ModelFormatError", "ConvertError",
     "Job", "JobMeta", "JobWriter", "MemoryJob", "read_job", "write_job",
-    "localize", "Localizer", "LocalizeParams",
+    "localize", "Localizer", "LocalizeParams", "watch",
 ]

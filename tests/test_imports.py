@@ -28,7 +28,7 @@ FLOORS = {
     "holmes.io": 1, "holmes.topology": 1,
     "holmes.cog": 2, "holmes.detect": 2,
     "holmes.simulate": 3, "holmes.adapters": 3, "holmes.logger": 3, "holmes.localize": 3, "holmes.report": 3,
-    "holmes.eval": 4,
+    "holmes.eval": 4, "holmes.watch": 4,
     "holmes.cli": 5, "holmes.__main__": 5, "holmes": 5,
 }
 

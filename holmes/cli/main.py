@@ -24,6 +24,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "detect": ("detect_cmd", "flag the abnormal operators of some ranks of a job"),
     "convert": ("convert_cmd", "convert captured traces (kineto, flight-recorder, wia, nccl-inspector) to a job"),
     "train": ("train_cmd", "train an abnormal-operator detector from labelled jobs"),
+    "watch": ("watch_cmd", "follow a live job and print one JSON line per irregularity, straggler or hang"),
     "report": ("report_cmd", "write a self-contained HTML report of a job's localization"),
 }
 

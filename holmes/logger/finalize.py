@@ -22,7 +22,7 @@ from holmes.io.models import JobMeta
 from holmes.io.outputs import replace_file_text
 from holmes.logger.recorder import COMMS_DIR
 
-__all__ = ["finalize_job"]
+__all__ = ["finalize_job", "live_meta"]
 
 log = logging.getLogger(__name__)
 
@@ -96,16 +96,7 @@ def finalize_job(out_dir: str | os.PathLike[str], world_size: int | None = None,
     out = Path(out_dir)
     deadline = time.monotonic() + max(0.0, float(timeout))
     while True:
-        found = _sidecars(out)
-        sides = {}
-        for r, p in found.items():
-            try:
-                side = read_json_capped(p, error=JobError, what="communicator sidecar")
-            except JobError as exc:
-                raise JobError(f"unreadable communicator sidecar of rank {r}: {exc}") from None
-            if not isinstance(side, dict):
-                raise JobError(f"{p}: communicator sidecar of rank {r} is not a JSON object")
-            sides[r] = side
+        sides, found = _read_sidecars(out)
         ws = world_size
         if ws is None:
             reported = [int(s["world_size"]) for s in sides.values() if s.get("world_size")]
@@ -123,6 +114,69 @@ def finalize_job(out_dir: str | os.PathLike[str], world_size: int | None = None,
                            f"({len(missing)} of {ws}); a rank did not close its logger")
         time.sleep(0.05)
     assert ws is not None
+    meta = _merged_meta(out, sides, found, int(ws), communicators, parallel, name)
+    try:
+        model = JobMeta.model_validate(meta)
+    except Exception as exc:  # pydantic ValidationError
+        raise JobError(f"{out / 'job.json'}: merged metadata is invalid: {exc}") from None
+    path = out / "job.json"
+    # a temporary sibling renamed into place: readers see no job.json or a complete one
+    replace_file_text(path, json.dumps(model.to_json_dict(), indent=1, sort_keys=True, allow_nan=False))
+    if validate:
+        job = read_job(out)
+        for r in range(job.world_size):
+            if job.has_rank(r):
+                job.ops(r)
+                job.iterations(r)
+    log.info("%s: job.json written for %d ranks, %d communicators", out, ws, len(meta["communicators"]))
+    return path
+
+
+def _read_sidecars(out: Path) -> tuple[dict[int, dict[str, Any]], dict[int, Path]]:
+    found = _sidecars(out)
+    sides = {}
+    for r, p in found.items():
+        try:
+            side = read_json_capped(p, error=JobError, what="communicator sidecar")
+        except JobError as exc:
+            raise JobError(f"unreadable communicator sidecar of rank {r}: {exc}") from None
+        if not isinstance(side, dict):
+            raise JobError(f"{p}: communicator sidecar of rank {r} is not a JSON object")
+        sides[r] = side
+    return sides, found
+
+
+def live_meta(out_dir: str | os.PathLike[str], world_size: int | None = None) -> tuple[JobMeta, dict[int, bool]]:
+    """What ``job.json`` would hold now, from the sidecars present, without writing anything.
+
+    For a live job (:class:`~holmes.logger.CommOpsRecorder` with ``parts_every``/``parts_interval``)
+    before :func:`finalize_job` ran. Returns the metadata and, per rank with a sidecar, whether
+    that rank has closed (or dumped) its log.
+
+    Raises
+    ------
+    JobError
+        No sidecar yet, or two ranks disagreeing on a communicator.
+    """
+    out = Path(out_dir)
+    sides, found = _read_sidecars(out)
+    if not sides:
+        raise JobError(f"{out}: no job.json and no rank sidecar in {COMMS_DIR}/ yet")
+    ws = world_size
+    if ws is None:
+        reported = [int(s["world_size"]) for s in sides.values() if s.get("world_size")]
+        ws = max(reported) if reported else max(sides) + 1
+    meta = _merged_meta(out, sides, found, int(ws), None, None, None)
+    try:
+        model = JobMeta.model_validate(meta)
+    except Exception as exc:  # pydantic ValidationError
+        raise JobError(f"{out / COMMS_DIR}: merged metadata is invalid: {exc}") from None
+    return model, {r: not s.get("live") or "dump" in s for r, s in sides.items()}
+
+
+def _merged_meta(out: Path, sides: dict[int, dict[str, Any]], found: dict[int, Path], ws: int,
+                 communicators: Mapping[str, Mapping[str, Any]] | None, parallel: Any,
+                 name: str | None) -> dict[str, Any]:
     merged: dict[str, dict[str, Any]] = {}
     for r in sorted(sides):
         for cid, info in (sides[r].get("communicators") or {}).items():
@@ -149,18 +203,4 @@ def finalize_job(out_dir: str | os.PathLike[str], world_size: int | None = None,
         meta["parallel"] = parallel.to_dict() if hasattr(parallel, "to_dict") else dict(parallel)
     if name:
         meta["name"] = name
-    try:
-        model = JobMeta.model_validate(meta)
-    except Exception as exc:  # pydantic ValidationError
-        raise JobError(f"{out / 'job.json'}: merged metadata is invalid: {exc}") from None
-    path = out / "job.json"
-    # a temporary sibling renamed into place: readers see no job.json or a complete one
-    replace_file_text(path, json.dumps(model.to_json_dict(), indent=1, sort_keys=True, allow_nan=False))
-    if validate:
-        job = read_job(out)
-        for r in range(job.world_size):
-            if job.has_rank(r):
-                job.ops(r)
-                job.iterations(r)
-    log.info("%s: job.json written for %d ranks, %d communicators", out, ws, len(merged))
-    return path
+    return meta

@@ -1,0 +1,51 @@
+"""``holmes watch``: follow a live job and print one JSON line per event on stdout.
+
+Example::
+
+    holmes watch /jobs/run-17 --interval 0.5 --window 100
+    {"event": "irregular", "iteration": 5120, "at_ns": ..., "report": {"verdict": "culprit", ...}}
+
+Logging goes to stderr (``-v``). Ctrl-C stops it (exit 130 after the observer thread stopped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["add_parser", "run"]
+
+
+def add_parser(p: argparse.ArgumentParser) -> None:
+    """Fill the ``watch`` subcommand's parser."""
+    p.add_argument("job", metavar="JOB", help="job directory (live parts ranks/rank-XXXXX/part-*.parquet, or files)")
+    p.add_argument("--interval", type=float, default=0.5, metavar="S", help="seconds between polls (default 0.5)")
+    p.add_argument("--window", type=int, default=100, metavar="N", help="iterations each analysis sees (default 100)")
+    p.add_argument("--once", action="store_true", help="analyse what is there now and exit")
+    p.add_argument("--pivot", type=int, default=0, metavar="RANK", help="monitored rank (default 0)")
+    p.add_argument("--delta", type=float, default=1.1, help="irregularity threshold (default 1.1)")
+    p.add_argument("--settle", type=float, default=5.0, metavar="S",
+                   help="longest wait for every rank's part of an irregular iteration (default 5)")
+    p.add_argument("--hang-after", type=float, default=None, metavar="S",
+                   help="emit a hang event when no part lands for S seconds (default: off)")
+    p.add_argument("--idle-exit", type=float, default=None, metavar="S",
+                   help="exit after S seconds without a new part (default: run until the job ends)")
+    p.add_argument("--detector", default="auto", help="abnormal-operator detector of the analyses (default auto)")
+    p.add_argument("--polling", action="store_true", help="poll even when watchdog is installed")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Watch until the job ends (or Ctrl-C); each event is printed and flushed at once."""
+    from holmes.watch import Watcher
+
+    w = Watcher(args.job, pivot=args.pivot, window=args.window, interval=args.interval, delta=args.delta,
+                settle=args.settle, hang_after=args.hang_after, idle_exit=args.idle_exit, once=args.once,
+                use_watchdog=False if args.polling else None, detector=args.detector)
+    events = w.events()
+    try:
+        for ev in events:
+            sys.stdout.write(ev.to_json() + "\n")
+            sys.stdout.flush()
+    finally:
+        events.close()  # stops the observer thread, also on Ctrl-C
+    return 0

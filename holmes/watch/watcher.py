@@ -1,0 +1,439 @@
+"""Watch a live job: follow its parts, monitor the pivot, and run the matching analysis on an event.
+
+The loop of :class:`Watcher` (one thread; nothing but the window is held in memory):
+
+1. :class:`~holmes.watch.follower.PartsFollower` notices the parts that landed (filesystem events
+   or polling);
+2. the pivot's parts are read in index order (a part that lands ahead of its predecessor waits
+   for it up to ``late_after`` seconds, then the missing one is skipped with a finding; an
+   unreadable part is skipped with a finding), each complete iteration's duration (the gap between
+   consecutive "last operator ended" instants, as :func:`holmes.io.derive_iterations`) goes to the
+   streaming :class:`~holmes.detect.IterationMonitor`;
+3. the first irregular iteration of an episode schedules the irregular analysis; an episode whose
+   iterations stay slow (against the reference before it) for ``persistent_after`` iterations
+   schedules the persistent one (``"straggler"``), as does, once, the first full monitor window
+   (a straggler slow from the start shows no irregularity); ``recover_after`` regular iterations end
+   the episode (``"recovered"``); a dump (``job.json``'s or a sidecar's ``dump``) schedules the hang
+   analysis, and no part at all for ``hang_after`` seconds emits a ``"hang"`` stall event;
+4. a scheduled analysis runs once every rank has landed the part holding its iteration, or after
+   ``settle`` seconds (the ranks still missing are named in the event's findings): it builds a
+   :class:`~holmes.watch.window.WindowJob` over the last ``window`` iterations and calls
+   :class:`holmes.localize.Localizer` with the matching ``analysis``.
+
+The job ends for the watcher when every rank's logger closed (sidecars), after ``idle_exit``
+seconds without a new part, at :meth:`Watcher.stop`, or after one pass with ``once=True``; the
+analyses still scheduled then run at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.compute as pc
+
+from holmes.detect.monitor import DEFAULT_DELTA, IterationMonitor
+from holmes.errors import ConfigError, HolmesError, JobError
+from holmes.io.parts import Part, list_parts, rank_parts_dirname, read_part
+from holmes.localize import Localizer, LocalizeParams
+from holmes.watch.events import WatchEvent
+from holmes.watch.follower import PartsFollower
+from holmes.watch.window import WindowJob, job_meta
+
+__all__ = ["Watcher", "watch"]
+
+log = logging.getLogger(__name__)
+
+_EVENT_OF = {"irregular": "irregular", "persistent": "straggler", "hang": "hang"}
+
+
+class Watcher:
+    """Follow a live job directory and emit :class:`~holmes.watch.WatchEvent` objects.
+
+    Parameters
+    ----------
+    job : path-like
+        The job directory (live parts or finished files).
+    pivot : int, default 0
+        The monitored rank.
+    window : int, default 100
+        Iterations each analysis sees (the last ``window`` up to the event's iteration).
+    interval : float, default 0.5
+        Seconds between polls (with ``watchdog``: the longest wait for an event).
+    delta : float, default 1.1
+        The irregularity rule's delta (:class:`holmes.detect.IrregularityRule`).
+    monitor_window : int, default 20
+        Iterations of the streaming monitor's reference.
+    settle : float, default 5.0
+        Longest wait, after the pivot's part, for every rank's part holding the same iteration.
+    late_after : float, optional
+        How long a missing pivot part is waited for once a later one landed (default ``settle``).
+    persistent_after, recover_after : int, default 5
+        Slow iterations that make an episode a straggler; regular ones that end it.
+    straggler_check : bool, default True
+        Run the persistent analysis once when the monitor's first window is full.
+    hang_after : float, optional
+        Emit a ``"hang"`` stall event when no part lands for this many seconds.
+    idle_exit : float, optional
+        Stop after this many seconds without a part.
+    once : bool, default False
+        Read what is there now, run the analyses due, and stop.
+    use_watchdog : bool, optional
+        Default: filesystem events when ``watchdog`` is installed, else polling.
+    **localize_params
+        Any :class:`~holmes.localize.LocalizeParams` field for the analyses (``detector``,
+        ``top_k``, ``topology``...); ``analysis``, ``pivot`` and ``window`` are set per event.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> from holmes.simulate import run_simulation
+    >>> from holmes.simulate.writer import write_result
+    >>> res = run_simulation(tp=2, pp=1, dp=2, iterations=40, seed=2, faults=["gpu:3@spike:30*4"])
+    >>> d = write_result(res, tempfile.mkdtemp() + "/job", parts=10)
+    >>> [(e.event, e.iteration) for e in Watcher(d, once=True, detector="robust", straggler_check=False)]
+    [('irregular', 30), ('recovered', 36)]
+    """
+
+    def __init__(self, job: str | os.PathLike[str], *, pivot: int = 0, window: int = 100, interval: float = 0.5,
+                 delta: float = DEFAULT_DELTA, monitor_window: int = 20, settle: float = 5.0,
+                 late_after: float | None = None, persistent_after: int = 5, recover_after: int = 5,
+                 straggler_check: bool = True, hang_after: float | None = None, idle_exit: float | None = None,
+                 once: bool = False, use_watchdog: bool | None = None, **localize_params: Any) -> None:
+        if not isinstance(job, (str, os.PathLike)):
+            raise ConfigError(f"watch: job must be a path, not {type(job).__name__}")
+        self.path = Path(job)
+        if not self.path.is_dir():
+            raise JobError(f"{self.path}: not a job directory")
+        for name, v in (("window", window), ("monitor_window", monitor_window),
+                        ("persistent_after", persistent_after), ("recover_after", recover_after)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise ConfigError(f"watch: {name} must be a positive integer, not {v!r}")
+        for name, f in (("interval", interval), ("settle", settle), ("late_after", late_after),
+                        ("hang_after", hang_after), ("idle_exit", idle_exit)):
+            if f is not None and not (isinstance(f, (int, float)) and np.isfinite(f) and f >= 0):
+                raise ConfigError(f"watch: {name} must be a number of seconds >= 0, not {f!r}")
+        self.pivot, self.window = int(pivot), int(window)
+        self.interval, self.settle = float(interval), float(settle)
+        self.late_after = self.settle if late_after is None else float(late_after)
+        self.persistent_after, self.recover_after = int(persistent_after), int(recover_after)
+        self.straggler_check, self.hang_after, self.idle_exit = bool(straggler_check), hang_after, idle_exit
+        self.once, self.use_watchdog = bool(once), use_watchdog
+        self.monitor = IterationMonitor(delta=delta, window=monitor_window)
+        self.params = LocalizeParams(**{**localize_params, "pivot": self.pivot, "delta": self.monitor.delta})
+        self._stop = threading.Event()
+        self._meta: Any = None
+        self._closed: dict[int, bool] | None = None
+        self._meta_checked = 0.0
+        self._meta_mtime: int | None = None
+        self._follower: PartsFollower | None = None
+        self._topology: Any = None
+        # the pivot's stream
+        self._next_part = 0
+        self._held: dict[int, tuple[Part, float]] = {}
+        self._fed = -1
+        self._prev_end: int | None = None
+        self._parts_seen: deque[tuple[int, int, int]] = deque(maxlen=2 * self.window + 64)
+        # episodes and scheduled analyses
+        self._episode: dict[str, Any] | None = None
+        self._checked_straggler = not self.straggler_check
+        self._hang_scheduled = False
+        self._stalled = False
+        self._pending: list[dict[str, Any]] = []
+        self._ready: deque[WatchEvent] = deque()
+        self._findings: deque[str] = deque(maxlen=32)
+
+    def __repr__(self) -> str:
+        return f"Watcher({str(self.path)!r}, pivot={self.pivot}, window={self.window})"
+
+    # ------------------------------------------------------------------ public
+
+    def __iter__(self) -> Iterator[WatchEvent]:
+        return self.events()
+
+    def stop(self) -> None:
+        """Ask the loop to end (from any thread or a callback); the scheduled analyses still run."""
+        self._stop.set()
+
+    def run(self, callback: Callable[[WatchEvent], Any]) -> int:
+        """Call ``callback(event)`` for every event until the job ends or :meth:`stop`; returns
+        how many events were emitted."""
+        n = 0
+        for ev in self.events():
+            callback(ev)
+            n += 1
+        return n
+
+    def start(self, callback: Callable[[WatchEvent], Any]) -> threading.Thread:
+        """:meth:`run` in a daemon thread (platform code); :meth:`stop` ends it."""
+        th = threading.Thread(target=self.run, args=(callback,), name="holmes-watch", daemon=True)
+        th.start()
+        return th
+
+    def events(self) -> Iterator[WatchEvent]:
+        """The events, as they happen, until the job ends (see the module's notes)."""
+        try:
+            while True:
+                if self._load_meta():
+                    self._follower_poll()
+                    self._consume_pivot()
+                    self._check_dump()
+                    self._check_stall()
+                ended = self._ended()
+                self._run_due(force=ended)
+                while self._ready:
+                    yield self._ready.popleft()
+                if ended:
+                    log.info("watch %s: stopped after iteration %d", self.path, self._fed)
+                    return
+                if self._meta is None:
+                    self._stop.wait(self.interval)
+        finally:
+            if self._follower is not None:
+                self._follower.close()
+
+    # ------------------------------------------------------------------ job metadata and end
+
+    def _load_meta(self) -> bool:
+        now = time.monotonic()
+        p = self.path / "job.json"
+        try:
+            mtime = p.stat().st_mtime_ns
+        except FileNotFoundError:
+            mtime = None
+        due = self._meta is None or mtime != self._meta_mtime or now - self._meta_checked >= max(5.0, self.interval)
+        if not due:
+            return True
+        self._meta_checked = now
+        try:
+            meta, closed = job_meta(self.path)
+        except JobError as exc:
+            if self._meta is None:
+                if self.once:
+                    raise
+                log.info("watch %s: waiting for job.json or the ranks' sidecars (%s)", self.path, exc)
+                return False
+            return True
+        self._meta, self._closed, self._meta_mtime = meta, closed, mtime
+        if self._follower is None:
+            self._follower = PartsFollower(self.path, meta.world_size, follow=(self.pivot,),
+                                           use_watchdog=self.use_watchdog, rescan=max(5.0, 4 * self.interval),
+                                           late_after=max(self.late_after, self.settle))
+            if self.pivot >= meta.world_size:
+                raise ConfigError(f"watch: pivot rank {self.pivot} is outside world_size {meta.world_size}")
+            topo = self.path / "topology.json"
+            if self.params.topology is None and topo.is_file():
+                from holmes.topology.cluster import load_topology
+
+                self._topology = load_topology(topo)
+        return True
+
+    def _ended(self) -> bool:
+        if self._stop.is_set() or self.once:
+            return True
+        if self._closed is not None and self._meta is not None and \
+                len(self._closed) >= self._meta.world_size and all(self._closed.values()):
+            return self._held == {} and not self._new_pivot_parts()
+        if self.idle_exit is not None and self._follower is not None:
+            return time.monotonic() - self._follower.last_landed >= self.idle_exit
+        return False
+
+    def _new_pivot_parts(self) -> bool:
+        return bool(list_parts(self.path / "ranks" / rank_parts_dirname(self.pivot), self._next_part))
+
+    # ------------------------------------------------------------------ the pivot's stream
+
+    def _follower_poll(self) -> None:
+        assert self._follower is not None
+        self._follower.next_needed[self.pivot] = self._next_part
+        self._follower.poll(0.0 if self.once or self._ready else self.interval)
+
+    def _consume_pivot(self) -> None:
+        d = self.path / "ranks" / rank_parts_dirname(self.pivot)
+        now = time.monotonic()
+        for p in list_parts(d, self._next_part):
+            self._held.setdefault(p.index, (p, now))
+        if not self._held and self._next_part == 0 and (self.path / "ranks" / f"{rank_parts_dirname(self.pivot)}.parquet").is_file():
+            # a finished job written as single files: one "part" holding every iteration
+            f = self.path / "ranks" / f"{rank_parts_dirname(self.pivot)}.parquet"
+            self._held[0] = (Part(0, f, f.stat().st_size, 0), now)
+        while self._held:
+            k = self._next_part
+            if k in self._held:
+                part, _ = self._held.pop(k)
+                self._read_pivot_part(part)
+                self._next_part = k + 1
+                continue
+            first = min(self._held)
+            waited = now - self._held[first][1]
+            if waited >= self.late_after or self.once:
+                self._finding(f"rank {self.pivot}: part(s) {k}..{first - 1} missing {waited:.1f} s after part "
+                              f"{first} landed; skipped")
+                self._next_part = first
+                continue
+            break
+
+    def _read_pivot_part(self, part: Part) -> None:
+        try:
+            t = read_part(part.path, self.pivot, columns=None)
+        except HolmesError as exc:
+            self._finding(f"{exc}; part skipped")
+            return
+        if "state" in t.column_names:  # a dump: its last iteration never ended (the hang analysis reads it)
+            return
+        if not t.num_rows:
+            return
+        it = t.column("iteration").to_numpy()
+        end = t.column("end_ns").to_numpy(zero_copy_only=False)
+        iters, inv = np.unique(it, return_inverse=True)
+        last = np.full(len(iters), np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(last, inv, end.astype(np.int64))
+        self._parts_seen.append((part.index, int(iters[0]), int(iters[-1])))
+        for i, e in zip(iters.tolist(), last.tolist()):
+            if i <= self._fed:
+                continue  # a part that arrived after its iterations were skipped, or a repeat
+            if self._prev_end is not None and i == self._fed + 1:
+                d = float(e - self._prev_end)
+                if d >= 0:
+                    self._on_iteration(int(i), d, self.monitor.update(d), part.index)
+            self._fed, self._prev_end = int(i), int(e)
+
+    def _on_iteration(self, i: int, d: float, flagged: bool, part: int) -> None:
+        ep = self._episode
+        if ep is None:
+            if flagged:
+                self._episode = {"start": i, "ref": self.monitor.reference, "slow": 1, "regular": 0,
+                                 "straggler": False}
+                self._schedule("irregular", i, part)
+            elif not self._checked_straggler and self.monitor.n_seen >= self.monitor.window:
+                self._checked_straggler = True
+                self._schedule("persistent", i, part, only_if_found=True)
+            return
+        if d > self.monitor.delta * ep["ref"]:
+            ep["slow"] += 1
+            ep["regular"] = 0
+            if ep["slow"] >= self.persistent_after and not ep["straggler"]:
+                ep["straggler"] = True
+                self._schedule("persistent", i, part, lo=ep["start"])  # the slow stretch only
+        else:
+            ep["regular"] += 1
+            if ep["regular"] >= self.recover_after:
+                # queued behind the episode's analyses: events come out in the order they happened
+                self._pending.append({"kind": "emit", "event": WatchEvent(
+                    "recovered", i, detail={"episode_start": ep["start"], "slow_iterations": ep["slow"]})})
+                self._episode = None
+
+    # ------------------------------------------------------------------ hangs
+
+    def _check_dump(self) -> None:
+        if self._hang_scheduled or self._meta is None or self._meta.dump is None:
+            return
+        self._hang_scheduled = True
+        self._schedule("hang", self._fed if self._fed >= 0 else None, None)
+
+    def _check_stall(self) -> None:
+        f = self._follower
+        if self.hang_after is None or f is None or self._fed < 0:
+            return
+        quiet = time.monotonic() - f.last_landed
+        if quiet < self.hang_after:
+            self._stalled = False
+            return
+        if self._stalled:
+            return
+        self._stalled = True
+        top = int(f.latest.max())
+        report = {"verdict": "stalled", "stalled_s": round(quiet, 1), "last_iteration": self._fed,
+                  "last_part": top, "ranks_behind": f.behind(top), "ranks_behind_count": self._meta.world_size - f.reached(top)}
+        self._pending.append({"kind": "emit", "event": WatchEvent("hang", self._fed, report,
+                                                                  findings=tuple(self._take_findings()))})
+
+    # ------------------------------------------------------------------ analyses
+
+    def _schedule(self, kind: str, iteration: int | None, part: int | None, only_if_found: bool = False,
+                  lo: int | None = None) -> None:
+        log.info("watch %s: %s analysis scheduled at iteration %s", self.path, kind, iteration)
+        self._pending.append({"kind": kind, "iteration": iteration, "part": part, "since": time.monotonic(),
+                              "only_if_found": only_if_found, "lo": lo})
+        self._run_due(force=False)  # already settled (every rank landed the part): run it now
+
+    def _run_due(self, force: bool) -> None:
+        """Run the scheduled analyses in order, each once settled (or forced); one not yet due
+        holds back those after it, so events keep the order of what happened."""
+        while self._pending:
+            job = self._pending[0]
+            if job["kind"] == "emit":  # no analysis: an event waiting for those before it
+                self._ready.append(job["event"])
+                self._pending.pop(0)
+                continue
+            f = self._follower
+            settled = f is None or job["part"] is None or f.reached(job["part"]) >= self._meta.world_size
+            if not (settled or force or time.monotonic() - job["since"] >= self.settle):
+                return
+            self._pending.pop(0)
+            self._analyse(job, settled)
+
+    def _analyse(self, job: dict[str, Any], settled: bool) -> None:
+        kind, i = job["kind"], job["iteration"]
+        hi = None if kind == "hang" else max(i, self._fed if kind == "persistent" else i)
+        lo = None if hi is None else max(0, hi - self.window + 1, job.get("lo") or 0)
+        min_part = 0
+        if lo is not None:
+            min_part = next((k for k, a, b in self._parts_seen if b >= lo), 0)
+        findings = self._take_findings()
+        if not settled and job["part"] is not None and self._follower is not None:
+            behind = self._follower.behind(job["part"])
+            findings.append(f"{self._meta.world_size - self._follower.reached(job['part'])} rank(s) (e.g. {behind[:8]}) "
+                            f"had not landed part {job['part']} after {self.settle:g} s; analysed without it")
+        wj = WindowJob(self.path, self._meta, lo=lo, hi=hi, min_part=max(0, min_part - 1), topology=self._topology)
+        n = self.window if hi is None or lo is None else hi - lo + 1
+        t0 = time.perf_counter()
+        try:
+            params = self.params.replace(analysis=kind, window=max(2, n))
+            rep = Localizer(params).localize(wj)
+            report: dict[str, Any] | None = rep.to_json(evidence=False)
+            verdict = rep.verdict
+        except HolmesError as exc:
+            log.warning("watch %s: %s analysis at iteration %s failed: %s", self.path, kind, i, exc)
+            report, verdict = {"error": str(exc)}, "error"
+        took = time.perf_counter() - t0
+        if job["only_if_found"] and verdict in ("healthy", "error"):
+            log.info("watch %s: no straggler at iteration %s (%s)", self.path, i, verdict)
+            return
+        self._ready.append(WatchEvent(_EVENT_OF[kind], i, report, findings=tuple(findings + wj.findings),
+                                      detail={"analysis_s": round(took, 3), "window": [lo, hi], "settled": settled}))
+
+    def _finding(self, text: str) -> None:
+        log.warning("watch %s: %s", self.path, text)
+        self._findings.append(text)
+
+    def _take_findings(self) -> list[str]:
+        out = list(self._findings)
+        self._findings.clear()
+        return out
+
+
+def watch(job: str | os.PathLike[str], **kwargs: Any) -> Watcher:
+    """Watch a live job directory: ``for event in holmes.watch(job): ...``.
+
+    Returns a :class:`Watcher` (iterable over :class:`~holmes.watch.WatchEvent`; ``.run(callback)``
+    blocks, ``.start(callback)`` runs in a background thread, ``.stop()`` ends it); the keyword
+    arguments are :class:`Watcher`'s.
+
+    Examples
+    --------
+    >>> import holmes
+    >>> for event in holmes.watch("fixtures/gpu16-clean", once=True, straggler_check=False):
+    ...     print(event.to_json())
+    """
+    return Watcher(job, **kwargs)
+
+
+_ = Mapping, pc

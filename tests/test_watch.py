@@ -1,0 +1,165 @@
+"""holmes.watch: events from a live job's parts (late, out of order, truncated, never), the CLI, hangs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+
+import pytest
+
+import holmes
+from holmes.errors import ConfigError, JobError
+from holmes.io.parts import list_parts
+from holmes.logger import CommOpsRecorder
+from holmes.simulate import run_simulation
+from holmes.simulate.writer import write_result
+from holmes.watch import PartsFollower, Watcher, WatchEvent, watchdog_available
+
+
+@pytest.fixture(scope="module")
+def spiky(tmp_path_factory):
+    res = run_simulation(tp=2, pp=2, dp=2, iterations=50, seed=5, faults=["gpu:5@spike:30*3"])
+    return write_result(res, tmp_path_factory.mktemp("w") / "job", parts=5)
+
+
+def _top(rep):
+    """The best device a report names or proposes."""
+    return (rep["devices"] or rep["candidates"])[0]["id"]
+
+
+def _events(job, **kw):
+    kw.setdefault("detector", "robust")
+    kw.setdefault("straggler_check", False)
+    return [e for e in Watcher(job, once=True, **kw)]
+
+
+def test_irregular_then_recovered(spiky):
+    ev = _events(spiky)
+    assert [(e.event, e.iteration) for e in ev] == [("irregular", 30), ("recovered", 35)]
+    rep = ev[0].report
+    assert rep["verdict"] in ("culprit", "inconclusive") and _top(rep) == "gpu:5"
+    line = json.loads(ev[0].to_json())
+    assert line["event"] == "irregular" and line["iteration"] == 30 and line["detail"]["settled"] is True
+
+
+def test_single_file_job_and_callback(tmp_path):
+    res = run_simulation(tp=2, pp=1, dp=2, iterations=40, seed=2, faults=["gpu:3@spike:30*4"])
+    d = write_result(res, tmp_path / "job")
+    got = []
+    assert holmes.watch(d, once=True, detector="robust", straggler_check=False).run(got.append) == 2
+    assert got[0].event == "irregular" and _top(got[0].report) == "gpu:3"
+
+
+def test_truncated_and_missing_pivot_parts(spiky, tmp_path):
+    d = shutil.copytree(spiky, tmp_path / "job")
+    p = d / "ranks" / "rank-00000" / "part-000002.parquet"  # iterations 10..14 of the pivot
+    p.write_bytes(p.read_bytes()[:50])
+    (d / "ranks" / "rank-00000" / "part-000004.parquet").unlink()  # iterations 20..24 never arrive
+    ev = _events(d)
+    assert [(e.event, e.iteration) for e in ev] == [("irregular", 30), ("recovered", 35)]
+    text = " ".join(ev[0].findings)
+    assert "part-000002.parquet" in text and "part(s) 4..4 missing" in text
+
+
+def test_late_part_of_another_rank_is_waited_for(spiky, tmp_path):
+    d = shutil.copytree(spiky, tmp_path / "job")
+    late = d / "ranks" / "rank-00005" / "part-000006.parquet"  # holds the faulty iteration 30
+    hidden = tmp_path / "late.parquet"
+    late.rename(hidden)
+    w = Watcher(d, detector="robust", straggler_check=False, interval=0.05, settle=30.0, use_watchdog=False,
+                idle_exit=None)
+    out = []
+    th = w.start(out.append)
+    time.sleep(1.0)
+    assert out == []  # the analysis waits for rank 5's part
+    hidden.rename(late)
+    for _ in range(200):
+        if len(out) >= 2:
+            break
+        time.sleep(0.05)
+    w.stop()
+    th.join(10)
+    assert [e.event for e in out] == ["irregular", "recovered"]
+    assert out[0].detail["settled"] is True and _top(out[0].report) == "gpu:5"
+
+
+def test_settle_timeout_names_missing_ranks(spiky, tmp_path):
+    d = shutil.copytree(spiky, tmp_path / "job")
+    for p in list_parts(d / "ranks" / "rank-00007", 6):
+        p.path.unlink()
+    w = Watcher(d, detector="robust", straggler_check=False, interval=0.05, settle=0.3, use_watchdog=False,
+                idle_exit=1.0)
+    ev = list(w)
+    assert ev[0].event == "irregular" and ev[0].detail["settled"] is False
+    assert any("[7]" in f for f in ev[0].findings)
+
+
+@pytest.mark.skipif(not watchdog_available(), reason="watchdog not installed")
+def test_follower_with_filesystem_events(tmp_path):
+    from holmes.io.parts import write_part
+    from holmes.io.schema import ops_table
+
+    (tmp_path / "ranks").mkdir()
+    f = PartsFollower(tmp_path, world_size=3, use_watchdog=True, rescan=3600)
+    assert f.poll(0.0) == [] and f.mode == "watchdog"
+    t = ops_table(rank=[2], iteration=[0], op_index=[0], comm_id=["dp-0"], seq=[0], op=["all_reduce"],
+                  peer=[None], nbytes=[4], start_ns=[0], end_ns=[5])
+    write_part(tmp_path / "ranks" / "rank-00002", 0, t)
+    got = []
+    for _ in range(50):
+        got += f.poll(0.1)
+        if got:
+            break
+    f.close()
+    assert (2, 0) in got and f.reached(0) == 1
+
+
+def test_live_logger_job_hang_and_end(tmp_path):
+    recs = [CommOpsRecorder(tmp_path, rank=r, world_size=2, parts_every=2) for r in (0, 1)]
+    for it in range(8):
+        for rec in recs:
+            rec.add_communicator("dp-0", [0, 1], kind="dp")
+            rec.step(it)
+            rec.record("dp-0", "all_reduce", nbytes=8, start_ns=10**6 * it, end_ns=10**6 * it + 10)
+    assert "job.json" not in [p.name for p in tmp_path.iterdir()]  # live: metadata from the sidecars
+    assert _events(tmp_path) == []
+    recs[0].begin("dp-0", "all_reduce", nbytes=8, start_ns=10**7)
+    recs[0].dump("timeout")
+    recs[1].dump("signal")
+    from holmes.logger import finalize_job
+
+    finalize_job(tmp_path, allow_missing=True, validate=False)
+    ev = list(Watcher(tmp_path, detector="robust", straggler_check=False, interval=0.05, use_watchdog=False))
+    assert [e.event for e in ev] == ["hang"] and ev[0].report["verdict"] == "hang"
+
+
+def test_stall_event_and_bad_arguments(spiky, tmp_path):
+    w = Watcher(spiky, detector="robust", straggler_check=False, interval=0.05, hang_after=0.2, idle_exit=0.6,
+                use_watchdog=False)
+    kinds = [e.event for e in w]
+    assert kinds[-1] == "hang" and "irregular" in kinds
+    with pytest.raises(JobError, match="not a job directory"):
+        Watcher(tmp_path / "nope")
+    with pytest.raises(ConfigError, match="window"):
+        Watcher(spiky, window=0)
+    with pytest.raises(ConfigError, match="event must be one of"):
+        WatchEvent("boom", 1)
+
+
+def test_cli_prints_json_lines(spiky, capsys):
+    from holmes.cli.main import main
+
+    assert main(["watch", str(spiky), "--once", "--detector", "robust"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x["event"] for x in lines][:2] == ["irregular", "recovered"]
+    assert main(["watch", str(spiky) + "-missing", "--once"]) == 2
+
+
+def test_stop_from_another_thread(spiky):
+    w = Watcher(spiky, detector="robust", interval=0.05, use_watchdog=False, straggler_check=False)
+    threading.Timer(0.5, w.stop).start()
+    t0 = time.monotonic()
+    list(w)
+    assert time.monotonic() - t0 < 20
