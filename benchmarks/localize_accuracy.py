@@ -42,7 +42,6 @@ import argparse
 import logging
 import statistics
 import sys
-import tempfile
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -169,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="6 jobs per point, reduced sweeps")
     ap.add_argument("--jobs", type=int, default=None, help="jobs per point (default 20, quick 6)")
-    ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "holmes-bench-jobs"))
+    ap.add_argument("--cache", default=None,
+                    help="job cache (default $HOLMES_CACHE_DIR/localize_accuracy, bounded: docs/install.md)")
     ap.add_argument("--detector", default="auto", help="detector for Holmes (auto, robust, label, model)")
     ap.add_argument("--seed", type=int, default=5000, help="first job seed")
     ap.add_argument("--baseline-ranks", type=int, default=512,
@@ -182,8 +182,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     n = args.jobs or (6 if args.quick else 20)
-    cache = Path(args.cache)
-    cache.mkdir(parents=True, exist_ok=True)
+    if args.cache:
+        cache = Path(args.cache)
+        cache.mkdir(parents=True, exist_ok=True)
+    else:
+        from _cache import cache_dir
+
+        cache = cache_dir("localize_accuracy")
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else ([2048, 8192] if args.quick else [2048, 4096, 8192])
     det = args.detector
     t_start = time.time()

@@ -9,7 +9,8 @@ writes a CommOps job directory; ``holmes.localize`` then names the slow rank's G
     python examples/torch_capture_and_localize.py --out /tmp/torch-job --slow-rank 5
     holmes localize /tmp/torch-job
 
-Needs the extra ``holmes[torch]``. The only changes to the training code are the lines marked
+Needs PyTorch (the extra ``holmes[torch]``, or the CPU-only wheel: docs/install.md); without it
+the script says so in one line and exits with status 2. The only changes to the training code are the lines marked
 ``# holmes``.
 """
 
@@ -146,6 +147,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-localize", action="store_true", help="only capture")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     a = ap.parse_args(argv)
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("torch_capture_and_localize.py needs PyTorch, which is not installed: pip install torch "
+              "(the CPU-only wheel is enough; see docs/install.md)", file=sys.stderr)
+        return 2
     out = a.out or tempfile.mkdtemp(prefix="holmes-torch-job-")
     iters = _parse_iters(a.slow_iterations) if a.slow_iterations else None
     t0 = time.perf_counter()

@@ -14,5 +14,5 @@ FIXTURES = REPO / "fixtures"
 @pytest.fixture
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
-        pytest.skip(f"real traces not present at {SHARED_DATA}")
+        pytest.skip(f"needs the real traces at {SHARED_DATA} (../shared/data, outside the package)")
     return SHARED_DATA

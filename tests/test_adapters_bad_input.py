@@ -32,7 +32,7 @@ FR = DATA / "flight_recorder" / "gpu_error_1st"
 WIA = DATA / "wia"
 INSPECTOR = REPO / "tests" / "data" / "nccl_inspector"
 
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="shared real traces not present")
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"needs the real traces at {DATA} (../shared/data, outside the package)")
 
 
 def _convert_quiet(fn, src, out):

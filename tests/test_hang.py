@@ -18,7 +18,7 @@ from holmes.io import MemoryJob
 from holmes.io.schema import ops_table
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "flight_recorder" / "gpu_error_1st"
-needs_data = pytest.mark.skipif(not DATA.is_dir(), reason="shared Flight Recorder dumps not available")
+needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"needs the Flight Recorder dumps at {DATA} (../shared/data, outside the package)")
 
 
 def _fault_ranks() -> list[int]:

@@ -114,7 +114,7 @@ def test_train_out_existing_model_is_refused(job, tmp_path, capsys):
     _exit2(capsys, "train", job, "--out", str(tmp_path) + "/", "--n-estimators", "1", match="directory")
 
 
-@pytest.mark.skipif(not (DATA / "kineto").is_dir(), reason="shared real traces not present")
+@pytest.mark.skipif(not (DATA / "kineto").is_dir(), reason=f"needs the Kineto traces at {DATA / 'kineto'} (../shared/data)")
 def test_convert_overwrite_replaces_a_larger_job_whole(job, tmp_path, capsys):
     assert (job / "iterations").is_dir() and (job / "truth.json").is_file()
     rc, _, err = _cli(capsys, "convert", "--from", "kineto", DATA / "kineto" / "nccl_data.json.gz", job, "--overwrite", "-q")
@@ -263,7 +263,7 @@ def test_detect_mixed_dictionary_and_plain_strings(job, tmp_path, capsys):
     assert pq.read_table(tmp_path / "x.parquet").num_rows > 0
 
 
-@pytest.mark.skipif(not (DATA / "flight_recorder").is_dir(), reason="shared real traces not present")
+@pytest.mark.skipif(not (DATA / "flight_recorder").is_dir(), reason=f"needs the Flight Recorder dumps at {DATA / 'flight_recorder'} (../shared/data)")
 def test_flight_recorder_size_beyond_int64_is_skipped_and_named(tmp_path, capsys):
     from holmes.adapters.safe_pickle import safe_load
 
@@ -278,7 +278,7 @@ def test_flight_recorder_size_beyond_int64_is_skipped_and_named(tmp_path, capsys
     assert rc == 0 and "beyond int64" in err
 
 
-@pytest.mark.skipif(not (DATA / "kineto").is_dir(), reason="shared real traces not present")
+@pytest.mark.skipif(not (DATA / "kineto").is_dir(), reason=f"needs the Kineto traces at {DATA / 'kineto'} (../shared/data)")
 def test_kineto_negative_rank_in_a_process_group(tmp_path, capsys):
     d = json.load(gzip.open(DATA / "kineto" / "nccl_data.json.gz", "rt"))
     d["distributedInfo"]["pg_config"][0]["ranks"] = [0, -1]

@@ -309,7 +309,7 @@ def _load_dump(path: Path) -> dict:
         return _PlainUnpickler(fh).load()
 
 
-@pytest.mark.skipif(not FR_DIR.is_dir(), reason="shared Flight Recorder data not present")
+@pytest.mark.skipif(not FR_DIR.is_dir(), reason=f"needs the Flight Recorder dumps at {FR_DIR} (../shared/data)")
 def test_infer_layout_reproduces_megatron_flight_recorder_groups():
     groups: dict[str, tuple[str, str]] = {}
     per_rank: dict[int, dict[str, tuple[int, ...]]] = {}

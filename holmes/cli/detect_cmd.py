@@ -74,12 +74,16 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="run on a Dask cluster (tcp://host:8786; needs holmes[dask]): the workers read the rank "
                         "files from JOB's path and the scored ranks are written as they come; same output")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bars and no summary line on stderr")
 
 
 def run(args: argparse.Namespace) -> int:
     from holmes.detect import JobContext, OperatorDetector, load_default_detector
     from holmes.io import read_job
     from holmes.io.outputs import atomic_file, check_output
+    from holmes.progress import terminal_progress, track
+
+    bars = terminal_progress(enabled=not args.quiet)
 
     # refuse a destructive output before any work: never inside the job, never over a file without --overwrite
     inputs = [args.job] + ([args.model] if args.model else [])
@@ -96,10 +100,11 @@ def run(args: argparse.Namespace) -> int:
     if args.scheduler:
         return _run_distributed(args, job, det, ranks, inputs)
     # cross-rank evidence from every available rank (one streaming pass), then score the chosen ranks
-    context = JobContext.from_job(job) if det.uses_context() else None
+    context = JobContext.from_job(job, track(job.available_ranks(), bars, desc="detect: context", unit="rank")) \
+        if det.uses_context() else None
     tables = []
     n_flag = 0
-    for r in ranks:
+    for r in track(ranks, bars, desc="detect: scoring", unit="rank"):
         ops = job.ops(r)
         score = det.predict_proba_ops(ops, iteration_times=job.iteration_times(r), context=context)
         flagged = score >= det.threshold
@@ -114,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
         pq.write_table(out, tmp, compression="zstd")
     for msg in job.consistency.assumptions():  # what the consistency pass excluded or repaired
         sys.stderr.write(f"holmes detect: warning: {msg}\n")
-    sys.stderr.write(f"holmes detect: {out.num_rows} ops of {len(ranks)} rank(s), {n_flag} flagged -> {dest}\n")
+    if not args.quiet:
+        sys.stderr.write(f"holmes detect: {out.num_rows} ops of {len(ranks)} rank(s), {n_flag} flagged -> {dest}\n")
     return 0
 
 

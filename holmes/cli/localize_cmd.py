@@ -1,7 +1,8 @@
-"""``holmes localize JOB [--pivot R] [--window N] [--top K] [--delta D] [--format text|json]``.
+"""``holmes localize JOB [--pivot R] [--window N] [--top K] [--delta D] [--format text|json] [--all]``.
 
 Prints the ranked devices, root causes and what was read; JSON on stdout with ``--format json``
-(keys of DESIGN.md plus evidence, missing ranks, bytes read).
+(keys of DESIGN.md plus evidence, missing ranks, bytes read). A progress bar of the ranks read is
+drawn on stderr when stderr is a terminal (not with ``--quiet``); stdout carries only the report.
 """
 
 from __future__ import annotations
@@ -43,16 +44,22 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                         help="search at most N irregular iterations (the most irregular)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--no-evidence", action="store_true", help="omit the evidence paths from JSON")
+    parser.add_argument("--all", dest="show_all", action="store_true",
+                        help="text: list every root cause (not folded) and every implicated device")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar on stderr")
 
 
 def run(args: argparse.Namespace) -> int:
-    from holmes.localize import localize
+    from holmes.localize import Localizer
+    from holmes.progress import terminal_progress
 
-    report = localize(args.job, pivot=args.pivot, window=args.window, top_k=args.top, delta=args.delta,
-                      detector=args.detector, monitors=args.monitors, method=args.method, alpha=args.alpha,
-                      max_iterations=args.max_iterations, topology=args.topology, analysis=args.analysis)
+    loc = Localizer(pivot=args.pivot, window=args.window, top_k=args.top, delta=args.delta,
+                    detector=args.detector, monitors=args.monitors, method=args.method, alpha=args.alpha,
+                    max_iterations=args.max_iterations, topology=args.topology, analysis=args.analysis,
+                    progress=terminal_progress(enabled=not args.quiet))
+    report = loc.localize(args.job)
     if args.format == "json":
         sys.stdout.write(report.dumps(evidence=not args.no_evidence) + "\n")
     else:
-        sys.stdout.write(report.to_text() + "\n")
+        sys.stdout.write(report.to_text(show_all=args.show_all) + "\n")
     return 0

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 
 from holmes import __version__
 from holmes.errors import HolmesError
+from holmes.progress import compile_notice
 
 # name -> one-line help; the module holmes.cli.<module> provides add_parser/run
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -102,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     command = args.command
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), compile_notice(enabled=not getattr(args, "quiet", False)):
             if not args.verbose:  # library warnings are in the output (convert) or the report
                 warnings.simplefilter("ignore")
             return int(args._run(args) or 0)

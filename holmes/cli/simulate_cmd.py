@@ -42,7 +42,7 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parts", type=int, default=None, metavar="N",
                    help="write each rank's log in parts of N iterations, as a live job does (ranks/rank-XXXXX/part-*.parquet)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing job directory")
-    p.add_argument("--quiet", action="store_true", help="print nothing on success")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing on success (no progress bars)")
 
 
 #: Upper bounds of the simulation sizes, checked before anything is allocated (docs/limits.md).
@@ -76,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from holmes.io.outputs import check_output
     from holmes.simulate import Workload
     from holmes.simulate.simulator import run_simulation
+    from holmes.progress import terminal_progress
     from holmes.simulate.writer import write_result
 
     _check_sizes(args)
@@ -83,13 +84,14 @@ def run(args: argparse.Namespace) -> int:
     topo_inputs = [args.topology] if args.topology not in ("rail", "fat-tree") else []
     check_output(args.out, inputs=topo_inputs, overwrite=args.overwrite, kind="job")
 
+    bars = terminal_progress(enabled=not args.quiet)
     w = Workload(micro_batches=args.micro_batches, layers_per_stage=args.layers_per_stage,
                  sequence_parallel=not args.no_sequence_parallel,
                  distributed_optimizer=not args.no_distributed_optimizer)
     res = run_simulation(tp=args.tp, pp=args.pp, dp=args.dp, ep=args.ep, cp=args.cp, order=args.order, workload=w,
                          iterations=args.iterations, seed=args.seed, faults=args.fault, drift=args.drift,
-                         topology=args.topology, gpus_per_host=args.gpus_per_host)
-    path = write_result(res, args.out, overwrite=args.overwrite, compression=args.compression,
+                         topology=args.topology, gpus_per_host=args.gpus_per_host, progress=bars)
+    path = write_result(res, args.out, overwrite=args.overwrite, compression=args.compression, progress=bars,
                         parts=args.parts)
     if not args.quiet:
         truth = res.truth()

@@ -30,6 +30,7 @@ def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("--scheduler", metavar="ADDRESS",
                    help="read the jobs and compute the training rows on a Dask cluster (tcp://host:8786; needs "
                         "holmes[dask]; the workers read the jobs from their paths); the same model as without it")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary line on stderr")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -48,7 +49,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--out {args.out}: is a directory; give a model path such as DIR/NAME")
     for path in model_paths(args.out):
         check_output(path, inputs=args.jobs, overwrite=args.overwrite, kind="file")
-    X, y, _ = jobs_dataset(args.jobs, max_ranks=args.max_ranks, seed=args.seed, context=args.context,
+    from holmes.progress import terminal_progress, track
+
+    jobs = track(args.jobs, terminal_progress(enabled=not args.quiet), desc="train: reading jobs", unit="job")
+    X, y, _ = jobs_dataset(jobs, max_ranks=args.max_ranks, seed=args.seed, context=args.context,
                            scheduler=args.scheduler)
     if X.shape[0] == 0:
         raise ConfigError("the jobs hold no operators")
@@ -56,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
                            min_samples_leaf=args.min_samples_leaf, threshold=args.threshold,
                            max_samples=200_000, random_state=args.seed).fit(X, y)
     path = det.save(args.out)
-    sys.stderr.write(f"holmes train: {X.shape[0]} ops ({int(y.sum())} abnormal) from {len(args.jobs)} job(s) "
-                     f"-> {path}\n")
+    if not args.quiet:
+        sys.stderr.write(f"holmes train: {X.shape[0]} ops ({int(y.sum())} abnormal) from {len(args.jobs)} job(s) "
+                         f"-> {path}\n")
     return 0

@@ -36,6 +36,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from holmes.detect.monitor import IrregularityRule
 from holmes.detect.simple import resolve_detector
 from holmes.errors import ConfigError
 from holmes.localize.hang import HangAnalysis
@@ -45,6 +46,7 @@ from holmes.localize.persistent import PersistentAnalysis
 from holmes.localize.report import DeviceScore, Report
 from holmes.localize.search import GraphSearch, RootCause
 from holmes.localize.sources import JobSource, open_source
+from holmes.progress import counter
 
 __all__ = ["Localizer", "localize", "Analysis", "Finding", "Run", "ANALYSIS_CLASSES", "merge_devices", "decide_verdict"]
 
@@ -105,11 +107,14 @@ class Localizer:
     analyses : sequence of Analysis, optional
         Analysis objects to run instead of those ``params.analysis`` names (platform code can plug
         its own in; each needs ``name``, ``select``, ``gather`` and ``rank``).
+    progress : progress factory, optional
+        Draws the ranks read as a bar (:mod:`holmes.progress`; the CLI passes one on a terminal).
     **kwargs
         Any :class:`~holmes.localize.params.LocalizeParams` field.
     """
 
-    def __init__(self, params: LocalizeParams | None = None, *, analyses: Any = None, **kwargs: Any) -> None:
+    def __init__(self, params: LocalizeParams | None = None, *, analyses: Any = None, progress: Any = None,
+                 **kwargs: Any) -> None:
         if params is not None and not isinstance(params, LocalizeParams):
             raise ConfigError(f"params must be a LocalizeParams, not {type(params).__name__}")
         base = params or LocalizeParams()
@@ -120,6 +125,7 @@ class Localizer:
                 if not all(hasattr(a, m) for m in ("name", "select", "gather", "rank")):
                     raise ConfigError(f"analysis {a!r} lacks name/select/gather/rank")
         self._analyses = analyses
+        self._progress = progress
 
     def __repr__(self) -> str:
         default = LocalizeParams().to_json()
@@ -152,14 +158,18 @@ class Localizer:
         run = self.prepare(job)
         findings = []
         hung = False
-        for a in self.analyses():
-            if hung:  # the logs end in ops in flight: the timing analyses do not apply to them
-                run.assume(f"{a.name} analysis skipped: the logs end in a hang (ops in flight)")
-                continue
-            sel = a.select(run)
-            ev = a.gather(run, sel)
-            findings.append(Finding(a.name, sel, ev, a.rank(run, ev, sel)))
-            hung = _hang_finding(findings[-1:]) is not None
+        with counter(self._progress, total=run.source.world_size, desc="localize", unit="rank") as bar:
+            run.source.on_read = lambda r: bar.update(1)
+            for a in self.analyses():
+                if hung:  # the logs end in ops in flight: the timing analyses do not apply to them
+                    run.assume(f"{a.name} analysis skipped: the logs end in a hang (ops in flight)")
+                    continue
+                bar.set_description(f"localize: {a.name}")
+                sel = a.select(run)
+                ev = a.gather(run, sel)
+                findings.append(Finding(a.name, sel, ev, a.rank(run, ev, sel)))
+                hung = _hang_finding(findings[-1:]) is not None
+        run.source.on_read = None
         return self.report(run, findings)
 
     def report(self, run: Run, findings: list[Finding]) -> Report:
@@ -186,7 +196,7 @@ class Localizer:
                       assumptions=run.assumptions, pivots=p.pivots,
                       window=[int(i) for i in irr.selection.window] if irr else [], bytes_read=src.bytes_read,
                       params=p.to_json(), hang=_hang_json(findings), iterations_without_cause=irr.evidence.without_cause if irr else [],
-                      slowdown=slowdown, non_device_cause=non_device)
+                      slowdown=slowdown, non_device_cause=non_device, **_timing(irr, p.delta))
 
 
 def localize(job: Any, **params: Any) -> Report:
@@ -282,6 +292,26 @@ def _hang_json(findings: list[Finding]) -> dict[str, Any] | None:
     """The report's ``hang`` object when the hang analysis found ops in flight, else None."""
     f = _hang_finding(findings)
     return f.evidence.to_json() if f is not None else None
+
+
+def _timing(irr: Finding | None, delta: float) -> dict[str, Any]:
+    """The report's timing facts from the irregular analysis: the pivot's iteration durations over
+    the window, the usual one (the irregularity rule's reference) and ``device_cost``: per device
+    implicated, how much longer than usual the searched irregular iterations whose causes implicate
+    it were, in total (ns), and how many there were."""
+    if irr is None or not len(getattr(irr.selection, "window", ())):
+        return {}
+    sel = irr.selection
+    usual = IrregularityRule(delta).reference(sel.durations)
+    excess = {int(i): max(float(d) - usual, 0.0) for i, d in zip(sel.window, sel.durations)}
+    iters: dict[str, set[int]] = {}
+    for c, devs in zip(irr.evidence.causes, irr.evidence.implicated):
+        for d in devs:
+            iters.setdefault(d, set()).add(int(c.iteration))
+    return {"iteration_ns": {int(i): int(d) for i, d in zip(sel.window, sel.durations)},
+            "usual_iteration_ns": float(usual),
+            "device_cost": {d: {"excess_ns": float(sum(excess.get(i, 0.0) for i in its)), "iterations": len(its)}
+                            for d, its in iters.items()}}
 
 
 def _consistency(run: Run) -> bool:

@@ -103,6 +103,13 @@ class Report:
     missing : dict
         rank -> reason, ranks whose logs were absent or unreadable.
     assumptions : list of str
+    iteration_ns : dict
+        The pivot's iteration durations over the window (iteration -> ns; irregular analysis).
+    usual_iteration_ns : float or None
+        The usual iteration: the irregularity rule's reference (the window's 10th percentile).
+    device_cost : dict
+        device id -> ``{"excess_ns", "iterations"}``: how much longer than usual, in total, the
+        searched irregular iterations whose causes implicate the device were, and how many.
     """
 
     devices: list[DeviceScore] = field(default_factory=list)
@@ -123,6 +130,9 @@ class Report:
     hang: dict[str, Any] | None = None
     slowdown: float | None = None
     non_device_cause: dict[str, Any] | None = None
+    iteration_ns: dict[int, int] = field(default_factory=dict)
+    usual_iteration_ns: float | None = None
+    device_cost: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def top(self) -> DeviceScore | None:
@@ -156,84 +166,22 @@ class Report:
             "non_device_cause": dict(self.non_device_cause) if self.non_device_cause else None,
             "hang": dict(self.hang) if self.hang else None,
             "params": dict(self.params),
+            "timing": {"usual_iteration_ns": _num(self.usual_iteration_ns),
+                       "iteration_ns": {str(i): int(d) for i, d in sorted(self.iteration_ns.items())},
+                       "device_cost": {k: {"excess_ns": _num(v["excess_ns"]), "iterations": int(v["iterations"])}
+                                       for k, v in self.device_cost.items()}},
         }
 
     def dumps(self, **kw: Any) -> str:
         """:meth:`to_json` as strict JSON text (no NaN or Infinity)."""
         return json.dumps(self.to_json(**kw), indent=2, allow_nan=False)
 
-    def to_text(self, max_causes: int = 10) -> str:
-        """A readable summary (what the CLI prints with ``--format text``)."""
-        lines = []
-        n_it = len(self.window)
-        lines.append(f"Holmes localization: {len(self.irregular_iterations)} irregular iteration(s) of {n_it} "
-                     f"in the window; read {len(self.fetched)} of {self.world_size} ranks"
-                     f" ({self.bytes_read / 1e6:.1f} MB)")
-        if self.verdict == "hang":
-            lines.extend(_hang_lines(self.hang or {}, self.devices))
-        elif self.verdict == "healthy":
-            lines.append("Verdict: healthy. No anomalous device found: nothing irregular to explain.")
-        elif not self.devices:
-            lines.append("Verdict: inconclusive. No device is named with confidence"
-                         + ("." if self.root_causes else " (no root cause could be attributed)."))
-            for d in self.candidates:
-                conf = f"confidence {d.confidence:.2f}" if d.confidence is not None else "no confidence"
-                lines.append(f"  candidate {d.id:<28} score {d.score:.3f}  {conf}  ({d.causes} cause(s))")
-        else:
-            lines.append(f"Verdict: {self.verdict}. Most likely anomalous devices:")
-            for i, d in enumerate(self.devices, 1):
-                conf = f"  confidence {d.confidence:.2f}" if d.confidence is not None else ""
-                imp = f"  impact {d.impact_pct:.1f}%" if d.impact_pct is not None else ""
-                lines.append(f"  {i}. {d.id:<28} score {d.score:.3f}{conf}{imp}  ({d.causes} cause(s))")
-        if self.slowdown is not None:
-            lines.append(f"Straggling slowdown: the step is {self.slowdown:.3f}x the ideal (what-if replay)")
-        if self.non_device_cause:
-            nd = self.non_device_cause
-            where = f" (stage {nd['stage']})" if "stage" in nd else ""
-            lines.append(f"Non-device cause: {nd['kind'].replace('_', ' ')}{where}; no device explains the slowdown")
-        if self.root_causes:
-            lines.append("Root causes:")
-            for c in self.root_causes[:max_causes]:
-                ranks = ",".join(map(str, c.ranks[:8])) + (",..." if len(c.ranks) > 8 else "")
-                hops = " -> ".join(f"{s['op']}@{s['rank']}" + (f" (+{s['gap_excess_ns'] / 1e6:.1f} ms compute before)"
-                                                                if s.get("gap_excess_ns") else "")
-                                   for s in c.evidence)
-                lines.append(f"  iter {c.iteration}: {c.cause} on rank(s) {ranks} at {c.op.get('op')} "
-                             f"[{c.op.get('comm_id')}] R={c.rate:.2f}; path {hops}")
-            if len(self.root_causes) > max_causes:
-                lines.append(f"  ... {len(self.root_causes) - max_causes} more")
-        if self.missing:
-            lines.append(f"Missing or unreadable ranks: {sorted(self.missing)}")
-        for a in self.assumptions:
-            lines.append(f"Assumption: {a}")
-        return "\n".join(lines)
+    def to_text(self, max_causes: int = 10, *, show_all: bool = False) -> str:
+        """A readable summary (what the CLI prints with ``--format text``; ``show_all``: ``--all``,
+        every root cause and implicated device); see :mod:`holmes.localize.report_text`."""
+        from holmes.localize.report_text import render_text
+
+        return render_text(self, max_causes=max_causes, show_all=show_all)
 
     def __str__(self) -> str:
         return self.to_text()
-
-    def to_html(self, job: Any = None, **options: Any) -> str:
-        """One self-contained HTML page that opens offline (:func:`holmes.report.render_html`:
-        ``job``, the job localized, adds the heatmap of the ranks' slowness and the parallel groups)."""
-        from holmes.report.html import render_html
-
-        return render_html(self, job=job, **options)
-
-
-def _hang_lines(h: dict[str, Any], devices: list[DeviceScore]) -> list[str]:
-    """The text report of a hang: the culprits, why, and where each communicator is stuck."""
-    culprits = h.get("culprit_ranks") or []
-    lines = ["Verdict: hang. " + (f"Rank(s) {', '.join(map(str, culprits))} never arrived; the others wait for them."
-                                if culprits else "Ops are in flight, but no rank is missing from the collectives.")]
-    lines += [f"  {s}" for s in h.get("explanation", [])]
-    for i, d in enumerate(devices, 1):
-        conf = f"  confidence {d.confidence:.2f}" if d.confidence is not None else ""
-        lines.append(f"  {i}. {d.id:<28}{conf}")
-    comms = h.get("communicators", [])
-    for c in comms[:10]:
-        lines.append(f"  {c['comm_id']}: stuck on {c['op'] or 'a collective'} #{c['seq']}; missing {c['missing']}, "
-                     f"{len(c['waiting'])} rank(s) waiting")
-    if len(comms) > 10:
-        lines.append(f"  ... {len(comms) - 10} more communicator(s)")
-    if h.get("ranks_without_log"):
-        lines.append(f"  Ranks without a log (prime suspects): {h['ranks_without_log']}")
-    return lines

@@ -79,6 +79,8 @@ class JobSource:
         self._fetched: dict[int, pa.Table] = {}
         self._streamed: set[int] = set()
         self._bytes = 0
+        #: called with a rank the first time its log is read (progress reporting; None: nothing)
+        self.on_read: Any = None
 
     def fetch(self, rank: int) -> pa.Table | None:
         """The rank's table, or None (recorded in :attr:`missing`) when absent or unreadable."""
@@ -119,6 +121,8 @@ class JobSource:
             return None
         after = self._job_bytes()
         self._bytes += (after - before) if after is not None and before is not None else t.nbytes
+        if self.on_read is not None and r not in self._streamed:
+            self.on_read(r)
         return t
 
     def _job_bytes(self) -> int | None:

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from holmes.errors import ConfigError
+from holmes.progress import track
 from holmes.simulate import engine
 from holmes.simulate.faults import FaultSpec, active_factors, check_devices, parse_faults
 from holmes.simulate.network import NetworkModel, build_network
@@ -214,8 +215,10 @@ def run_simulation(*, tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, cp: in
                    topology: Any = None, gpus_per_host: int = 8, abnormal_margin: float = 0.1,
                    abnormal_abs_us: float = 20.0, name: str | None = None,
                    network_options: dict[str, float] | None = None, threads: int = 2,
-                   clock_offset_us: float = 100.0, clock_drift_ppm: float = 0.0) -> SimResult:
-    """Simulate a job in memory; see :func:`holmes.simulate.simulate` for the parameters.
+                   clock_offset_us: float = 100.0, clock_drift_ppm: float = 0.0,
+                   progress: Any = None) -> SimResult:
+    """Simulate a job in memory; see :func:`holmes.simulate.simulate` for the parameters
+    (``progress``: an optional progress factory over the iterations, :mod:`holmes.progress`).
 
     Clocks: every rank logs on its own wall clock. Each host's clock is off the true time by a
     fixed offset ``~ N(0, clock_offset_us)`` (NTP-synchronised hosts are tens to hundreds of
@@ -287,7 +290,7 @@ def run_simulation(*, tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, cp: in
     cf_scratch = {k: np.empty_like(v) for k, v in scratch.items()}
     pool = ThreadPoolExecutor(max_workers=2) if has_faults and threads > 1 else None
     try:
-        for it in range(iterations):
+        for it in track(range(iterations), progress, desc="simulate", unit="iteration"):
             iter_start[it] = clock
             engine.iteration_noise(it, seed, *noise_args, prog.rank_ptr, prog.gap_ns, prog.tail_ns, noise,
                                    tail_noise, inst_noise)

@@ -20,6 +20,7 @@ import logging
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +30,7 @@ import pyarrow.parquet as pq
 from holmes.io.job import JobWriter, rank_filename
 from holmes.io.parts import rank_parts_dirname, write_part
 from holmes.io.schema import OP_NAMES, OPS_SCHEMA, validate_ops
+from holmes.progress import track
 
 __all__ = ["rank_table", "write_result", "write_parts"]
 
@@ -85,12 +87,13 @@ def write_parts(table: pa.Table, parts_dir: str | os.PathLike[str], ops_per_iter
 
 
 def write_result(res, out: str | os.PathLike[str], *, overwrite: bool = False, threads: int = 2,
-                 compression: str = "lz4", parts: int | None = None) -> Path:
+                 compression: str = "lz4", parts: int | None = None, progress: Any = None) -> Path:
     """Write ``res`` as a job directory: job.json, ranks/, iterations/, topology.json, truth.json.
 
     ``compression`` is any parquet codec pyarrow knows (lz4: fastest; zstd: smallest). With
     ``parts=N`` each rank's log is written as a live job's would be: ``ranks/rank-XXXXX/`` holding
-    ``part-000000.parquet``, ... of ``N`` iterations each (:mod:`holmes.io.parts`).
+    ``part-000000.parquet``, ... of ``N`` iterations each (:mod:`holmes.io.parts`). ``progress``: an
+    optional progress factory over the ranks written (:mod:`holmes.progress`).
     """
     if parts is not None and int(parts) < 1:
         from holmes.errors import ConfigError
@@ -121,10 +124,10 @@ def write_result(res, out: str | os.PathLike[str], *, overwrite: bool = False, t
     try:
         if threads > 1 and W > 1:
             with ThreadPoolExecutor(max_workers=threads) as ex:
-                for _ in ex.map(one, range(W), chunksize=64):
+                for _ in track(ex.map(one, range(W), chunksize=64), progress, total=W, desc="write", unit="rank"):
                     pass
         else:
-            for r in range(W):
+            for r in track(range(W), progress, desc="write", unit="rank"):
                 one(r)
         writer.write_topology(res.topology)
         writer.write_truth(res.truth())

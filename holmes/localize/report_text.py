@@ -1,0 +1,244 @@
+"""The readable text of a :class:`~holmes.localize.report.Report` (``holmes localize --format text``).
+
+What a person needs first comes first: ranks that could not be read, how long the pivot's
+iterations took against the usual one, the verdict with the time each device costs, then the root
+causes -- repeated causes (the same operator on the same ranks in several iterations) folded into
+one line with a count, the iterations, the ``seq`` numbers and how much longer those iterations
+were; ``show_all`` lists every cause. When nothing was irregular, the text says how far the
+longest iteration stretched and which ``--delta`` would have flagged it, instead of a bare "no
+irregular iteration".
+
+Examples
+--------
+>>> fmt_ns(12_345_678), fmt_ns(2.5e9), fmt_ns(450_000)
+('12.3 ms', '2.50 s', '0.45 ms')
+>>> int_ranges([8, 9, 10, 11, 19, 3])
+'3,8-11,19'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+__all__ = ["render_text", "fmt_ns", "int_ranges"]
+
+
+def fmt_ns(ns: float) -> str:
+    """A duration for people: ``'12.3 ms'``, ``'0.45 ms'``, ``'2.50 s'``."""
+    if abs(ns) >= 1e9:
+        return f"{ns / 1e9:.2f} s"
+    ms = ns / 1e6
+    return f"{ms:.2f} ms" if abs(ms) < 1 else f"{ms:.1f} ms"
+
+
+def int_ranges(values: Iterable[int], limit: int = 12) -> str:
+    """Sorted distinct integers as ``'3,8-11,19'`` (at most ``limit`` pieces, then ``',...'``)."""
+    vs = sorted(set(int(v) for v in values))
+    parts: list[str] = []
+    i = 0
+    while i < len(vs):
+        j = i
+        while j + 1 < len(vs) and vs[j + 1] == vs[j] + 1:
+            j += 1
+        parts.append(str(vs[i]) if i == j else f"{vs[i]}-{vs[j]}")
+        i = j + 1
+    return ",".join(parts[:limit]) + (",..." if len(parts) > limit else "")
+
+
+def _span(lo: float, hi: float, fmt: str) -> str:
+    a, b = format(lo, fmt), format(hi, fmt)
+    return a if a == b else f"{a}-{b}"
+
+
+def render_text(r: Any, max_causes: int = 10, show_all: bool = False) -> str:
+    """The text report of ``r`` (a :class:`~holmes.localize.report.Report`).
+
+    Parameters
+    ----------
+    r : Report
+    max_causes : int, default 10
+        Folded root-cause lines shown (``show_all`` shows every cause, unfolded).
+    show_all : bool, default False
+        Every root cause on its own line, and every implicated device.
+    """
+    usual = r.usual_iteration_ns
+    durs: dict[int, int] = r.iteration_ns or {}
+    lines = [f"Holmes localization: {len(r.irregular_iterations)} irregular iteration(s) of {len(r.window)} in the "
+             f"window; read {len(r.fetched)} of {r.world_size} ranks ({r.bytes_read / 1e6:.1f} MB)"]
+    lines += _missing_lines(r.missing, show_all)
+    lines += _iteration_lines(r, usual, durs)
+    if r.verdict == "hang":
+        lines.extend(_hang_lines(r.hang or {}, r.devices))
+    elif r.verdict == "healthy":
+        lines.append("Verdict: healthy. No anomalous device found: " + _healthy_reason(r, usual, durs))
+        lines += _longest_line(r, usual, durs)
+    elif not r.devices:
+        lines.append("Verdict: inconclusive. No device is named with confidence"
+                     + ("." if r.root_causes else " (no root cause could be attributed)."))
+        for d in (r.all_devices if show_all and r.all_devices else r.candidates):
+            conf = f"confidence {d.confidence:.2f}" if d.confidence is not None else "no confidence"
+            lines.append(f"  candidate {d.id:<28} score {d.score:.3f}  {conf}  ({d.causes} cause(s))")
+            lines += _cost_line(r, d, usual)
+    else:
+        lines.append(f"Verdict: {r.verdict}. Most likely anomalous devices:")
+        for i, d in enumerate(r.devices, 1):
+            conf = f"  confidence {d.confidence:.2f}" if d.confidence is not None else ""
+            imp = f"  impact {d.impact_pct:.1f}% of the step" if d.impact_pct is not None else ""
+            lines.append(f"  {i}. {d.id:<28} score {d.score:.3f}{conf}{imp}  ({d.causes} cause(s))")
+            lines += _cost_line(r, d, usual)
+        if show_all:
+            rest = [d for d in r.all_devices if d.id not in {x.id for x in r.devices}]
+            for d in rest:
+                conf = f"confidence {d.confidence:.2f}" if d.confidence is not None else "no confidence"
+                lines.append(f"     also implicated: {d.id:<22} score {d.score:.3f}  {conf}")
+    if r.slowdown is not None:
+        lines.append(f"Straggling slowdown: the step is {r.slowdown:.3f}x the ideal (what-if replay)")
+    if r.non_device_cause:
+        nd = r.non_device_cause
+        where = f" (stage {nd['stage']})" if "stage" in nd else ""
+        lines.append(f"Non-device cause: {nd['kind'].replace('_', ' ')}{where}; no device explains the slowdown")
+    if r.root_causes:
+        lines += (_all_causes(r.root_causes, durs, usual) if show_all
+                  else _folded_causes(r.root_causes, durs, usual, max_causes))
+    for a in r.assumptions:
+        lines.append(f"Assumption: {a}")
+    return "\n".join(lines)
+
+
+def _missing_lines(missing: dict[int, str], show_all: bool) -> list[str]:
+    """Ranks that could not be read, first: every conclusion below was drawn without them."""
+    if not missing:
+        return []
+    ranks = sorted(missing)
+    out = [f"Missing or unreadable ranks ({len(ranks)}): {int_ranges(ranks, limit=10**6 if show_all else 12)}"]
+    shown = ranks if show_all else ranks[:5]
+    out += [f"  rank {k}: {missing[k]}" for k in shown]
+    if len(shown) < len(ranks):
+        out.append(f"  ... {len(ranks) - len(shown)} more (--all lists every one)")
+    return out
+
+
+def _iteration_lines(r: Any, usual: float | None, durs: dict[int, int]) -> list[str]:
+    """The pivot's usual iteration and how much longer the irregular ones were."""
+    if not usual or not durs:
+        return []
+    piv = f"pivot rank{'s' if len(r.pivots) > 1 else ''} {','.join(map(str, r.pivots))}" if r.pivots else "pivot"
+    irr = [durs[i] for i in r.irregular_iterations if i in durs]
+    if not irr:
+        return [f"Iterations ({piv}): usual {fmt_ns(usual)}"]
+    lo, hi = min(irr), max(irr)
+    return [f"Iterations ({piv}): usual {fmt_ns(usual)}; the irregular ones took {_span(lo / 1e6, hi / 1e6, '.1f')} ms, "
+            f"{_span(lo / usual, hi / usual, '.2f')}x the usual (+{_span((lo - usual) / 1e6, (hi - usual) / 1e6, '.1f')} ms)"]
+
+
+def _healthy_reason(r: Any, usual: float | None, durs: dict[int, int]) -> str:
+    """Why nothing is named."""
+    if not r.irregular_iterations:
+        return "no iteration was irregular." if durs else "nothing irregular to explain."
+    delta = (r.params or {}).get("delta")
+    above = f"above delta {delta:g}" if isinstance(delta, (int, float)) else "above delta"
+    return f"{len(r.irregular_iterations)} iteration(s) were {above} but within the job's own noise."
+
+
+def _longest_line(r: Any, usual: float | None, durs: dict[int, int]) -> list[str]:
+    """The largest stretch seen, and the ``--delta`` it would take to flag it."""
+    if not usual or not durs:
+        return []
+    it, longest = max(durs.items(), key=lambda kv: (kv[1], -kv[0]))
+    ratio = longest / usual
+    line = (f"  The longest iteration, {it}, took {fmt_ns(longest)}: {ratio:.3f}x the usual {fmt_ns(usual)} "
+            f"({100 * (ratio - 1):+.1f}%)")
+    delta = (r.params or {}).get("delta")
+    if not r.irregular_iterations and ratio > 1.0:
+        now = f", now {delta:g}" if isinstance(delta, (int, float)) else ""
+        line += f"; it would take --delta below {ratio:.3f} to flag it{now}"
+    return [line + "."]
+
+
+def _cost_line(r: Any, d: Any, usual: float | None) -> list[str]:
+    """What a device costs: the time its irregular iterations lasted beyond the usual."""
+    c = (r.device_cost or {}).get(d.id)
+    if not c or not c.get("iterations"):
+        return []
+    n, ns = int(c["iterations"]), float(c["excess_ns"])
+    share = f", {100 * ns / n / usual:.1f}% of the usual step" if usual else ""
+    return [f"     costs {fmt_ns(ns)} over {n} irregular iteration(s) ({fmt_ns(ns / n)} each{share})"]
+
+
+def _cause_key(c: Any) -> tuple[Any, ...]:
+    """Causes that are the same finding repeated: same kind, ranks, operator, communicator and devices."""
+    return (c.cause, tuple(c.ranks), c.op.get("op"), c.op.get("comm_id"), tuple(c.devices or ()))
+
+
+def _where(c: Any) -> str:
+    ranks = ",".join(map(str, c.ranks[:8])) + (",..." if len(c.ranks) > 8 else "")
+    return f"{c.cause} on rank(s) {ranks} at {c.op.get('op')} [{c.op.get('comm_id')}]"
+
+
+def _path(c: Any) -> str:
+    return " -> ".join(f"{s['op']}@{s['rank']}" + (f" (+{fmt_ns(s['gap_excess_ns'])} compute before)"
+                                                    if s.get("gap_excess_ns") else "") for s in c.evidence)
+
+
+def _stretch(its: Sequence[int], durs: dict[int, int], usual: float | None) -> str:
+    """How long those iterations took against the usual one."""
+    got = [durs[i] for i in its if i in durs]
+    if not got or not usual:
+        return ""
+    lo, hi = min(got), max(got)
+    return (f"{_span(lo / 1e6, hi / 1e6, '.1f')} ms, {_span(lo / usual, hi / usual, '.2f')}x the usual "
+            f"(+{_span((lo - usual) / 1e6, (hi - usual) / 1e6, '.1f')} ms)")
+
+
+def _folded_causes(causes: list[Any], durs: dict[int, int], usual: float | None, max_causes: int) -> list[str]:
+    groups: dict[tuple[Any, ...], list[Any]] = {}
+    for c in causes:
+        groups.setdefault(_cause_key(c), []).append(c)
+    ordered = sorted(groups.values(), key=lambda g: (-len({c.iteration for c in g}), -max(c.rate for c in g)))
+    out = [f"Root causes ({len(causes)} in {len({c.iteration for c in causes})} iteration(s), "
+           f"{len(ordered)} distinct; --all lists each):"]
+    for g in ordered[:max_causes]:
+        c0 = g[0]
+        its = sorted({c.iteration for c in g})
+        seqs = [int(c.op["seq"]) for c in g if c.op.get("seq") is not None]
+        seq = f" seq {_span(min(seqs), max(seqs), 'd')}" if seqs else ""
+        gaps = [s["gap_excess_ns"] for c in g for s in c.evidence[-1:] if s.get("gap_excess_ns")]
+        gap = f"; +{_span(min(gaps) / 1e6, max(gaps) / 1e6, '.1f')} ms compute before it" if gaps else ""
+        st = _stretch(its, durs, usual)
+        out.append(f"  {len(g)}x {_where(c0)}{seq}: iteration(s) {int_ranges(its)}"
+                   + (f" took {st}" if st else "") + f"{gap}; R={_span(min(c.rate for c in g), max(c.rate for c in g), '.2f')}")
+        out.append(f"      path {_path(c0)}")
+    if len(ordered) > max_causes:
+        out.append(f"  ... {len(ordered) - max_causes} more distinct cause(s) (--all lists each)")
+    return out
+
+
+def _all_causes(causes: list[Any], durs: dict[int, int], usual: float | None) -> list[str]:
+    out = [f"Root causes ({len(causes)}):"]
+    for c in causes:
+        st = _stretch([c.iteration], durs, usual)
+        seq = f" seq {c.op['seq']}" if c.op.get("seq") is not None else ""
+        out.append(f"  iter {c.iteration}" + (f" ({st})" if st else "") + f": {_where(c)}{seq} R={c.rate:.2f}; "
+                   f"path {_path(c)}")
+    return out
+
+
+def _hang_lines(h: dict[str, Any], devices: list[Any]) -> list[str]:
+    """The text report of a hang: the culprits, why, and where each communicator is stuck."""
+    culprits = h.get("culprit_ranks") or []
+    lines = ["Verdict: hang. " + (f"Rank(s) {', '.join(map(str, culprits))} never arrived; the others wait for them."
+                                if culprits else "Ops are in flight, but no rank is missing from the collectives.")]
+    lines += [f"  {s}" for s in h.get("explanation", [])]
+    for i, d in enumerate(devices, 1):
+        conf = f"  confidence {d.confidence:.2f}" if d.confidence is not None else ""
+        lines.append(f"  {i}. {d.id:<28}{conf}")
+    comms = h.get("communicators", [])
+    for c in comms[:10]:
+        lines.append(f"  {c['comm_id']}: stuck on {c['op'] or 'a collective'} #{c['seq']}; missing {c['missing']}, "
+                     f"{len(c['waiting'])} rank(s) waiting")
+    if len(comms) > 10:
+        lines.append(f"  ... {len(comms) - 10} more communicator(s)")
+    if h.get("ranks_without_log"):
+        lines.append(f"  Ranks without a log (prime suspects): {h['ranks_without_log']}")
+    return lines
