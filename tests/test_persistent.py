@@ -151,3 +151,12 @@ def test_merge_rejects_a_rank_twice_and_keeps_missing_ranks(slow_gpu):
     assert 7 in s.missing and 7 not in s.ranks and len(s.ranks) == holed.world_size - 1
     r = localize(holed, analysis="persistent")
     assert r.top.id == "gpu:5" and any("unreadable" in a for a in r.assumptions)
+
+
+def test_default_skips_the_persistent_pass_when_the_irregular_analysis_named_a_device():
+    from holmes.simulate import run_simulation
+
+    job = run_simulation(tp=2, pp=2, dp=4, iterations=16, seed=7, faults=["gpu:6@spike:10*4"]).to_memory_job()
+    r = localize(job, detector="label")
+    assert r.top.id == "gpu:6" and r.top.evidence == ("irregular",)
+    assert any("persistent analysis skipped" in a for a in r.assumptions) and r.slowdown is None

@@ -36,6 +36,9 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
                              "or the path of a model written by holmes train")
     parser.add_argument("--topology", default=None, metavar="FILE",
                         help="topology.json of the cluster (default: the job's own, else a default cluster)")
+    parser.add_argument("--scheduler", metavar="ADDRESS",
+                        help="with --analysis persistent: read the ranks on a Dask cluster (tcp://host:8786; needs "
+                             "holmes[dask]; the workers read JOB's rank files from its path); the same report")
     parser.add_argument("--analysis", choices=ANALYSES, default="all",
                         help="which analyses run (default all)")
     parser.add_argument("--method", choices=("map", "linear"), default="map", help="device accumulation")
@@ -50,6 +53,8 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "scheduler", None):
+        return _run_distributed(args)
     from holmes.localize import Localizer
     from holmes.progress import terminal_progress
 
@@ -62,4 +67,22 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(report.dumps(evidence=not args.no_evidence) + "\n")
     else:
         sys.stdout.write(report.to_text(show_all=args.show_all) + "\n")
+    return 0
+
+
+def _run_distributed(args: argparse.Namespace) -> int:
+    """``--scheduler``: the persistent analysis with its per-rank work on a Dask cluster."""
+    from holmes.errors import ConfigError
+    from holmes.parallel.persistent import localize_persistent
+
+    if args.analysis != "persistent":
+        raise ConfigError(f"--scheduler runs the persistent analysis (give --analysis persistent, not {args.analysis})")
+    report = localize_persistent(args.job, scheduler=args.scheduler, pivot=args.pivot, window=args.window,
+                                 top_k=args.top, delta=args.delta, detector=args.detector, monitors=args.monitors,
+                                 method=args.method, alpha=args.alpha, max_iterations=args.max_iterations,
+                                 topology=args.topology)
+    if args.format == "json":
+        sys.stdout.write(report.dumps(evidence=not args.no_evidence) + "\n")
+    else:
+        sys.stdout.write(report.to_text() + "\n")
     return 0

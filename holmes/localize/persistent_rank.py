@@ -210,9 +210,9 @@ def summarize_table(r: int, t: pa.Table, win: np.ndarray, starts: dict[int, int]
     """The :class:`RankSummary` of rank ``r``'s CommOps table (None: no operator in the window)."""
     if t.num_rows == 0:
         return None
-    it = t.column("iteration").to_numpy()
-    start = t.column("start_ns").to_numpy().astype(np.int64)
-    end = t.column("end_ns").to_numpy().astype(np.int64)
+    col = {c: _np(t.column(c)) for c in ("iteration", "start_ns", "end_ns", "op_index", "seq", "nbytes")}
+    it = col["iteration"]
+    start, end = col["start_ns"].astype(np.int64), col["end_ns"].astype(np.int64)
     frontier = np.maximum.accumulate(end)
     gap = np.empty(len(start), np.int64)
     gap[0] = 0
@@ -226,36 +226,44 @@ def summarize_table(r: int, t: pa.Table, win: np.ndarray, starts: dict[int, int]
         gap[fi[ok]] = start[fi[ok]] - st[ok]
         new_batch[fi] = True
     gap = np.maximum(gap, 0)
-    keep = np.isin(it, win)
-    if not keep.any():
+    if (np.diff(it) >= 0).all():  # sorted by iteration (a Job's tables are): the window is a slice
+        sel: Any = slice(int(np.searchsorted(it, win[0], "left")), int(np.searchsorted(it, win[-1], "right")))
+        if sel.stop > sel.start and len(win) != int(win[-1] - win[0]) + 1:
+            sel = sel.start + np.flatnonzero(np.isin(it[sel], win))
+    else:
+        sel = np.flatnonzero(np.isin(it, win))
+    it = it[sel]
+    if len(it) == 0:
         return None
-    sel = np.flatnonzero(keep)
-    it, gap, new_batch = it[sel], gap[sel], new_batch[sel]
-    dur = (end - start)[sel]
+    gap, new_batch, dur = gap[sel], new_batch[sel], (end - start)[sel]
     new_batch[np.r_[True, it[1:] != it[:-1]]] = True
     T = len(win)
     widx = np.searchsorted(win, it).astype(np.int32)
     iter_ptr = np.searchsorted(widx, np.arange(T + 1)).astype(np.int64)
     compute = np.bincount(widx, weights=gap, minlength=T).astype(np.float64)
-    own = _own_work(gap, dur, t.column("op_index").to_numpy()[sel])
-    tk = t.take(pa.array(sel))
-    comms, comm = _codes(tk.column("comm_id"))
-    op = _op_codes(tk.column("op"))
-    peer = tk.column("peer").fill_null(-1).to_numpy().astype(np.int64)
-    seq = tk.column("seq").to_numpy().astype(np.int64)
+    own = _own_work(gap, dur, col["op_index"][sel])
+    comms, comm = _codes(t.column("comm_id"))
+    op = _op_codes(t.column("op"))[sel]
+    peer = _np(t.column("peer").fill_null(-1)).astype(np.int64)[sel]
+    seq = col["seq"][sel].astype(np.int64)
     is_p2p = op > 0
     sender = np.where(is_p2p, np.where(op == 1, r, peer), -1)
     receiver = np.where(is_p2p, np.where(op == 1, peer, r), -1)
-    key = (comm.astype(np.int64) << 2 * _RBITS) | ((sender + 1) << _RBITS) | (receiver + 1)
+    key = (comm[sel] << 2 * _RBITS) | ((sender + 1) << _RBITS) | (receiver + 1)
     keys, slot = np.unique(key, return_inverse=True)
     if (seq < 0).any():  # unknown sequence numbers: issue order within the slot
         for j in np.unique(slot[seq < 0]).tolist():
             m = slot == j
             seq[m] = np.arange(int(m.sum()))
     ops = {"slot": slot.astype(np.int32), "seq": seq, "widx": widx, "dur": dur, "own": own,
-           "gap": gap.astype(np.float64), "new_batch": new_batch,
-           "nbytes": tk.column("nbytes").to_numpy().astype(np.int64)}
+           "gap": gap.astype(np.float64), "new_batch": new_batch, "nbytes": col["nbytes"][sel].astype(np.int64)}
     return RankSummary(comms, keys.astype(np.int64), ops, compute, iter_ptr)
+
+
+def _np(col: Any) -> np.ndarray:
+    """A numeric column as a numpy array."""
+    return col.to_numpy() if isinstance(col, pa.ChunkedArray) and col.num_chunks != 1 else \
+        (col.chunk(0) if isinstance(col, pa.ChunkedArray) else col).to_numpy(zero_copy_only=False)
 
 
 def _own_work(gap: np.ndarray, dur: np.ndarray, op_index: np.ndarray) -> np.ndarray:

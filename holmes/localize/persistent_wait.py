@@ -67,8 +67,10 @@ class Folded:
     row_it: np.ndarray            # per program row, its window iteration
 
 
-def fold(summary: PersistentSummary, communicators: Mapping[str, Any], *, program: bool = True) -> Folded:
-    """Fold a merged summary into the persistent analysis's tables (ranks in ascending order)."""
+def fold(summary: PersistentSummary, communicators: Mapping[str, Any], *, program: bool = True,
+         consume: bool = False) -> Folded:
+    """Fold a merged summary into the persistent analysis's tables (ranks in ascending order);
+    ``consume``: empty ``summary.per_rank`` on the way (halves the peak memory)."""
     W, win = summary.world_size, summary.window
     T = len(win)
     ranks = summary.ranks
@@ -89,7 +91,7 @@ def fold(summary: PersistentSummary, communicators: Mapping[str, Any], *, progra
     compute = np.zeros((W, T))
     iter_ptr = np.zeros((W, T + 1), np.int64)
     for r, gk in zip(ranks, gkeys):
-        s = summary.per_rank[r]
+        s = summary.per_rank.pop(r) if consume else summary.per_rank[r]
         a, b = rank_ptr[r], rank_ptr[r + 1]
         for k in FIELDS:
             cols[k][a:b] = s.ops[k]

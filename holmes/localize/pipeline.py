@@ -164,6 +164,12 @@ class Localizer:
                 if hung:  # the logs end in ops in flight: the timing analyses do not apply to them
                     run.assume(f"{a.name} analysis skipped: the logs end in a hang (ops in flight)")
                     continue
+                if a.name == "persistent" and self._analyses is None and self.params.analysis == "all" and \
+                        named_devices(merge_devices([f.devices for f in findings]), self.params.min_confidence):
+                    # it reads every rank: by default only when the analyses before it named no device
+                    run.assume("persistent analysis skipped: the irregular analysis named a device "
+                               "(analysis='persistent' runs it anyway)")
+                    continue
                 bar.set_description(f"localize: {a.name}")
                 sel = a.select(run)
                 ev = a.gather(run, sel)

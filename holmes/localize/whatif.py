@@ -28,6 +28,8 @@ Two ranks, one all-reduce each iteration; rank 1 computes 5 before it, rank 0 on
 [7.0, 7.0]
 >>> replay(prog, gap=np.array([1.0, 1.0, 1.0, 1.0])).tolist()
 [3.0, 3.0]
+>>> replay(prog, iterations=np.array([1])).tolist()
+[nan, 7.0]
 """
 
 from __future__ import annotations
@@ -89,22 +91,25 @@ class Program:
         return self.iter_ptr.shape[1] - 1
 
 
-def replay(prog: Program, *, gap: np.ndarray | None = None, x: np.ndarray | None = None) -> np.ndarray:
+def replay(prog: Program, *, gap: np.ndarray | None = None, x: np.ndarray | None = None,
+           iterations: np.ndarray | None = None) -> np.ndarray:
     """Per iteration, the replayed step (same unit as the gaps); NaN where the dependencies of an
-    iteration cannot be resolved (its operators do not match across ranks)."""
+    iteration cannot be resolved (its operators do not match across ranks) and, when
+    ``iterations`` (indices into the program's iterations) is given, for the iterations not in it."""
     g = prog.gap if gap is None else np.ascontiguousarray(gap, dtype=np.float64)
     xx = prog.x if x is None else np.ascontiguousarray(x, dtype=np.float64)
     n = len(prog.inst)
     rank_of = np.repeat(np.arange(prog.world_size, dtype=np.int32), np.diff(prog.rank_ptr))
     out = np.full(prog.num_iterations, np.nan)
-    _replay(prog.iter_ptr, prog.inst, g, prog.new_batch, xx, prog.size, rank_of, np.empty(n, np.int64), out)
+    its = np.arange(prog.num_iterations, dtype=np.int64) if iterations is None else \
+        np.ascontiguousarray(iterations, dtype=np.int64)
+    _replay(prog.iter_ptr, prog.inst, g, prog.new_batch, xx, prog.size, rank_of, np.empty(n, np.int64), its, out)
     return out
 
 
 @numba.njit(cache=True, nogil=True)
-def _replay(iter_ptr, inst, gap, new_batch, x, size, rank_of, nxt, out):  # pragma: no cover - compiled
+def _replay(iter_ptr, inst, gap, new_batch, x, size, rank_of, nxt, its, out):  # pragma: no cover - compiled
     W = iter_ptr.shape[0]
-    T = iter_ptr.shape[1] - 1
     n_inst = len(x)
     maxs = np.zeros(n_inst)
     cnt = np.zeros(n_inst, np.int64)
@@ -117,7 +122,7 @@ def _replay(iter_ptr, inst, gap, new_batch, x, size, rank_of, nxt, out):  # prag
     issued = np.zeros(W, np.bool_)
     stack = np.empty(W + 1, np.int64)
     onstack = np.zeros(W, np.bool_)
-    for t in range(T):
+    for t in its:
         sp = 0
         for r in range(W):
             pos[r] = iter_ptr[r, t]
