@@ -134,6 +134,8 @@ class Watcher:
         self._meta_checked = 0.0
         self._meta_mtime: int | None = None
         self._follower: PartsFollower | None = None
+        self._mode = "polling"
+        self._last_episode_end = -1
         self._topology: Any = None
         # the pivot's stream
         self._next_part = 0
@@ -157,6 +159,16 @@ class Watcher:
 
     def __iter__(self) -> Iterator[WatchEvent]:
         return self.events()
+
+    @property
+    def follower_mode(self) -> str:
+        """How parts were noticed: ``"watchdog"`` (filesystem events) or ``"polling"``."""
+        return self._mode
+
+    @property
+    def last_iteration(self) -> int:
+        """The pivot's last complete iteration read so far (-1 before the first)."""
+        return self._fed
 
     def stop(self) -> None:
         """Ask the loop to end (from any thread or a callback); the scheduled analyses still run."""
@@ -254,6 +266,7 @@ class Watcher:
         assert self._follower is not None
         self._follower.next_needed[self.pivot] = self._next_part
         self._follower.poll(0.0 if self.once or self._ready else self.interval)
+        self._mode = self._follower.mode
 
     def _consume_pivot(self) -> None:
         d = self.path / "ranks" / rank_parts_dirname(self.pivot)
@@ -329,6 +342,7 @@ class Watcher:
                 self._pending.append({"kind": "emit", "event": WatchEvent(
                     "recovered", i, detail={"episode_start": ep["start"], "slow_iterations": ep["slow"]})})
                 self._episode = None
+                self._last_episode_end = i
 
     # ------------------------------------------------------------------ hangs
 
@@ -384,6 +398,8 @@ class Watcher:
         kind, i = job["kind"], job["iteration"]
         hi = None if kind == "hang" else max(i, self._fed if kind == "persistent" else i)
         lo = None if hi is None else max(0, hi - self.window + 1, job.get("lo") or 0)
+        if lo is not None and kind == "irregular":  # not the last episode again, unless it is recent
+            lo = max(lo, min(self._last_episode_end + 1, hi - min(self.window, 20) + 1))
         min_part = 0
         if lo is not None:
             min_part = next((k for k, a, b in self._parts_seen if b >= lo), 0)
