@@ -46,8 +46,7 @@ import numpy as np
 from holmes.errors import ConfigError
 from holmes.localize.confidence import device_confidence
 from holmes.localize.peers import Roles
-from holmes.localize.persistent_rank import (PersistentSummary, merge_summaries, persistent_rank_summary,
-                                             persistent_window)
+from holmes.localize.persistent_rank import PersistentSummary, persistent_summaries, persistent_window
 from holmes.localize.persistent_suspects import (ComputeOutliers, NetworkOutliers, Suspect, compute_suspects,
                                                  network_suspects, slot_classes)
 from holmes.localize.persistent_wait import Folded, fold
@@ -128,7 +127,7 @@ class PersistentAnalysis:
         if summary is not None:
             src.note_read(summary.ranks)
         else:
-            summary = merge_summaries(*(persistent_rank_summary(src, r, sel.window) for r in range(src.world_size)))
+            summary = persistent_summaries(src, sel.window)
         if summary.missing:
             run.assume(f"persistent: {len(summary.missing)} rank(s) unreadable; their operators are missing from "
                        f"the comparison and the replay")

@@ -46,7 +46,7 @@ import pyarrow as pa
 from holmes.errors import ConfigError, JobError
 
 __all__ = ["RankSummary", "PersistentSummary", "persistent_window", "persistent_rank_summary", "merge_summaries",
-           "FIELDS"]
+           "persistent_summaries", "FIELDS", "COLUMNS"]
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +177,43 @@ def persistent_rank_summary(job: Any, rank: int, window: Any) -> PersistentSumma
     s = summarize_table(r, t, win, starts)
     if s is not None:
         out.per_rank[r] = s
+    return out
+
+
+#: the CommOps columns a summary needs (the batch read path reads only these)
+COLUMNS = ("iteration", "op_index", "comm_id", "seq", "op", "peer", "nbytes", "start_ns", "end_ns")
+
+
+def persistent_summaries(job: Any, window: Any, ranks: Any = None) -> PersistentSummary:
+    """Map and reduce in one process: the merged summary of ``ranks`` (default every rank).
+
+    Reads through the job's batch read path (:meth:`holmes.io.Job.iter_ranks`: files opened once,
+    only :data:`COLUMNS`, the consistency pass vectorized over a batch) when it has one; the result
+    is the same as ``merge_summaries(*(persistent_rank_summary(job, r, window) for r in ranks))``.
+    """
+    from holmes.localize.sources import open_source
+
+    src = open_source(job)
+    win = np.asarray(window, dtype=np.int64)
+    rs = list(range(src.world_size)) if ranks is None else sorted(int(r) for r in ranks)
+    batch = getattr(src.job, "iter_ranks", None)
+    if batch is None:
+        return merge_summaries(*(persistent_rank_summary(src, r, win) for r in rs))
+    out = PersistentSummary(win, src.world_size)
+    small = src.world_size <= 1024
+    for r, t, err in batch([r for r in rs if r not in src.missing], columns=list(COLUMNS), errors="skip"):
+        if t is None:
+            why = " ".join(str(err).split()) if err is not None else f"log of rank {r} is missing"
+            out.missing[r] = src.missing[r] = why
+            log.warning("rank %d skipped: %s", r, why)
+            continue
+        s = summarize_table(r, t, win, _iteration_starts(src, r) if small else None)
+        if s is not None:
+            out.per_rank[r] = s
+    for r in rs:
+        if r in src.missing:
+            out.missing.setdefault(r, src.missing[r])
+    src.note_read(r for r in rs if r not in out.missing)
     return out
 
 
