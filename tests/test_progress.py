@@ -173,3 +173,14 @@ def test_bars_go_to_a_terminal_stderr_never_to_stdout():
     os.close(master)
     assert json.loads(out)["verdict"] == "healthy"      # stdout: the JSON alone
     assert b"localize" in err and b"rank" in err        # stderr (a terminal): the bar
+
+
+def test_convert_reports_files_read_and_ranks_written(tmp_path):
+    from holmes.adapters import convert
+
+    rec = Recorder()
+    src = Path(__file__).parent / "data" / "nccl_inspector"
+    convert("nccl-inspector", src, tmp_path / "job", progress=rec)
+    by_desc = {b["desc"]: b for b in rec.bars}
+    assert by_desc["convert: reading"]["updates"] == len(list(src.iterdir())) == 4
+    assert by_desc["convert: writing"]["updates"] == 4 and by_desc["convert: writing"]["unit"] == "rank"

@@ -51,8 +51,10 @@ FORMATS: dict[str, Callable[..., Path]] = {
 
 
 def convert(fmt: str, src: str | os.PathLike[str], out: str | os.PathLike[str], *, overwrite: bool = False,
-            **options: Any) -> Path:
-    """Convert ``src`` in format ``fmt`` to the job directory ``out``; see :data:`FORMATS`.
+            progress: Any = None, **options: Any) -> Path:
+    """Convert ``src`` in format ``fmt`` to the job directory ``out``; see :data:`FORMATS`
+    (``progress``: an optional progress factory over the files read and ranks written,
+    :mod:`holmes.progress`).
 
     Raises
     ------
@@ -72,7 +74,7 @@ def convert(fmt: str, src: str | os.PathLike[str], out: str | os.PathLike[str], 
 
         check_world_size(options["world_size"], "world_size")
     try:
-        return FORMATS[key](src, out, overwrite=overwrite, **options)
+        return FORMATS[key](src, out, overwrite=overwrite, progress=progress, **options)
     except TypeError as exc:  # an unknown option for this format
         if "unexpected keyword argument" in str(exc):
             raise ArgumentTypeError(f"convert --from {key}: {exc}") from None

@@ -20,6 +20,7 @@ from holmes.io import JobMeta, JobWriter, ops_table, validate_ops
 from holmes.io.limits import LimitError, max_world_size
 from holmes.io.outputs import OutputError
 from holmes.io.outputs import check_output as check_output_path
+from holmes.progress import track
 
 __all__ = ["build_job", "check_output"]
 
@@ -84,7 +85,7 @@ def _rank_table(rows: RankRows, notes: Notes) -> pa.Table:
 def build_job(out: str | Path, notes: Notes, registry: GroupRegistry, rows: Mapping[int, RankRows], *,
               world_size: int, iterations: Mapping[int, pa.Table] | None = None, overwrite: bool = False,
               parallel: Mapping[str, Any] | None = None, name: str | None = None,
-              src: str | os.PathLike[str] | None = None) -> Path:
+              src: str | os.PathLike[str] | None = None, progress: Any = None) -> Path:
     """Validate every rank's rows and write the job directory (``job.json`` last).
 
     The job is built in a temporary sibling of ``out`` and swapped in whole (an ``overwrite``
@@ -93,7 +94,8 @@ def build_job(out: str | Path, notes: Notes, registry: GroupRegistry, rows: Mapp
 
     Ranks of ``range(world_size)`` without rows are reported as missing in ``job.json``; a rank
     with rows outside ``world_size`` or a comm_id absent from the registry is a ConvertError.
-    Nothing is written when a table fails validation.
+    Nothing is written when a table fails validation. ``progress``: an optional progress factory
+    over the ranks written (:mod:`holmes.progress`).
     """
     if world_size < 1:
         raise ConvertError(f"{notes.path}: no ranks found")
@@ -131,7 +133,7 @@ def build_job(out: str | Path, notes: Notes, registry: GroupRegistry, rows: Mapp
                                    **({"parallel": dict(parallel)} if parallel else {}),
                                    **({"name": name} if name else {})})
     with JobWriter(out, meta, overwrite=overwrite, inputs=[] if src is None else [src]) as w:
-        for r, t in tables.items():
+        for r, t in track(tables.items(), progress, desc="convert: writing", unit="rank"):
             w.write_ops(r, t)
         for r, t in (iterations or {}).items():
             w.write_iterations(r, t)

@@ -47,6 +47,7 @@ from holmes.adapters.safe_pickle import safe_loads
 from holmes.errors import ConvertError, ParseError
 from holmes.io.schema import STATES
 from holmes.io.limits import decode_json
+from holmes.progress import track
 
 __all__ = ["convert_flight_recorder", "read_fr_dump", "DTYPE_BYTES"]
 
@@ -194,7 +195,7 @@ def _list_dumps(src: Path, notes: Notes) -> dict[int, Path]:
 
 
 def convert_flight_recorder(src: str | os.PathLike[str], out: str | os.PathLike[str], *, overwrite: bool = False,
-                            world_size: int | None = None) -> Path:
+                            world_size: int | None = None, progress: Any = None) -> Path:
     """Convert a directory of per-rank Flight Recorder dumps to a CommOps job directory.
 
     Parameters
@@ -206,6 +207,8 @@ def convert_flight_recorder(src: str | os.PathLike[str], out: str | os.PathLike[
     overwrite : bool, default False
     world_size : int, optional
         Override the world size (default: size of ``default_pg``, else highest rank + 1).
+    progress : progress factory, optional
+        Draws the dumps read and the ranks written (:mod:`holmes.progress`).
 
     Returns
     -------
@@ -232,7 +235,8 @@ def convert_flight_recorder(src: str | os.PathLike[str], out: str | os.PathLike[
     src, out = Path(src), Path(out)
     notes = Notes("flight-recorder", str(src))
     files = _list_dumps(src, notes)
-    dumps = {r: read_fr_dump(f) for r, f in sorted(files.items())}
+    dumps = {r: read_fr_dump(f) for r, f in track(sorted(files.items()), progress, desc="convert: reading",
+                                                   unit="file")}
     reg = GroupRegistry()
     versions = sorted({str(d.get("version")) for d in dumps.values()})
     notes.details["fr_versions"] = versions
@@ -276,7 +280,8 @@ def convert_flight_recorder(src: str | os.PathLike[str], out: str | os.PathLike[
     notes.infer("nbytes = the larger of input and output sizes x dtype width")
     _align_p2p(rows, notes)
     assign_iterations_from_pattern(rows, notes, "fr_collective_seq_id", "Flight Recorder dumps")
-    return build_job(out, notes, reg, rows, world_size=world_size, overwrite=overwrite, src=src)
+    return build_job(out, notes, reg, rows, world_size=world_size, overwrite=overwrite, src=src,
+                     progress=progress)
 
 
 def _dump_rows(rank: int, d: dict[str, Any], where: str, reg: GroupRegistry, notes: Notes) -> tuple[RankRows, int]:

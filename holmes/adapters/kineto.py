@@ -42,6 +42,7 @@ from holmes.adapters.rows import RankRows
 from holmes.adapters.flight_recorder import DTYPE_BYTES
 from holmes.errors import ConvertError, ParseError
 from holmes.io.limits import max_world_size
+from holmes.progress import track
 
 __all__ = ["convert_kineto", "parse_kineto_trace"]
 
@@ -335,7 +336,7 @@ def _assign_steps(rows: RankRows, steps: list[tuple[int, int, int]], path: Path,
 
 
 def convert_kineto(src: str | os.PathLike[str], out: str | os.PathLike[str], *, overwrite: bool = False,
-                   world_size: int | None = None) -> Path:
+                   world_size: int | None = None, progress: Any = None) -> Path:
     """Convert PyTorch profiler traces (one per rank) to a CommOps job directory.
 
     Parameters
@@ -347,6 +348,8 @@ def convert_kineto(src: str | os.PathLike[str], out: str | os.PathLike[str], *, 
     overwrite : bool, default False
     world_size : int, optional
         Override ``distributedInfo.world_size``.
+    progress : progress factory, optional
+        Draws the traces read and the ranks written (:mod:`holmes.progress`).
 
     Raises
     ------
@@ -370,7 +373,7 @@ def convert_kineto(src: str | os.PathLike[str], out: str | os.PathLike[str], *, 
     reg = GroupRegistry()
     rows: dict[int, RankRows] = {}
     sizes = set()
-    for f in _trace_files(src):
+    for f in track(_trace_files(src), progress, desc="convert: reading", unit="file"):
         rank, ws, rr = parse_kineto_trace(f, load_json_file(f), reg, notes)
         if rank in rows:
             raise ConvertError(f"{f}: a second trace of rank {rank}")
@@ -391,4 +394,5 @@ def convert_kineto(src: str | os.PathLike[str], out: str | os.PathLike[str], *, 
     notes.details["end_source"] = {
         "gpu_kernel": int(sum(v == "gpu_kernel" for r in rows.values() for v in r.cols["end_source"])),
         "cpu_op": int(sum(v == "cpu_op" for r in rows.values() for v in r.cols["end_source"]))}
-    return build_job(out, notes, reg, rows, world_size=world_size, overwrite=overwrite, src=src)
+    return build_job(out, notes, reg, rows, world_size=world_size, overwrite=overwrite, src=src,
+                     progress=progress)

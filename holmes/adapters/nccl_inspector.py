@@ -32,6 +32,7 @@ from holmes.adapters.opnames import normalize_op
 from holmes.adapters.rows import RankRows
 from holmes.errors import ConvertError, ParseError
 from holmes.io.limits import LimitError, json_depth, max_json_depth
+from holmes.progress import track
 
 __all__ = ["convert_nccl_inspector", "read_inspector_log"]
 
@@ -105,7 +106,7 @@ def _int(v: Any, where: str, what: str) -> int:
 
 
 def convert_nccl_inspector(src: str | os.PathLike[str], out: str | os.PathLike[str], *, overwrite: bool = False,
-                           world_size: int | None = None) -> Path:
+                           world_size: int | None = None, progress: Any = None) -> Path:
     """Convert NCCL Inspector logs (a file or a directory of them) to a CommOps job directory.
 
     Parameters
@@ -135,7 +136,7 @@ def convert_nccl_inspector(src: str | os.PathLike[str], out: str | os.PathLike[s
     notes = Notes("nccl-inspector", str(src))
     procs: dict[tuple[str, str], list[tuple[str, dict[str, Any]]]] = {}
     versions, unknown_keys = set(), set()
-    for f in _files(src):
+    for f in track(_files(src), progress, desc="convert: reading", unit="file"):
         for rec in read_inspector_log(f, notes):
             where = f"{f}:{rec['_line']}"
             md = rec.get("metadata") if isinstance(rec.get("metadata"), dict) else {}
@@ -267,4 +268,5 @@ def convert_nccl_inspector(src: str | os.PathLike[str], out: str | os.PathLike[s
     notes.infer("start_ns = event_trace_ts start; end_ns = last kernel stop (else start + exec time)")
     notes.infer("seq: coll_sn for collectives; order per (communicator, direction, peer) for P2P")
     assign_iterations_from_pattern(rows, notes, "inspector_sn", "NCCL Inspector logs")
-    return build_job(out, notes, reg, rows, world_size=world_size, overwrite=overwrite, src=src)
+    return build_job(out, notes, reg, rows, world_size=world_size, overwrite=overwrite, src=src,
+                     progress=progress)

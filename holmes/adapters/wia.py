@@ -147,7 +147,8 @@ def _read_meta(path: Path | None, notes: Notes) -> dict[str, Any]:
     return meta
 
 
-def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, overwrite: bool = False) -> Path:
+def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, overwrite: bool = False,
+                progress: Any = None) -> Path:
     """Convert a what-if-analysis trace (parquet + meta yaml) to a CommOps job directory.
 
     Parameters
@@ -323,4 +324,5 @@ def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, ove
         iters[r] = iterations_table(np.full(len(st), r, dtype=np.int32), steps[st],
                                     np.round(offset[st] * 1e9).astype(np.int64),
                                     np.round((offset[st] + span[st]) * 1e9).astype(np.int64))
-    return build_job(out, notes, reg, rows, world_size=ws, iterations=iters, overwrite=overwrite, src=src)
+    return build_job(out, notes, reg, rows, world_size=ws, iterations=iters, overwrite=overwrite, src=src,
+                     progress=progress)

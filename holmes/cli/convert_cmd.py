@@ -8,6 +8,7 @@ import sys
 import warnings
 
 from holmes.adapters import FORMATS, ConvertWarning, convert
+from holmes.progress import terminal_progress
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +21,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing job directory whole (never merged)")
     parser.add_argument("--world-size", type=int, default=None,
                         help="override the world size (kineto, flight-recorder, nccl-inspector)")
-    parser.add_argument("-q", "--quiet", action="store_true", help="do not print the conversion warnings")
+    parser.add_argument("-q", "--quiet", action="store_true", help="no progress bars, no conversion warnings")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -39,7 +40,8 @@ def run(args: argparse.Namespace) -> int:
     check_output(args.job, args.overwrite, src=args.src)  # before parsing: never clobber, never inside SRC
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ConvertWarning)
-        out = convert(args.fmt, args.src, args.job, overwrite=args.overwrite, **options)
+        out = convert(args.fmt, args.src, args.job, overwrite=args.overwrite,
+                      progress=terminal_progress(enabled=not args.quiet), **options)
     if not args.quiet:
         for w in caught:
             if issubclass(w.category, ConvertWarning):
