@@ -44,7 +44,7 @@ def _per_op_cost(n: int = 20000, rounds: int = 9) -> tuple[float, float]:
             def noop(tensor, op=None, group=None, async_op=False):
                 return None
 
-            wrapped = th._Wrapper(noop, "all_reduce", th._collective_handler("all_reduce"))
+            wrapped = th._collective_wrapper(noop, "all_reduce")
             t = torch.ones(1024)
             lg = holmes.logger.CommOpsLogger(os.path.join(tmp, "job"), flush_every=8192).enable()
             try:

@@ -26,6 +26,7 @@ PyTorch is imported lazily: importing this module does not need it.
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 import threading
@@ -36,7 +37,7 @@ from typing import Any
 
 from holmes.errors import ConfigError
 from holmes.logger._work import CudaClock, TimedWork, arg, finish_on_completion, is_cuda, nbytes_of, nbytes_of_list
-from holmes.logger.recorder import CommOpsRecorder
+from holmes.logger.recorder import _OP_CODE, CommOpsRecorder
 
 __all__ = ["CommOpsLogger", "enable", "WRAPPED_FUNCTIONS", "active_logger"]
 
@@ -229,13 +230,11 @@ class CommOpsLogger:
                 if orig is None:  # not in this torch version
                     continue
                 self._saved[name] = orig
-                base = orig.__wrapped__ if isinstance(orig, _Wrapper) else orig
+                base = orig.__wrapped__ if _is_wrapper(orig) else orig
                 if name in _COLL_SPECS:
-                    handler = _collective_handler(name)
-                elif name in _P2P_SPECS:
-                    handler = _p2p_handler(name)
-                else:
-                    handler = _batch_handler
+                    setattr(dist, name, _collective_wrapper(base, name))
+                    continue
+                handler = _p2p_handler(name) if name in _P2P_SPECS else _batch_handler
                 setattr(dist, name, _Wrapper(base, name, handler))
             cls = c10d.P2POp
             self._saved_p2pop_init = cls.__dict__.get("__init__")
@@ -263,7 +262,7 @@ class CommOpsLogger:
                 return
             for name, orig in self._saved.items():
                 cur = getattr(dist, name)
-                if isinstance(cur, _Wrapper):
+                if _is_wrapper(cur):
                     setattr(dist, name, orig)
                 else:
                     log.warning("torch.distributed.%s was replaced by someone else while logging; left as is", name)
@@ -538,8 +537,30 @@ def _issue(lg: CommOpsLogger, orig: Callable, args: tuple, kwargs: dict, cuda: b
     return finish_on_completion(out, handles, None)
 
 
+def _is_wrapper(f: Any) -> bool:
+    """Whether ``f`` is one of the logger's wrappers (a :class:`_Wrapper` or a collective's closure)."""
+    return isinstance(f, _Wrapper) or getattr(f, "_holmes_wrapper", False) is True
+
+
+def _collective_wrapper(orig: Callable, name: str) -> Callable:
+    """The stand-in of a collective: a plain function (one Python call less than a :class:`_Wrapper`)
+    that passes the call through when no logger is active or inside another wrapped call."""
+    handler = _collective_handler(name)
+
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        lg = _ACTIVE
+        if lg is None or _tls.depth:
+            return orig(*args, **kwargs)
+        return handler(lg, orig, args, kwargs)
+
+    functools.update_wrapper(wrapper, orig)
+    wrapper._holmes_wrapper = True  # type: ignore[attr-defined]
+    return wrapper
+
+
 def _collective_handler(name: str) -> Callable:
     op, gpos, apos, tpos, sizing = _COLL_SPECS[name]
+    code = _OP_CODE[op]
 
     gi, gname = gpos
     ai, aname = apos if apos else (10**6, "")
@@ -567,7 +588,7 @@ def _collective_handler(name: str) -> Callable:
         # blocks: a hang dump shows it 'started'), finished by one item store
         start = _time_ns()
         with rec._lock:
-            row = rec._append(cid, op, None, nbytes, start, -1)
+            row = rec._append_coll(cid, code, nbytes, start)
         tls = _tls
         tls.depth = 1
         try:

@@ -253,8 +253,9 @@ class Watcher:
         if self._closed is not None and self._meta is not None and \
                 len(self._closed) >= self._meta.world_size and all(self._closed.values()):
             return self._held == {} and not self._new_pivot_parts()
-        if self.idle_exit is not None and self._follower is not None:
-            return time.monotonic() - self._follower.last_landed >= self.idle_exit
+        if self.idle_exit is not None and self._follower is not None:  # idle, and caught up
+            return time.monotonic() - self._follower.last_landed >= self.idle_exit and not self._held \
+                and not self._new_pivot_parts()
         return False
 
     def _new_pivot_parts(self) -> bool:
