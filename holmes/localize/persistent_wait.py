@@ -117,7 +117,11 @@ def fold(summary: PersistentSummary, communicators: Mapping[str, Any], *, progra
     g1 = np.zeros(n_inst, np.int64)
     it1 = np.full(n_inst, -1, np.int64)
     nb = np.zeros(n_inst, np.int64)
+    for k in ("slot", "seq"):
+        del cols[k]
     _fold(inst, row_rank, cols["dur"], cols["own"], cols["widx"], cols["nbytes"], cnt, d1, d2, r1, g1, it1, nb)
+    for k in ("dur", "own", "nbytes"):  # the replays need none of these: free them before
+        del cols[k]
     inst_slot = np.repeat(np.arange(S, dtype=np.int64), size)
     # waiting caused: the last member of each instance, (n - 1) x its own work up to the others' wait
     ok = (cnt >= 2) & (d2 < _BIG) & (r1 >= 0) & (it1 >= 0)
