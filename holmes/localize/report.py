@@ -185,3 +185,11 @@ class Report:
 
     def __str__(self) -> str:
         return self.to_text()
+
+    def to_html(self, job: Any = None, **options: Any) -> str:
+        """One self-contained HTML page that opens offline (:func:`holmes.report.render_html`:
+        ``job``, the job localized, adds the heatmap of the ranks' slowness and the parallel groups)."""
+        from holmes.report.html import render_html
+
+        return render_html(self, job=job, **options)
+
