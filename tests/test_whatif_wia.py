@@ -69,3 +69,17 @@ def test_batched_send_recv_does_not_deadlock_the_replay():
     prog = Program.from_arrays(rank_ptr=[0, 2, 4], iter_ptr=[[0, 2], [2, 4]], inst=[0, 1, 1, 0],
                                gap=[3.0, 0.0, 1.0, 0.0], new_batch=[1, 0, 1, 0], x=[1.0, 1.0], size=[2, 2])
     assert replay(prog).tolist() == [4.0]
+
+
+def test_converter_keeps_what_the_attribution_needs(wia):
+    from holmes.localize.peers import Roles
+
+    _, out, ev = wia
+    job = holmes.read_job(out)
+    roles = Roles.from_communicators(job.communicators, job.world_size)
+    for r in range(job.world_size):
+        t = job.ops(r)
+        assert {"wia_optype", "mb_id", "wia_stage", "wia_dp_rank"} <= set(t.column_names)
+        # the stage / dp rank the analyzer attributes to agree with the roles Holmes reads from the communicators
+        assert set(t.column("wia_stage").to_pylist()) == {int(roles.stage[r])}
+        assert set(t.column("wia_dp_rank").to_pylist()) == {int(roles.replica[r])}
