@@ -39,7 +39,8 @@ import holmes
 from holmes.localize import localize
 from holmes.simulate import simulate
 
-LAYOUT = {2048: dict(tp=8, pp=8, dp=32), 4096: dict(tp=8, pp=8, dp=64), 8192: dict(tp=8, pp=8, dp=128)}
+LAYOUT = {2048: dict(tp=8, pp=8, dp=32), 4096: dict(tp=8, pp=8, dp=64), 8192: dict(tp=8, pp=8, dp=128),
+          32768: dict(tp=8, pp=8, dp=512)}
 
 
 def three_sigma(table) -> np.ndarray:

@@ -31,8 +31,10 @@ Examples
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -134,46 +136,53 @@ def read_rank_file(path: Any, rank: int, columns: Sequence[str] | None = None) -
 
 
 def iter_batches(job: Any, ranks: Sequence[int], *, columns: Sequence[str] | None = None,
-                 batch_size: int = 256) -> Iterator[RankBatch]:
-    """Read ``ranks`` of ``job`` ``batch_size`` at a time; see :meth:`holmes.io.Job.iter_batches`."""
-    need = None if columns is None else set(columns) | set(CHECK_COLUMNS)
+                 batch_size: int = 256, threads: int = 2) -> Iterator[RankBatch]:
+    """Read ``ranks`` of ``job`` ``batch_size`` at a time; see :meth:`holmes.io.Job.iter_batches`.
+
+    ``threads`` files are read at once (the parquet reader releases the GIL); 1 reads one by one.
+    """
+    need = None if columns is None else sorted(set(columns) | set(CHECK_COLUMNS))
     rs = list(dict.fromkeys(int(r) for r in ranks))   # each rank once, in the order asked
-    for a in range(0, len(rs), batch_size):
-        yield _read_batch(job, rs[a:a + batch_size], need, columns)
+    with ThreadPoolExecutor(threads) if threads > 1 and len(rs) > 1 else contextlib.nullcontext() as pool:
+        for a in range(0, len(rs), batch_size):
+            yield _read_batch(job, rs[a:a + batch_size], need, columns, pool, threads)
 
 
-def _read_batch(job: Any, ranks: list[int], need: set[str] | None,
-                columns: Sequence[str] | None) -> RankBatch:
+def _read_batch(job: Any, ranks: list[int], need: list[str] | None, columns: Sequence[str] | None,
+                pool: ThreadPoolExecutor | None, threads: int) -> RankBatch:
     errors: dict[int, HolmesError] = {}
     raw: dict[int, pa.Table] = {}
-    for r in ranks:
-        try:
-            job.check_rank(r)
-            raw[r] = job._load_raw(r, None if need is None else sorted(need))
-        except (MissingRankError, ParseError, SchemaError) as exc:
-            errors[r] = exc
-    groups: dict[pa.Schema, list[int]] = {}
+    for r, got in job._load_many(ranks, need, pool, threads).items():
+        if isinstance(got, pa.Table):
+            raw[r] = got
+        else:
+            errors[r] = got
+    groups: list[tuple[pa.Schema, list[int]]] = []   # (hashing a schema costs more than comparing it)
     for r in ranks:
         if r in raw:
-            groups.setdefault(raw[r].schema, []).append(r)
+            sch = raw[r].schema
+            g = next((g for g in reversed(groups) if g[0] is sch or g[0].equals(sch)), None)
+            if g is None:
+                groups.append((sch, [r]))
+            else:
+                g[1].append(r)
     checked: dict[int, pa.Table] = {}
-    for rs in groups.values():
-        checked.update(_check_group(job, rs, raw, errors))
+    for _, rs in groups:
+        checked.update(_check_group(job, rs, raw, errors, columns))
     del raw
     tables = {}
     for r in ranks:
         t = checked.get(r)
         if t is not None:
-            job._verify_iterations(r, t)
             job.stats.ranks_read.add(r)
-            tables[r] = t if columns is None else t.select([c for c in columns if c in t.column_names])
+            tables[r] = t
     return RankBatch(list(ranks), tables, errors)
 
 
-def _check_group(job: Any, ranks: list[int], raw: dict[int, pa.Table],
-                 errors: dict[int, HolmesError]) -> dict[int, pa.Table]:
-    """Validate and check the tables of ``ranks`` (one schema) as one table; a failing batch is
-    redone rank by rank (the error then names the file)."""
+def _check_group(job: Any, ranks: list[int], raw: dict[int, pa.Table], errors: dict[int, HolmesError],
+                 columns: Sequence[str] | None = None) -> dict[int, pa.Table]:
+    """Validate and check the tables of ``ranks`` (one schema) as one table, then split it by rank
+    (projected on ``columns``); a failing batch is redone rank by rank (the error then names the file)."""
     tables = [raw[r] for r in ranks]
     lens = np.array([t.num_rows for t in tables], dtype=np.int64)
     row_rank = np.repeat(np.asarray(ranks, dtype=np.int64), lens)
@@ -183,8 +192,8 @@ def _check_group(job: Any, ranks: list[int], raw: dict[int, pa.Table],
         if len(row_rank) and not np.array_equal(big.column("rank").to_numpy().astype(np.int64), row_rank):
             raise SchemaError("rank column differs from the file's rank")
     except (SchemaError, pa.ArrowException):
-        return _one_by_one(job, ranks, raw, errors)
-    kept, found = check_ops_batch(big, ranks, job.communicators, row_ranks=row_rank)
+        return _one_by_one(job, ranks, raw, errors, columns)
+    kept, found = check_ops_batch(big, ranks, job.member_index, row_ranks=row_rank)
     for r in ranks:
         job.consistency.record_ops(found[r])
     job.consistency.cross_check_batch(kept, ranks)
@@ -194,7 +203,25 @@ def _check_group(job: Any, ranks: list[int], raw: dict[int, pa.Table],
     lookup[np.asarray(ranks)] = np.arange(len(ranks))
     counts = np.bincount(lookup[kept_rank], minlength=len(ranks))
     starts = np.r_[0, np.cumsum(counts)[:-1]]
-    return {r: sort_ops(kept.slice(int(starts[i]), int(counts[i]))) for i, r in enumerate(ranks)}
+    if kept.num_rows > 1:   # every rank already in (iteration, op_index) order: no rank needs sorting
+        it, ix = kept.column("iteration").to_numpy(), kept.column("op_index").to_numpy()
+        new_rank = np.zeros(kept.num_rows, dtype=bool)
+        new_rank[starts[counts > 0]] = True
+        ok = new_rank[1:] | (it[1:] > it[:-1]) | ((it[1:] == it[:-1]) & (ix[1:] >= ix[:-1]))
+        if ok.all():
+            for i, r in enumerate(ranks):
+                if r in job._iter_unverified:   # an iteration file read before, awaiting its rank's ops
+                    job._verify_iterations(r, kept.slice(int(starts[i]), int(counts[i])))
+            kept = _project(kept, columns)
+            return {r: kept.slice(int(starts[i]), int(counts[i])) for i, r in enumerate(ranks)}
+    out = {r: sort_ops(kept.slice(int(starts[i]), int(counts[i]))) for i, r in enumerate(ranks)}
+    for r, t in out.items():
+        job._verify_iterations(r, t)
+    return {r: _project(t, columns) for r, t in out.items()}
+
+
+def _project(t: pa.Table, columns: Sequence[str] | None) -> pa.Table:
+    return t if columns is None else t.select([c for c in columns if c in t.column_names])
 
 
 def sort_ops(t: pa.Table) -> pa.Table:
@@ -208,14 +235,17 @@ def sort_ops(t: pa.Table) -> pa.Table:
     return t.sort_by([("iteration", "ascending"), ("op_index", "ascending")])
 
 
-def _one_by_one(job: Any, ranks: list[int], raw: dict[int, pa.Table],
-                errors: dict[int, HolmesError]) -> dict[int, pa.Table]:
+def _one_by_one(job: Any, ranks: list[int], raw: dict[int, pa.Table], errors: dict[int, HolmesError],
+                columns: Sequence[str] | None) -> dict[int, pa.Table]:
     out = {}
     for r in ranks:
         try:
             out[r] = job._checked_ops(raw[r], r, job._source(r))
         except SchemaError as exc:
             errors[r] = exc
+            continue
+        job._verify_iterations(r, out[r])
+        out[r] = _project(out[r], columns)
     return out
 
 

@@ -31,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from holmes.io.crosscheck import CrossCheck
+from holmes.io.crosscheck import CrossCheck, MemberIndex, _codes, op_codes
 from holmes.io.schema import OP_NAMES, P2P_OPS
 
 __all__ = ["RankFindings", "ConsistencyLog", "check_ops", "check_ops_batch", "check_iterations"]
@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 _I64_MIN = np.iinfo(np.int64).min
 _I64_MAX = np.iinfo(np.int64).max
 _P2P_CODES = np.array([OP_NAMES.index(o) for o in P2P_OPS])
+_CROSS_COLUMNS = ("rank", "iteration", "comm_id", "seq", "op", "nbytes", "end_ns")
 
 
 @dataclass
@@ -80,16 +81,31 @@ class ConsistencyLog:
         rank -> op rows the pass excluded.
     """
 
+    #: ranks whose cross-rank check may wait (their collectives kept meanwhile), then run as one batch
+    PENDING = 256
+
     def __init__(self) -> None:
-        self.inconsistencies: dict[int, list[str]] = {}
+        self._inconsistencies: dict[int, list[str]] = {}
         self.rows_read: dict[int, int] = {}
         self.rows_excluded: dict[int, int] = {}
-        #: cross-rank findings: ``(rank_a, rank_b, comm_id, message)``; the message is also listed
-        #: under both ranks in :attr:`inconsistencies`
-        self.disagreements: list[tuple[int, int, str, str]] = []
+        self._disagreements: list[tuple[int, int, str, str]] = []
         self._iter_msgs: dict[int, list[str]] = {}
         self._cross_msgs: dict[int, list[str]] = {}
         self._cross = CrossCheck()
+        self._pending: dict[int, pa.Table] = {}
+
+    @property
+    def inconsistencies(self) -> dict[int, list[str]]:
+        """rank -> human-readable findings; only ranks with findings appear."""
+        self.flush()
+        return self._inconsistencies
+
+    @property
+    def disagreements(self) -> list[tuple[int, int, str, str]]:
+        """Cross-rank findings ``(rank_a, rank_b, comm_id, message)``; each message is also listed
+        under both ranks in :attr:`inconsistencies`."""
+        self.flush()
+        return self._disagreements
 
     def cross_check(self, rank: int, table: pa.Table) -> None:
         """Compare ``rank``'s collectives with those of up to two members read before.
@@ -103,14 +119,39 @@ class ConsistencyLog:
         Ring-buffer windows (Flight Recorder) that overlap partly pass. A disagreement is recorded
         for both ranks (no file can tell which one is wrong) and in :attr:`disagreements`. Only
         the first two readers of each communicator are kept, so memory stays bounded.
+
+        Ranks read one at a time are checked in batches (up to :attr:`PENDING` of them, in
+        reading order), when the batch is full or a finding is asked for: the same findings,
+        a fraction of the cost.
         """
-        self.cross_check_batch(table, [rank])
+        r = int(rank)
+        if r in self._pending or r in self._cross.checked:
+            return
+        self._pending[r] = table.select([c for c in _CROSS_COLUMNS if c in table.column_names])
+        if len(self._pending) >= self.PENDING:
+            self.flush()
 
     def cross_check_batch(self, table: pa.Table, ranks: Sequence[int]) -> None:
         """:meth:`cross_check` for the rows of many ranks at once, read in the order of ``ranks``
         (vectorized: :class:`holmes.io.crosscheck.CrossCheck`)."""
-        for lo, hi, cid, msg in self._cross.add(table, ranks):
-            self.disagreements.append((lo, hi, cid, msg))
+        self.flush()
+        self._record(self._cross.add(table, ranks))
+
+    def flush(self) -> None:
+        """Run the cross-rank check of the ranks still waiting for it."""
+        pending, self._pending = list(self._pending.items()), {}
+        i = 0
+        while i < len(pending):   # runs of one schema, in reading order
+            j = i + 1
+            while j < len(pending) and pending[j][1].schema.equals(pending[i][1].schema):
+                j += 1
+            run = pending[i:j]
+            self._record(self._cross.add(pa.concat_tables([t for _, t in run]), [r for r, _ in run]))
+            i = j
+
+    def _record(self, found: list[tuple[int, int, str, str]]) -> None:
+        for lo, hi, cid, msg in found:
+            self._disagreements.append((lo, hi, cid, msg))
             for r in (lo, hi):
                 self._cross_msgs.setdefault(r, []).append(f"rank {r}: {msg}")
                 self._set(r)
@@ -131,12 +172,12 @@ class ConsistencyLog:
 
     def _set(self, rank: int, ops: list[str] | None = None) -> None:
         extra = self._iter_msgs.get(rank, []) + self._cross_msgs.get(rank, [])
-        prev_ops = [m for m in self.inconsistencies.get(rank, []) if m not in extra]
+        prev_ops = [m for m in self._inconsistencies.get(rank, []) if m not in extra]
         msgs = list(ops if ops is not None else prev_ops) + extra
         if msgs:
-            self.inconsistencies[rank] = msgs
+            self._inconsistencies[rank] = msgs
         else:
-            self.inconsistencies.pop(rank, None)
+            self._inconsistencies.pop(rank, None)
 
     def assumptions(self) -> list[str]:
         """Every finding, rank by rank (what a report lists as assumptions)."""
@@ -164,20 +205,6 @@ def _np(col: pa.ChunkedArray, fill: int | None = None) -> np.ndarray:
     if fill is not None and col.null_count:
         col = pc.fill_null(col, fill)
     return col.to_numpy() if isinstance(col, pa.ChunkedArray) else np.asarray(col)
-
-
-def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[Any]]:
-    """Integer codes and their values for a (possibly dictionary-encoded) string column (equal
-    strings, equal codes)."""
-    if isinstance(col, pa.ChunkedArray):
-        col = col.combine_chunks()   # one dictionary for every chunk
-    if pa.types.is_dictionary(col.type):
-        values = col.dictionary.to_pylist()
-        if col.dictionary.null_count == 0 and len(set(values)) == len(values):
-            return col.indices.to_numpy(zero_copy_only=False).astype(np.int64), values
-        col = col.cast(col.type.value_type)
-    enc = col.dictionary_encode()
-    return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
 
 
 def _is_sorted(keys: list[np.ndarray]) -> bool:
@@ -220,8 +247,9 @@ def check_ops(table: pa.Table, rank: int, communicators: Mapping[str, Any] | Non
         Validated by :func:`holmes.io.validate_ops` (types, ranks and peers inside the world, known
         ops and comm_ids).
     rank : int
-    communicators : mapping comm_id -> members, optional
-        Members as a sequence of ranks or an object with ``ranks``; enables the membership checks.
+    communicators : mapping comm_id -> members, or MemberIndex, optional
+        Members as a sequence of ranks or an object with ``ranks``; enables the membership checks
+        (a :class:`~holmes.io.crosscheck.MemberIndex` keeps them between calls).
     source : str, optional
         Unused in messages (they name the rank); kept for logging.
 
@@ -274,9 +302,7 @@ def check_ops_batch(table: pa.Table, ranks: Iterable[int], communicators: Mappin
     peer = _np(table.column("peer"), fill=-1).astype(np.int64)
     has_peer = _np(pc.is_valid(table.column("peer"))).astype(bool)
     comm, comm_names = _codes(table.column("comm_id"))
-    opc, op_names = _codes(table.column("op"))
-    op_code = np.array([OP_NAMES.index(o) if o in OP_NAMES else -1 for o in op_names], dtype=np.int64)[opc]
-    is_p2p = np.isin(op_code, _P2P_CODES)
+    op_code, is_p2p = op_codes(table.column("op"))
     excluded = np.zeros(n, dtype=bool)
 
     def exclude(mask: np.ndarray, msg: str, detail: Any = None) -> None:
@@ -300,8 +326,9 @@ def check_ops_batch(table: pa.Table, ranks: Iterable[int], communicators: Mappin
     exclude(is_p2p & has_peer & (peer == rk), "{k} send/recv op(s) name the rank itself as peer, excluded")
     exclude(~is_p2p & has_peer, "{k} collective op(s) name a peer, excluded")
     if communicators:
-        known, keys = _member_keys(comm_names, communicators)
-        member = np.isin((comm << 32) | rk, keys) | ~known[comm]
+        index = communicators if isinstance(communicators, MemberIndex) else MemberIndex(communicators)
+        known, is_member = index.lookup(comm_names)
+        member = is_member(comm, rk)
 
         def names(i: int, new: np.ndarray) -> str:
             cs = sorted({comm_names[c] for c in np.unique(comm[new & (ri == i)]).tolist()})
@@ -311,7 +338,7 @@ def check_ops_batch(table: pa.Table, ranks: Iterable[int], communicators: Mappin
         sel = is_p2p & has_peer & ~excluded
         peer_in = np.ones(n, dtype=bool)
         if sel.any():
-            peer_in[sel] = np.isin((comm[sel] << 32) | peer[sel], keys) | ~known[comm[sel]]
+            peer_in[sel] = is_member(comm[sel], peer[sel])
         exclude(~peer_in, "{k} send/recv op(s) name a peer outside their communicator, excluded")
 
     # rows sharing (rank, iteration, op_index): the only ones that can be duplicates or clash
@@ -404,19 +431,6 @@ def _repair_op_index(out: pa.Table, kept: np.ndarray, ri: np.ndarray, it: np.nda
         found[order_ranks[i]].add(f"op_index is not in start order in {int(n_iters[i])} iteration(s); "
                                   "renumbered by start_ns")
     return out
-
-
-def _member_keys(comm_names: list[Any], communicators: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-    """(whether each comm_id has a member list, sorted ``code << 32 | member`` keys of every member)."""
-    known = np.zeros(max(len(comm_names), 1), dtype=bool)
-    keys = []
-    for code, name in enumerate(comm_names):
-        c = communicators.get(name)
-        rs = getattr(c, "ranks", c) if c is not None else None
-        if rs is not None:
-            known[code] = True
-            keys.append((np.int64(code) << 32) | np.asarray(rs, dtype=np.int64))
-    return known, (np.unique(np.concatenate(keys)) if keys else np.zeros(0, np.int64))
 
 
 def _np_valid(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:

@@ -24,8 +24,9 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -33,10 +34,11 @@ import pyarrow.compute as pc
 
 from holmes.io.schema import OP_NAMES, P2P_OPS
 
-__all__ = ["CrossCheck"]
+__all__ = ["CrossCheck", "MemberIndex", "op_codes"]
 
 _I64_MAX = np.iinfo(np.int64).max
 _P2P_CODES = np.array([OP_NAMES.index(o) for o in P2P_OPS])
+_IS_P2P = np.array([o in P2P_OPS for o in OP_NAMES] + [False])   # by op code; -1 (unknown) = last
 _A2A = OP_NAMES.index("all_to_all")  # its per-rank size may differ between members
 
 
@@ -165,9 +167,8 @@ def _collectives(table: pa.Table, pos_of: np.ndarray) -> tuple | None:
     rk = table.column("rank").to_numpy().astype(np.int64)
     inside = rk < len(pos_of) - 1
     pos = np.where(inside, pos_of[np.minimum(rk, len(pos_of) - 1)], -1)
-    op_c, op_names = _codes(table.column("op"))
-    codes = np.array([OP_NAMES.index(o) if o in OP_NAMES else -1 for o in op_names] or [-1], dtype=np.int64)[op_c]
-    sel = (pos >= 0) & ~np.isin(codes, _P2P_CODES)
+    codes, is_p2p = op_codes(table.column("op"))
+    sel = (pos >= 0) & ~is_p2p
     if not sel.any():
         return None
     comm, names = _codes(table.column("comm_id"))
@@ -182,12 +183,66 @@ def _collectives(table: pa.Table, pos_of: np.ndarray) -> tuple | None:
             end[idx].astype(np.int64), np.asarray(end_ok)[idx].astype(bool))
 
 
-def _codes(col: pa.ChunkedArray) -> tuple[np.ndarray, list]:
-    """Integer codes and their values for a (possibly dictionary-encoded) string column."""
+def _codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, list[Any]]:
+    """Integer codes and their values for a (possibly dictionary-encoded) string column (equal
+    strings, equal codes)."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()   # one dictionary for every chunk
     if pa.types.is_dictionary(col.type):
+        values = col.dictionary.to_pylist()
+        if col.dictionary.null_count == 0 and len(set(values)) == len(values):
+            return col.indices.to_numpy(zero_copy_only=False).astype(np.int64), values
         col = col.cast(col.type.value_type)
-    enc = col.combine_chunks().dictionary_encode() if isinstance(col, pa.ChunkedArray) else col.dictionary_encode()
+    enc = col.dictionary_encode()
     return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
+
+
+def op_codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(index in :data:`~holmes.io.schema.OP_NAMES` per row, -1 for an unknown op; is send/recv)."""
+    c, names = _codes(col)
+    code = np.array([OP_NAMES.index(o) if o in OP_NAMES else -1 for o in names] or [-1], dtype=np.int64)[c]
+    return code, _IS_P2P[code]
+
+
+class MemberIndex:
+    """Who belongs to which communicator, as sorted ``member`` arrays per comm_id (built once per
+    communicator and kept: a job's checks ask for the same ones rank after rank)."""
+
+    def __init__(self, communicators: Mapping[str, Any]) -> None:
+        self.communicators = communicators
+        self._members: dict[Any, np.ndarray | None] = {}
+
+    def members(self, name: Any) -> np.ndarray | None:
+        """The sorted ranks of ``name``, None when it has no member list."""
+        if name not in self._members:
+            c = self.communicators.get(name)
+            rs = getattr(c, "ranks", c) if c is not None else None
+            self._members[name] = None if rs is None else np.unique(np.asarray(rs, dtype=np.int64))
+        return self._members[name]
+
+    def lookup(self, names: list[Any]) -> tuple[np.ndarray, Any]:
+        """For comm codes ``0..len(names)-1``: (whether each has a member list, ``is_member(code, rank)``
+        -> bool array, True where the code has no member list)."""
+        ms = [self.members(n) for n in names]
+        known = np.array([m is not None for m in ms] + [False], dtype=bool)
+        lens = np.array([len(m) if m is not None else 0 for m in ms] + [0], dtype=np.int64)
+        offs = np.r_[0, np.cumsum(lens)]
+        flat = np.concatenate([m for m in ms if m is not None] + [np.zeros(0, np.int64)])
+
+        def is_member(code: np.ndarray, rank: np.ndarray) -> np.ndarray:
+            out = ~known[code]
+            k = np.flatnonzero(known[code])
+            if len(k):
+                c, r = code[k], rank[k]
+                hit = np.zeros(len(k), dtype=bool)
+                for cc in np.unique(c).tolist():   # a binary search in each communicator's members
+                    sel = c == cc
+                    seg = flat[offs[cc]:offs[cc] + lens[cc]]
+                    j = np.minimum(np.searchsorted(seg, r[sel]), len(seg) - 1)
+                    hit[sel] = seg[j] == r[sel]
+                out[k] = hit
+            return out
+        return known, is_member
 
 
 def _group_median(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:

@@ -21,10 +21,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from holmes.errors import ArgumentTypeError, ConfigError, JobError, MissingRankError, ParseError, SchemaError
+from holmes.errors import (ArgumentTypeError, ConfigError, HolmesError, JobError, MissingRankError, ParseError,
+                           SchemaError)
 from holmes.io import parts
 from holmes.io.batch import RankBatch, RankRead, iter_batches, read_rank_file, sort_ops
 from holmes.io.consistency import ConsistencyLog, check_iterations, check_ops
+from holmes.io.crosscheck import MemberIndex
 from holmes.io.limits import read_json_capped
 from holmes.io.models import JobMeta, TruthModel, load_model
 from holmes.io.schema import SCHEMA_ID, iterations_table, validate_iterations, validate_ops
@@ -105,6 +107,7 @@ class _JobBase:
         self.consistency = ConsistencyLog()
         self._iter_unverified: dict[int, tuple[pa.Table, str]] = {}
         self._communicators: dict[str, Communicator] | None = None
+        self._member_index: MemberIndex | None = None
         self._layout: ParallelLayout | None = None
 
     @property
@@ -151,6 +154,13 @@ class _JobBase:
                 self._communicators = dict(self.layout.communicators())
         return self._communicators
 
+    @property
+    def member_index(self) -> MemberIndex:
+        """The communicators' members as sorted arrays (built once per communicator, for the checks)."""
+        if self._member_index is None:
+            self._member_index = MemberIndex(self.communicators)
+        return self._member_index
+
     def _where(self, name: str) -> str:
         return name
 
@@ -170,7 +180,7 @@ class _JobBase:
 
     def _checked_ops(self, t: pa.Table, r: int, source: str) -> pa.Table:
         t = validate_ops(t, source, world_size=self.world_size, rank=r, comm_ids=self.communicators, strict=False)
-        t, found = check_ops(t, r, self.communicators, source)
+        t, found = check_ops(t, r, self.member_index, source)
         self.consistency.record_ops(found)
         self.consistency.cross_check(r, t)
         return sort_ops(t)
@@ -183,8 +193,20 @@ class _JobBase:
         """How messages name rank ``r``'s log."""
         return f"rank {r}"
 
+    def _load_many(self, ranks: Sequence[int], columns: Sequence[str] | None, pool: Any = None,
+                   threads: int = 1) -> dict[int, pa.Table | HolmesError]:
+        """rank -> its rows as stored (:meth:`_load_raw`), or the error that makes them unreadable
+        (``pool``: an executor of ``threads`` threads to read with, when the storage allows)."""
+        out: dict[int, pa.Table | HolmesError] = {}
+        for r in ranks:
+            try:
+                out[r] = self._load_raw(r, columns)
+            except (MissingRankError, ParseError, SchemaError) as exc:
+                out[r] = exc
+        return out
+
     def iter_batches(self, ranks: Sequence[int] | None = None, *, columns: Sequence[str] | None = None,
-                     batch_size: int = 256) -> Iterator[RankBatch]:
+                     batch_size: int = 256, threads: int = 2) -> Iterator[RankBatch]:
         """Read many ranks cheaply, ``batch_size`` at a time, as :class:`RankBatch` tables.
 
         The fast path for an analysis that reads every rank (or many): each file is opened once,
@@ -200,9 +222,11 @@ class _JobBase:
         columns : sequence of str, optional
             The columns to return (default: all). Only these and the ones the checks need are read.
         batch_size : int, default 256
+        threads : int, default 2
+            Files read at once (the parquet reader releases the GIL); 1: one after the other.
         """
         rs = range(self.world_size) if ranks is None else [self.check_rank(r) for r in ranks]
-        return iter_batches(self, rs, columns=columns, batch_size=max(1, int(batch_size)))
+        return iter_batches(self, rs, columns=columns, batch_size=max(1, int(batch_size)), threads=int(threads))
 
     def iter_ranks(self, ranks: Sequence[int] | None = None, *, columns: Sequence[str] | None = None,
                    batch_size: int = 256, errors: str = "raise") -> Iterator[RankRead]:
@@ -342,6 +366,33 @@ class Job(_JobBase):
         self.stats.bytes_read += size
         self.stats.files_read += 1
         return t
+
+    def _load_many(self, ranks: Sequence[int], columns: Sequence[str] | None, pool: Any = None,
+                   threads: int = 1) -> dict[int, pa.Table | HolmesError]:
+        ranks_dir = self.path / "ranks"
+
+        def one(r: int) -> Any:
+            try:
+                return read_rank_file(ranks_dir / rank_filename(r), r, columns)
+            except (MissingRankError, ParseError) as exc:
+                return exc
+        def chunk(rs: Sequence[int]) -> list[Any]:
+            return [one(r) for r in rs]
+        k = max(1, int(threads)) if pool is not None and len(ranks) > 1 else 1
+        step = -(-len(ranks) // k)  # one contiguous chunk per thread (a task per file costs more than its read)
+        got = [x for part in (pool.map(chunk, [ranks[i:i + step] for i in range(0, len(ranks), step)])
+                              if k > 1 else [chunk(ranks)]) for x in part]
+        out: dict[int, pa.Table | HolmesError] = {}
+        for r, x in zip(ranks, got):
+            if isinstance(x, MissingRankError):   # a live job's parts directory, or really missing
+                out.update(super()._load_many([r], columns))
+            elif isinstance(x, HolmesError):
+                out[r] = x
+            else:
+                self.stats.bytes_read += x[1]
+                self.stats.files_read += 1
+                out[r] = x[0]
+        return out
 
     def _read_parquet(self, p: Path, rank: int) -> pa.Table:
         try:

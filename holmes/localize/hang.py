@@ -144,15 +144,19 @@ class HangAnalysis:
         if sel.dump is None and (pivot is None or "state" not in pivot.column_names):
             return sel  # an old job: every op completed
         parts = []
-        for r in range(src.world_size):
-            t = src.fetch(r)
-            if t is None:
-                sel.no_log[r] = src.missing.get(r, "no log")
-            elif t.num_rows:
-                part = t.select(list(_COLS) + (["state"] if "state" in t.column_names else []))
-                if "state" not in t.column_names:  # an old log: every op completed
-                    part = part.append_column("state", pa.array(["completed"] * t.num_rows, pa.string()))
-                parts.append(part)
+        for ranks, have, tables in _every_rank(src, list(_COLS) + ["state"]):
+            for r in ranks:
+                if r not in have:
+                    sel.no_log[r] = src.missing.get(r, "no log")
+            for t in tables:
+                if not t.num_rows:
+                    continue
+                if "state" not in t.column_names:  # old logs: every op completed
+                    t = t.append_column("state", pa.array(["completed"] * t.num_rows, pa.string()))
+                elif t.column("state").null_count:  # old logs batched with dumps
+                    t = t.set_column(t.schema.get_field_index("state"), "state",
+                                     pc.fill_null(t.column("state").cast(pa.string()), "completed"))
+                parts.append(t.select(list(_COLS) + ["state"]))
         if parts:
             try:
                 ops = pa.concat_tables(parts)
@@ -235,6 +239,20 @@ class HangAnalysis:
                                            float(sum(counts[r] for r in rs)), sum(counts[r] for r in rs),
                                            confidence=min(ev.culprits[r] for r in rs), evidence=(self.name,)))
         return sorted(out, key=lambda d: (-(d.confidence or 0.0), -d.score, d.id))
+
+
+def _every_rank(src: Any, columns: list[str]) -> Any:
+    """``(ranks, have, tables)`` over every rank of ``src``, a batch at a time: ``have`` the ranks
+    with a usable log (the others' reasons are in ``src.missing``), ``tables`` their rows. Read in
+    batches (:meth:`~holmes.localize.sources.JobSource.stream_batches`) when the source can."""
+    if hasattr(src, "stream_batches"):
+        for b in src.stream_batches(columns=columns):
+            yield b.ranks, set(b.tables), [b.table] if b.tables else []
+        return
+    for r in range(src.world_size):
+        t = src.fetch(r)
+        yield [r], set() if t is None else {r}, [] if t is None else [t.select([c for c in columns
+                                                                                 if c in t.column_names])]
 
 
 def format_ranges(ranks: list[int]) -> str:
