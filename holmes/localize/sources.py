@@ -103,6 +103,56 @@ class JobSource:
         """Count ``ranks`` as read when their logs were read elsewhere (a distributed map step)."""
         self._streamed.update(int(r) for r in ranks if int(r) not in self._fetched)
 
+    def stream_batches(self, ranks: Any = None, *, columns: Any = None, batch_size: int = 256) -> Any:
+        """Many ranks' logs read together, as :class:`holmes.io.batch.RankBatch` es (``ranks``,
+        ``tables``: rank -> checked table, ``errors``; ``table``: all of a batch's rows as one).
+
+        The batch read path of :meth:`holmes.io.Job.iter_batches` (each file opened once, the schema
+        validated and the consistency pass run once per batch): for an analysis that reads every
+        rank. Like :meth:`stream`, the tables are not kept; each usable rank counts as read and each
+        unusable one lands in :attr:`missing`. ``ranks`` defaults to every rank; ``columns`` (default
+        all) are the columns returned. A job without ``iter_batches`` is read rank by rank.
+
+        Examples
+        --------
+        >>> from holmes.io import MemoryJob
+        >>> from holmes.io.schema import ops_table
+        >>> t = ops_table(rank=[0], iteration=[0], op_index=[0], comm_id=["dp-0"], seq=[0],
+        ...               op=["all_reduce"], peer=[None], nbytes=[4], start_ns=[0], end_ns=[9])
+        >>> src = JobSource(MemoryJob({"world_size": 2, "communicators": {"dp-0": {"kind": "dp", "ranks": [0, 1]}}},
+        ...                           {0: t}))
+        >>> [(b.table.num_rows, sorted(b.errors)) for b in src.stream_batches(columns=["seq"])]
+        [(1, [1])]
+        >>> src.ranks_read, list(src.missing)
+        ([0], [1])
+        """
+        from holmes.io.batch import RankBatch
+
+        rs = list(range(self.world_size)) if ranks is None else [int(r) for r in ranks]
+        if not hasattr(self.job, "iter_batches"):
+            for a in range(0, len(rs), batch_size):
+                chunk = rs[a:a + batch_size]
+                tables = {r: t for r in chunk if (t := self.stream(r)) is not None}
+                if columns is not None:
+                    tables = {r: t.select([c for c in columns if c in t.column_names]) for r, t in tables.items()}
+                yield RankBatch(chunk, tables, {})
+            return
+        bad = [r for r in rs if not 0 <= r < self.world_size]
+        for r in bad:
+            self.missing[r] = f"rank {r} is outside world_size {self.world_size}"
+        rs = [r for r in rs if 0 <= r < self.world_size]
+        for a in range(0, len(rs), batch_size):
+            before = self._job_bytes()
+            b = next(iter(self.job.iter_batches(rs[a:a + batch_size], columns=columns, batch_size=batch_size)))
+            after = self._job_bytes()
+            self._bytes += (after - before) if after is not None and before is not None else \
+                sum(t.nbytes for t in b.tables.values())
+            for r, exc in b.errors.items():
+                self.missing[r] = " ".join(str(exc).split())
+                log.warning("rank %d skipped: %s", r, self.missing[r])
+            self._streamed.update(r for r in b.tables if r not in self._fetched)
+            yield b
+
     def _read(self, rank: int) -> pa.Table | None:
         """The rank's table (the kept one if any), read and accounted, or None recorded in :attr:`missing`."""
         r = int(rank)
