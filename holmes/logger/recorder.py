@@ -38,6 +38,7 @@ import logging
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable
 from itertools import chain
 from pathlib import Path
@@ -79,11 +80,11 @@ class PendingOp:
     ``(start_ns, end_ns)`` or ``None`` while the operator is still running.
     """
 
-    __slots__ = ("_rec", "row", "done", "resolver", "poll")
+    __slots__ = ("_rec", "head", "done", "resolver", "poll")
 
-    def __init__(self, rec: "CommOpsRecorder", row: list[int]) -> None:
+    def __init__(self, rec: "CommOpsRecorder", head: tuple[int, ...]) -> None:
         self._rec = rec
-        self.row = row
+        self.head = head  # iteration, op_index, comm, seq, op, peer, nbytes, start_ns
         self.done = False
         self.resolver: Callable[[bool], tuple[int, int] | None] | None = None
         self.poll: Callable[[], bool] | None = None
@@ -150,9 +151,13 @@ class CommOpsRecorder:
         self.rank = int(rank)
         self.world_size = None if world_size is None else int(world_size)
         self.flush_every = int(flush_every)
-        # one list per operator: [iteration, op_index, comm, seq, op, peer, nbytes, start_ns, end_ns]
-        # (end_ns -1 while running); a row list is also the handle that finishes it
-        self._rows: list[list[int]] = []
+        # finished operators, one tuple each: (iteration, op_index, comm, seq, op, peer, nbytes,
+        # start_ns, end_ns); a deque so that appending needs no lock (tuples of ints are left alone
+        # by the garbage collector)
+        self._done: deque[tuple[int, ...]] = deque()
+        # synchronous operators running now: key -> the row without end_ns
+        self._inflight: dict[int, tuple[int, ...]] = {}
+        self._next_key = 0
         self._pending: list[PendingOp] = []
         self._lock = threading.RLock()
         self._comm_ids: dict[str, int] = {}
@@ -305,13 +310,13 @@ class CommOpsRecorder:
 
     # ------------------------------------------------------------------ recording
 
-    def _append(self, comm_id: str, op: str, peer: int | None, nbytes: int, start_ns: int,
-                end_ns: int) -> list[int]:
-        # caller holds the lock
+    def _head(self, comm_id: str, op: str, peer: int | None, nbytes: int, start_ns: int) -> tuple[int, ...]:
+        """Number a new operator (``seq``, ``op_index``) and return its row without ``end_ns``
+        (caller holds the lock)."""
         code = _OP_CODE.get(op)
         if code is None:
             raise ConfigError(f"unknown operator {op!r}; expected one of {list(OP_NAMES)}")
-        if len(self._rows) >= self.flush_every:
+        if len(self._done) >= self.flush_every:
             self._flush_locked(final=False)
         c = self._comm_ids.get(comm_id)
         if c is None:
@@ -324,69 +329,80 @@ class CommOpsRecorder:
         else:
             s = self._seq_coll.get(c, 0)
             self._seq_coll[c] = s + 1
-        row = [self._cur_iter, self._cur_index, c, s, code, p, nbytes, start_ns, end_ns]
-        self._rows.append(row)
+        head = (self._cur_iter, self._cur_index, c, s, code, p, nbytes, start_ns)
         if not self._iter_ops:
             self._first_start = start_ns
         self._cur_index += 1
         self._iter_ops += 1
-        return row
+        return head
 
     def record(self, comm_id: str, op: str, *, peer: int | None = None, nbytes: int = 0,
                start_ns: int, end_ns: int) -> None:
         """Record a finished operator (``op`` one of the CommOps v1 operator names)."""
         with self._lock:
-            self._append(comm_id, op, peer, int(nbytes), int(start_ns), max(int(end_ns), int(start_ns)))
+            head = self._head(comm_id, op, peer, int(nbytes), int(start_ns))
+        self._done.append(head + (max(int(end_ns), int(start_ns)),))
 
     def begin(self, comm_id: str, op: str, *, peer: int | None = None, nbytes: int = 0,
               start_ns: int | None = None) -> PendingOp:
         """Record an operator that started now (or at ``start_ns``); finish it with :meth:`PendingOp.finish`."""
         start = time.time_ns() if start_ns is None else int(start_ns)
         with self._lock:
-            h = PendingOp(self, self._append(comm_id, op, peer, int(nbytes), start, -1))
+            h = PendingOp(self, self._head(comm_id, op, peer, int(nbytes), start))
             self._pending.append(h)
         return h
 
-    def _append_coll(self, c_id: str, code: int, nbytes: int, start_ns: int) -> list[int]:
-        """:meth:`_append` of a running collective whose op code is known (the hot path; caller holds
-        the lock)."""
-        if len(self._rows) >= self.flush_every:
+    def _open_coll(self, comm_id: str, code: int, nbytes: int, start_ns: int) -> int:
+        """The hot path of a synchronous collective (``code`` its operator's code): number it,
+        hold it as running, return the key :meth:`close_sync` takes (caller holds the lock)."""
+        if len(self._done) >= self.flush_every:
             self._flush_locked(final=False)
-        c = self._comm_ids.get(c_id)
+        c = self._comm_ids.get(comm_id)
         if c is None:
-            c = self._comm_code(c_id)
+            c = self._comm_code(comm_id)
         seq = self._seq_coll
         s = seq.get(c, 0)
         seq[c] = s + 1
-        row = [self._cur_iter, self._cur_index, c, s, code, -1, nbytes, start_ns, -1]
-        self._rows.append(row)
+        key = self._next_key
+        self._next_key = key + 1
+        self._inflight[key] = (self._cur_iter, self._cur_index, c, s, code, -1, nbytes, start_ns)
         if not self._iter_ops:
             self._first_start = start_ns
         self._cur_index += 1
         self._iter_ops += 1
-        return row
+        return key
 
-    def open_row(self, comm_id: str, op: str, peer: int | None, nbytes: int, start_ns: int) -> list[int]:
-        """The fast path of a synchronous operator: record it as running and return its row; the
-        caller finishes it with ``row[8] = end_ns`` (``end_ns >= start_ns``; one item store, safe
-        from any thread). Until then a flush keeps it buffered and a dump writes it as running."""
+    def open_sync(self, comm_id: str, op: str, peer: int | None, nbytes: int, start_ns: int) -> int:
+        """A synchronous operator started: it is held as running (a dump writes it so) until
+        :meth:`close_sync` with the key returned here."""
         with self._lock:
-            return self._append(comm_id, op, peer, nbytes, start_ns, -1)
+            head = self._head(comm_id, op, peer, nbytes, start_ns)
+            key = self._next_key
+            self._next_key = key + 1
+            self._inflight[key] = head
+        return key
+
+    def close_sync(self, key: int, end_ns: int) -> None:
+        """The synchronous operator ``key`` ended at ``end_ns`` (no lock: a dict pop and a deque
+        append; after a dump or close it is ignored)."""
+        head = self._inflight.pop(key, None)
+        if head is not None:
+            self._done.append(head + ((end_ns if end_ns > head[7] else head[7]),))
 
     def running_since(self) -> int | None:
         """``start_ns`` of the oldest operator still running, or None."""
         with self._lock:
-            return min((r[7] for r in self._rows if r[8] < 0), default=None)
+            return min([h[7] for h in list(self._inflight.values())] +
+                       [h.head[7] for h in self._pending if not h.done], default=None)
 
     def _finish(self, h: PendingOp, end_ns: int, start_ns: int | None) -> None:
         with self._lock:
             if h.done:
                 return
             h.done = True
-            row = h.row
-            if start_ns is not None:
-                row[7] = int(start_ns)
-            row[8] = max(int(end_ns), row[7])
+            head = h.head
+            start = head[7] if start_ns is None else int(start_ns)
+            self._done.append(head[:7] + (start, max(int(end_ns), start)))
             try:
                 self._pending.remove(h)
             except ValueError:  # pragma: no cover - already removed
@@ -397,7 +413,7 @@ class CommOpsRecorder:
     @property
     def buffered(self) -> int:
         """Rows held in memory (not yet written)."""
-        return len(self._rows)
+        return len(self._done) + len(self._inflight) + len(self._pending)
 
     def _resolve_pending(self, final: bool) -> None:
         now = time.time_ns()
@@ -420,27 +436,17 @@ class CommOpsRecorder:
                 log.debug("rank %d: operator still running at close; end_ns set to now", self.rank)
                 self._finish(h, now, None)
         if final:
-            for row in self._rows:  # synchronous operators that never returned (an exception)
-                if row[8] < 0:
-                    row[8] = max(now, row[7])
+            for key in list(self._inflight):  # synchronous operators that never returned (an exception)
+                self.close_sync(key, now)
 
     def _flush_locked(self, final: bool) -> None:
         self._resolve_pending(final)
-        rows = self._rows
-        if rows:
-            # each row read once: a row finishing after this read is still running here and stays
-            a = np.fromiter(chain.from_iterable(rows), np.int64, count=9 * len(rows)).reshape(-1, 9)
-            running = a[:, 8] < 0
-            if running.any():
-                keep = [rows[i] for i in np.flatnonzero(running)]
-                a = a[~running]
-            else:
-                keep = []
-            self._rows = keep
-            if len(a):
-                self._write_rows(a)
-            if len(keep) >= self.flush_every:
-                log.warning("rank %d: %d operators still running at flush", self.rank, len(keep))
+        q = self._done
+        n = len(q)  # rows appended from now on stay for the next flush
+        if n:
+            pop = q.popleft
+            rows = [pop() for _ in range(n)]
+            self._write_rows(np.fromiter(chain.from_iterable(rows), np.int64, count=9 * n).reshape(n, 9))
         if self._iters:
             self._write_iterations()
 
@@ -532,15 +538,17 @@ class CommOpsRecorder:
             if self.closed:
                 return self.log_path
             self._iter_ops = 0  # the current iteration never ended: no boundary for it
-            self._flush_locked(final=False)  # finished rows out; running ones compacted to the front
-            n = len(self._rows)
+            self._flush_locked(final=False)  # finished rows out
+            heads = list(self._inflight.values()) + [h.head for h in self._pending if not h.done]
+            self._inflight.clear()
+            n = len(heads)
             self._finish_ops_file_locked()  # what is complete is readable from here on
             if self._iter_writer is not None:
                 self._iter_writer.close()
                 os.replace(self._tmp_iters, self.iterations_path)
             if n:
                 cols = [c.cast(pa.string()) if pa.types.is_dictionary(c.type) else c
-                        for c in self._columns(np.array(self._rows, dtype=np.int64))[:9]]
+                        for c in self._columns(np.array([h + (-1,) for h in heads], dtype=np.int64))[:9]]
                 running = pa.Table.from_arrays(cols + [pa.nulls(n, pa.int64()), pa.array(["started"] * n, pa.string())],
                                                names=OPS_SCHEMA.names + ["state"])
                 if self.live:  # the running ops are the last part (readers fill 'completed' in the others)

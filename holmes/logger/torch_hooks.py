@@ -509,11 +509,11 @@ def _issue(lg: CommOpsLogger, orig: Callable, args: tuple, kwargs: dict, cuda: b
         ev0 = lg._cuda.event()
     start = time.time_ns()
     if not cuda and not is_async:  # in flight while the call blocks: a hang dump shows it 'started'
-        rows = [rec.open_row(cid, op, peer, nbytes, start) for cid, op, peer, nbytes in entries]
+        keys = [rec.open_sync(cid, op, peer, nbytes, start) for cid, op, peer, nbytes in entries]
         out = _run(orig, args, kwargs)
         end = time.time_ns()
-        for row in rows:
-            row[8] = end if end > row[7] else row[7]
+        for key in keys:
+            rec.close_sync(key, end)
         return out
     out = _run(orig, args, kwargs)
     handles = [rec.begin(cid, op, peer=peer, nbytes=nbytes, start_ns=start) for cid, op, peer, nbytes in entries]
@@ -588,15 +588,14 @@ def _collective_handler(name: str) -> Callable:
         # blocks: a hang dump shows it 'started'), finished by one item store
         start = _time_ns()
         with rec._lock:
-            row = rec._append_coll(cid, code, nbytes, start)
+            key = rec._open_coll(cid, code, nbytes, start)
         tls = _tls
         tls.depth = 1
         try:
             out = orig(*args, **kwargs)
         finally:
             tls.depth = 0
-        end = _time_ns()
-        row[8] = end if end > start else start
+        rec.close_sync(key, _time_ns())
         return out
 
     return handler
