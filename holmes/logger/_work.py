@@ -12,7 +12,47 @@ from typing import Any
 
 from holmes.logger.recorder import PendingOp
 
-__all__ = ["arg", "nbytes_of", "nbytes_of_list", "is_cuda", "TimedWork", "CudaClock", "finish_on_completion"]
+__all__ = ["arg", "nbytes_of", "nbytes_of_list", "is_cuda", "TimedWork", "CudaClock", "finish_on_completion",
+           "global_peer", "WRAPPED_FUNCTIONS"]
+
+# name -> (CommOps op, position/name of the group, position/name of async_op,
+#          position/name of the sized tensor (argument), "one"|"list" sizing, position of the tensor
+#          that tells the device)
+_COLL_SPECS: dict[str, tuple[str, tuple[int, str], tuple[int, str] | None, tuple[int, str] | None, str]] = {
+    "all_reduce": ("all_reduce", (2, "group"), (3, "async_op"), (0, "tensor"), "one"),
+    "all_gather": ("all_gather", (2, "group"), (3, "async_op"), (0, "tensor_list"), "list"),
+    "all_gather_into_tensor": ("all_gather", (2, "group"), (3, "async_op"), (0, "output_tensor"), "one"),
+    "all_gather_single": ("all_gather", (2, "group"), (3, "async_op"), (0, "output_tensor"), "one"),
+    "reduce_scatter": ("reduce_scatter", (3, "group"), (4, "async_op"), (1, "input_list"), "list"),
+    "reduce_scatter_tensor": ("reduce_scatter", (3, "group"), (4, "async_op"), (1, "input"), "one"),
+    "reduce_scatter_single": ("reduce_scatter", (3, "group"), (4, "async_op"), (1, "input"), "one"),
+    "all_to_all": ("all_to_all", (2, "group"), (3, "async_op"), (1, "input_tensor_list"), "list"),
+    "all_to_all_single": ("all_to_all", (4, "group"), (5, "async_op"), (1, "input"), "one"),
+    "broadcast": ("broadcast", (2, "group"), (3, "async_op"), (0, "tensor"), "one"),
+    "reduce": ("reduce", (3, "group"), (4, "async_op"), (0, "tensor"), "one"),
+    "barrier": ("barrier", (0, "group"), (1, "async_op"), None, "none"),
+}
+# name -> (CommOps op, async?, name of the peer argument, name of the group-rank peer argument)
+_P2P_SPECS = {
+    "send": ("send", False, "dst", "group_dst"),
+    "recv": ("recv", False, "src", "group_src"),
+    "isend": ("send", True, "dst", "group_dst"),
+    "irecv": ("recv", True, "src", "group_src"),
+}
+#: The ``torch.distributed`` functions the logger wraps (those the installed torch has).
+WRAPPED_FUNCTIONS = tuple(_COLL_SPECS) + tuple(_P2P_SPECS) + ("batch_isend_irecv",)
+
+
+def global_peer(group: Any, peer: Any, group_peer: Any) -> int | None:
+    if group_peer is not None and group is not None:
+        import torch.distributed as dist
+
+        return int(dist.get_global_rank(group, int(group_peer)))
+    if peer is not None:
+        return int(peer)
+    if group_peer is not None:
+        return int(group_peer)
+    return None
 
 
 def nbytes_of(t: Any) -> int:
