@@ -173,8 +173,8 @@ def main(argv: list[str] | None = None) -> int:
 
         threading.Thread(target=supervise, daemon=True).start()
         for ev in w:
-            events.append((time.time(), ev))
             r = ev.report or {}
+            events.append((time.time(), ev.event, ev.iteration, ev.at_ns))  # not the report: memory is measured
             top = (r.get("devices") or r.get("candidates") or [{}])[0].get("id")
             if ev.event != "recovered" or len(events) < 40:
                 print(f"  {ev.event:<10} it {ev.iteration:>6} at +{time.time() - t_watch:7.1f} s  {r.get('verdict')} "
@@ -190,16 +190,16 @@ def main(argv: list[str] | None = None) -> int:
     fault_its = sorted(b * a.block + i for b in range(-(-a.iterations // a.block)) for i in a.fault_iters
                        if b * a.block + i < a.iterations)
     lat = []
-    for t_ev, ev in events:
-        if ev.event != "irregular" or ev.iteration is None:
+    for _, kind, iteration, at_ns in events:
+        if kind != "irregular" or iteration is None:
             continue
-        hit = next((f for f in fault_its if 0 <= ev.iteration - f <= 1), None)
+        hit = next((f for f in fault_its if 0 <= iteration - f <= 1), None)
         if hit is None:
             continue
         k = hit // a.part_iters
-        lat.append(ev.at_ns / 1e9 - rounds[k]["landed"])
+        lat.append(at_ns / 1e9 - rounds[k]["landed"])
     behind = [r["behind_s"] for r in rounds.values() if r.get("behind_s") is not None]
-    n_irr = sum(1 for _, e in events if e.event == "irregular")
+    n_irr = sum(1 for _, kind, _, _ in events if kind == "irregular")
     print(f"job: {info['world_size']} ranks, {a.iterations} iterations ({a.block} simulated, "
           f"{info['iteration_s'] * 1e3:.0f} ms each, {info['ops_per_rank']} ops/rank), parts of {a.part_iters}; "
           f"follower: {mode}; load {os.getloadavg()[0]:.1f}")

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from holmes.detect.monitor import DEFAULT_DELTA, IterationMonitor
@@ -421,10 +422,13 @@ class Watcher:
             log.warning("watch %s: %s analysis at iteration %s failed: %s", self.path, kind, i, exc)
             report, verdict = {"error": str(exc)}, "error"
         took = time.perf_counter() - t0
+        findings += wj.findings
+        del wj
+        pa.default_memory_pool().release_unused()  # a service: give the window's buffers back
         if job["only_if_found"] and verdict in ("healthy", "error"):
             log.info("watch %s: no straggler at iteration %s (%s)", self.path, i, verdict)
             return
-        self._ready.append(WatchEvent(_EVENT_OF[kind], i, report, findings=tuple(findings + wj.findings),
+        self._ready.append(WatchEvent(_EVENT_OF[kind], i, report, findings=tuple(findings),
                                       detail={"analysis_s": round(took, 3), "window": [lo, hi], "settled": settled}))
 
     def _finding(self, text: str) -> None:
