@@ -163,3 +163,19 @@ def test_stop_from_another_thread(spiky):
     t0 = time.monotonic()
     list(w)
     assert time.monotonic() - t0 < 20
+
+
+def test_ctrl_c_stops_the_cli_cleanly(spiky):
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-m", "holmes", "watch", str(spiky), "--interval", "0.1",
+                          "--detector", "robust", "--polling"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    first = p.stdout.readline()  # the first event: the loop is running
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert json.loads(first)["event"] == "irregular"
+    assert p.returncode == 130 and "Traceback" not in err and err.strip() == "holmes: interrupted"

@@ -32,13 +32,12 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from holmes.detect.monitor import DEFAULT_DELTA, IterationMonitor
 from holmes.errors import ConfigError, HolmesError, JobError
@@ -456,5 +455,3 @@ def watch(job: str | os.PathLike[str], **kwargs: Any) -> Watcher:
     """
     return Watcher(job, **kwargs)
 
-
-_ = Mapping, pc
