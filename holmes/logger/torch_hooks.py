@@ -518,30 +518,20 @@ def _is_wrapper(f: Any) -> bool:
 
 
 def _collective_wrapper(orig: Callable, name: str) -> Callable:
-    """The stand-in of a collective: a plain function (one Python call less than a :class:`_Wrapper`)
-    that passes the call through when no logger is active or inside another wrapped call."""
-    handler = _collective_handler(name)
-
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        lg = _ACTIVE
-        if lg is None or _tls.depth:
-            return orig(*args, **kwargs)
-        return handler(lg, orig, args, kwargs)
-
-    functools.update_wrapper(wrapper, orig)
-    wrapper._holmes_wrapper = True  # type: ignore[attr-defined]
-    return wrapper
-
-
-def _collective_handler(name: str) -> Callable:
+    """The stand-in of a collective: a plain function that passes the call through when no logger
+    is active or inside another wrapped call, and logs it otherwise (a synchronous CPU call on the
+    fast path, the rest through :func:`_issue`)."""
     op, gpos, apos, tpos, sizing = _COLL_SPECS[name]
     code = _OP_CODE[op]
-
     gi, gname = gpos
     ai, aname = apos if apos else (10**6, "")
     ti, tname = tpos if tpos else (10**6, "")
 
-    def handler(lg: CommOpsLogger, orig: Callable, args: tuple, kwargs: dict) -> Any:
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        lg = _ACTIVE
+        tls = _tls
+        if lg is None or tls.depth:
+            return orig(*args, **kwargs)
         n = len(args)
         group = args[gi] if n > gi else kwargs.get(gname)
         is_async = args[ai] if n > ai else kwargs.get(aname, False)
@@ -559,21 +549,25 @@ def _collective_handler(name: str) -> Callable:
         rec = lg._rec
         if is_async or cuda or rec is None:
             return _issue(lg, orig, args, kwargs, cuda, bool(is_async), [(cid, op, None, nbytes)])
-        # the fast path of a synchronous CPU collective (gloo): one row (in flight while the call
-        # blocks: a hang dump shows it 'started'), finished by one item store
+        # the fast path of a synchronous CPU collective (gloo): held as running while the call
+        # blocks (a hang dump shows it 'started'), then appended as finished
         start = _time_ns()
         with rec._lock:
             key = rec._open_coll(cid, code, nbytes, start)
-        tls = _tls
         tls.depth = 1
         try:
             out = orig(*args, **kwargs)
         finally:
             tls.depth = 0
-        rec.close_sync(key, _time_ns())
+        end = _time_ns()
+        head = rec._inflight.pop(key, None)  # = rec.close_sync(key, end), without the call
+        if head is not None:
+            rec._done.append(head + ((end if end > start else start),))
         return out
 
-    return handler
+    functools.update_wrapper(wrapper, orig)
+    wrapper._holmes_wrapper = True  # type: ignore[attr-defined]
+    return wrapper
 
 
 def _p2p_handler(name: str) -> Callable:
