@@ -225,22 +225,17 @@ class MemberIndex:
         -> bool array, True where the code has no member list)."""
         ms = [self.members(n) for n in names]
         known = np.array([m is not None for m in ms] + [False], dtype=bool)
-        lens = np.array([len(m) if m is not None else 0 for m in ms] + [0], dtype=np.int64)
-        offs = np.r_[0, np.cumsum(lens)]
-        flat = np.concatenate([m for m in ms if m is not None] + [np.zeros(0, np.int64)])
+        flat = [(np.int64(c), m) for c, m in enumerate(ms) if m is not None and len(m)]
+        span = max([int(m[-1]) for _, m in flat] + [0]) + 1
+        # one sorted key per (comm code, member): code * span + member
+        keys = np.concatenate([c * span + m for c, m in flat]) if flat else np.zeros(0, np.int64)
 
         def is_member(code: np.ndarray, rank: np.ndarray) -> np.ndarray:
             out = ~known[code]
-            k = np.flatnonzero(known[code])
-            if len(k):
-                c, r = code[k], rank[k]
-                hit = np.zeros(len(k), dtype=bool)
-                for cc in np.unique(c).tolist():   # a binary search in each communicator's members
-                    sel = c == cc
-                    seg = flat[offs[cc]:offs[cc] + lens[cc]]
-                    j = np.minimum(np.searchsorted(seg, r[sel]), len(seg) - 1)
-                    hit[sel] = seg[j] == r[sel]
-                out[k] = hit
+            if len(keys):
+                q = code * span + rank
+                j = np.minimum(np.searchsorted(keys, q), len(keys) - 1)
+                out |= known[code] & (keys[j] == q) & (rank < span) & (rank >= 0)
             return out
         return known, is_member
 

@@ -98,8 +98,31 @@ def _cast_column(col: pa.ChunkedArray, field: pa.Field, source: str | None,
     return out
 
 
+def _as_is(have: pa.Schema, schema: pa.Schema, nullable: frozenset[str]) -> bool:
+    """Whether a table of schema ``have`` already is what :func:`_conform` would make of it: the
+    required columns first, in order, of their exact types (strings possibly dictionary-encoded)
+    and nullability."""
+    if len(have) < len(schema):
+        return False
+    for f, g in zip(schema, have):
+        if g.name != f.name or g.nullable != (f.nullable or f.name in nullable):
+            return False
+        t = g.type
+        if t != f.type and not (f.name in _STRING_COLUMNS and pa.types.is_dictionary(t)
+                                and (pa.types.is_string(t.value_type) or pa.types.is_large_string(t.value_type))):
+            return False
+    return True
+
+
 def _conform(table: pa.Table, schema: pa.Schema, source: str | None,
              nullable: frozenset[str] = frozenset()) -> pa.Table:
+    if _as_is(table.schema, schema, nullable):   # nothing to cast or reorder: only nulls to check
+        for f in schema:
+            if not (f.nullable or f.name in nullable):
+                n = table.column(f.name).null_count
+                if n:
+                    raise SchemaError(f"{_where(source)}column '{f.name}' has {n} null value(s)")
+        return table
     missing = [f.name for f in schema if f.name not in table.column_names]
     if missing:
         raise SchemaError(f"{_where(source)}missing required column(s) {', '.join(repr(m) for m in missing)}")
