@@ -205,37 +205,52 @@ def op_codes(col: pa.ChunkedArray | pa.Array) -> tuple[np.ndarray, np.ndarray]:
 
 
 class MemberIndex:
-    """Who belongs to which communicator, as sorted ``member`` arrays per comm_id (built once per
-    communicator and kept: a job's checks ask for the same ones rank after rank)."""
+    """Who belongs to which communicator: one sorted ``(communicator, member)`` key array over every
+    communicator of the job, built once and kept (a job's checks ask rank after rank).
+
+    Examples
+    --------
+    >>> known, is_member = MemberIndex({"dp-0": (0, 1), "tp-0": (0, 2)}).lookup(["tp-0", "other"])
+    >>> known.tolist(), is_member(np.array([0, 0, 1]), np.array([2, 1, 5])).tolist()
+    ([True, False, False], [True, False, True])
+    """
 
     def __init__(self, communicators: Mapping[str, Any]) -> None:
         self.communicators = communicators
-        self._members: dict[Any, np.ndarray | None] = {}
+        self._code: dict[Any, int] | None = None
+        self._keys = np.zeros(0, np.int64)
+        self._span = 1
 
-    def members(self, name: Any) -> np.ndarray | None:
-        """The sorted ranks of ``name``, None when it has no member list."""
-        if name not in self._members:
-            c = self.communicators.get(name)
-            rs = getattr(c, "ranks", c) if c is not None else None
-            self._members[name] = None if rs is None else np.unique(np.asarray(rs, dtype=np.int64))
-        return self._members[name]
+    def _build(self) -> dict[Any, int]:
+        if self._code is None:
+            code: dict[Any, int] = {}
+            parts = []
+            for name, c in self.communicators.items():
+                rs = getattr(c, "ranks", c) if c is not None else None
+                if rs is None:
+                    continue
+                code[name] = len(code)
+                parts.append(np.unique(np.asarray(rs, dtype=np.int64)))
+            self._span = max([int(m[-1]) for m in parts if len(m)] + [0]) + 1
+            self._keys = np.concatenate([i * self._span + m for i, m in enumerate(parts)] or [np.zeros(0, np.int64)])
+            self._code = code
+        return self._code
 
     def lookup(self, names: list[Any]) -> tuple[np.ndarray, Any]:
-        """For comm codes ``0..len(names)-1``: (whether each has a member list, ``is_member(code, rank)``
-        -> bool array, True where the code has no member list)."""
-        ms = [self.members(n) for n in names]
-        known = np.array([m is not None for m in ms] + [False], dtype=bool)
-        flat = [(np.int64(c), m) for c, m in enumerate(ms) if m is not None and len(m)]
-        span = max([int(m[-1]) for _, m in flat] + [0]) + 1
-        # one sorted key per (comm code, member): code * span + member
-        keys = np.concatenate([c * span + m for c, m in flat]) if flat else np.zeros(0, np.int64)
+        """For local codes ``0..len(names)-1`` (and -1 = the last): (whether each comm_id has a member
+        list, ``is_member(code, rank)`` -> bool array, True where the comm_id has none)."""
+        code = self._build()
+        g = np.array([code.get(n, -1) for n in names] + [-1], dtype=np.int64)
+        known = g >= 0
+        keys, span = self._keys, self._span
 
-        def is_member(code: np.ndarray, rank: np.ndarray) -> np.ndarray:
-            out = ~known[code]
+        def is_member(local: np.ndarray, rank: np.ndarray) -> np.ndarray:
+            gc = g[local]
+            out = gc < 0
             if len(keys):
-                q = code * span + rank
+                q = gc * span + rank
                 j = np.minimum(np.searchsorted(keys, q), len(keys) - 1)
-                out |= known[code] & (keys[j] == q) & (rank < span) & (rank >= 0)
+                out |= (gc >= 0) & (keys[j] == q) & (rank >= 0) & (rank < span)
             return out
         return known, is_member
 
