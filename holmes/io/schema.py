@@ -224,7 +224,7 @@ def validate_ops(table: pa.Table, source: str | None = None, *, world_size: int 
         raise SchemaError(f"{w}column 'op' holds unknown operator(s) {unknown}; expected one of {list(OP_NAMES)}")
     if comm_ids is not None:
         ids = pc.unique(out.column("comm_id")).to_pylist()
-        missing = sorted(set(ids) - set(comm_ids))
+        missing = sorted(i for i in set(ids) if i not in comm_ids)   # comm_ids: a mapping or set, O(1) lookups
         if missing:
             raise SchemaError(f"{w}column 'comm_id' holds {missing[:5]} absent from job.json communicators")
     return out
