@@ -101,7 +101,11 @@ class JobSource:
 
     def note_read(self, ranks: Any) -> None:
         """Count ``ranks`` as read when their logs were read elsewhere (a distributed map step)."""
-        self._streamed.update(int(r) for r in ranks if int(r) not in self._fetched)
+        new = [int(r) for r in ranks if int(r) not in self._fetched and int(r) not in self._streamed]
+        self._streamed.update(new)
+        if self.on_read is not None:  # progress: each rank counted once
+            for r in new:
+                self.on_read(r)
 
     def stream_batches(self, ranks: Any = None, *, columns: Any = None, batch_size: int = 256) -> Any:
         """Many ranks' logs read together, as :class:`holmes.io.batch.RankBatch` es (``ranks``,
@@ -150,7 +154,11 @@ class JobSource:
             for r, exc in b.errors.items():
                 self.missing[r] = " ".join(str(exc).split())
                 log.warning("rank %d skipped: %s", r, self.missing[r])
-            self._streamed.update(r for r in b.tables if r not in self._fetched)
+            new = [r for r in b.tables if r not in self._fetched and r not in self._streamed]
+            self._streamed.update(new)
+            if self.on_read is not None:  # progress: each rank counted once
+                for r in new:
+                    self.on_read(r)
             yield b
 
     def _read(self, rank: int) -> pa.Table | None:
