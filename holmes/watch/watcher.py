@@ -401,15 +401,18 @@ class Watcher:
         lo = None if hi is None else max(0, hi - self.window + 1, job.get("lo") or 0)
         if lo is not None and kind == "irregular":  # not the last episode again, unless it is recent
             lo = max(lo, min(self._last_episode_end + 1, hi - min(self.window, 20) + 1))
-        min_part = 0
+        min_part, max_part = 0, None
         if lo is not None:
             min_part = next((k for k, a, b in self._parts_seen if b >= lo), 0)
+        if hi is not None:  # a rank's cadence may differ a little from the pivot's: one part of slack
+            max_part = next((k + 1 for k, a, b in self._parts_seen if b >= hi), None)
         findings = self._take_findings()
         if not settled and job["part"] is not None and self._follower is not None:
             behind = self._follower.behind(job["part"])
             findings.append(f"{self._meta.world_size - self._follower.reached(job['part'])} rank(s) (e.g. {behind[:8]}) "
                             f"had not landed part {job['part']} after {self.settle:g} s; analysed without it")
-        wj = WindowJob(self.path, self._meta, lo=lo, hi=hi, min_part=max(0, min_part - 1), topology=self._topology)
+        wj = WindowJob(self.path, self._meta, lo=lo, hi=hi, min_part=max(0, min_part - 1), max_part=max_part,
+                       topology=self._topology)
         n = self.window if hi is None or lo is None else hi - lo + 1
         t0 = time.perf_counter()
         try:

@@ -105,17 +105,20 @@ class WindowJob(MemoryJob):
     meta : JobMeta
     lo, hi : int, optional
         The iterations kept (inclusive; None: unbounded).
-    min_part : int
-        Parts with a smaller index are not read (they hold earlier iterations).
+    min_part, max_part : int, optional
+        Only parts with an index in ``[min_part, max_part]`` are read (the others hold iterations
+        outside the window; a watcher behind the job must not read what came after).
     topology : ClusterTopology, optional
     """
 
     def __init__(self, job_dir: str | os.PathLike[str], meta: JobMeta, *, lo: int | None = None,
-                 hi: int | None = None, min_part: int = 0, topology: Any = None) -> None:
+                 hi: int | None = None, min_part: int = 0, max_part: int | None = None,
+                 topology: Any = None) -> None:
         super().__init__(meta, {}, topology=topology)
         self.path = Path(job_dir)
         self.ranks_dir = self.path / "ranks"
         self.lo, self.hi, self.min_part = lo, hi, max(0, int(min_part))
+        self.max_part = None if max_part is None else int(max_part)
         #: what was worked around while reading (parts skipped)
         self.findings: list[str] = []
         self._ops = _LazyRanks(self)
@@ -127,8 +130,8 @@ class WindowJob(MemoryJob):
         p = locate_rank_log(self.ranks_dir, rank)
         try:
             if p.is_dir():
-                got = read_rank_parts(p, rank, on_truncated="skip", parts=list_parts(p, self.min_part)
-                                      or list_parts(p))
+                found = [q for q in list_parts(p, self.min_part) if self.max_part is None or q.index <= self.max_part]
+                got = read_rank_parts(p, rank, on_truncated="skip", parts=found or list_parts(p)[-1:])
                 self.findings += got.findings
                 t = got.table
             else:
