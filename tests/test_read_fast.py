@@ -180,3 +180,17 @@ def test_check_ops_batch_is_check_ops_rank_by_rank(seed):
     for r in range(4):
         assert found[r].messages == single[r][1].messages
         assert (found[r].rows_read, found[r].rows_excluded) == (single[r][1].rows_read, single[r][1].rows_excluded)
+
+
+def test_job_source_stream_batches_accounts_like_stream(job):
+    from holmes.localize.sources import JobSource
+
+    (job / "ranks" / "rank-00003.parquet").unlink()
+    src = JobSource(read_job(job))
+    got = {r: t for b in src.stream_batches(columns=["seq"], batch_size=3) for r, t in b.tables.items()}
+    assert sorted(got) == [0, 1, 2, 4, 5, 6, 7] and all(t.column_names == ["seq"] for t in got.values())
+    assert src.ranks_read == sorted(got) and list(src.missing) == [3] and "rank-00003" in src.missing[3]
+    ref = JobSource(read_job(job))
+    for r in sorted(got):
+        ref.stream(r)
+    assert src.bytes_read == ref.bytes_read > 0
