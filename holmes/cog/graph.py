@@ -78,7 +78,7 @@ class RankOps:
     """
 
     __slots__ = ("rank", "iteration", "op_index", "comm", "seq", "op", "peer", "start", "end", "duration", "nbytes",
-                 "abnormal", "_iters", "_iter_lo", "_iter_hi", "table", "_excess")
+                 "abnormal", "_iters", "_iter_lo", "_iter_hi", "table", "_excess", "_compute")
 
     def __init__(self, rank: int, table: pa.Table, comm_code: Any) -> None:
         self.rank = int(rank)
@@ -101,6 +101,7 @@ class RankOps:
         self.peer = peer.fill_null(-1).to_numpy().astype(np.int32, copy=False) if n else np.zeros(0, np.int32)
         self.abnormal: np.ndarray | None = None
         self._excess: tuple[np.ndarray, np.ndarray] | None = None
+        self._compute: tuple[np.ndarray, np.ndarray] | None = None
         self._iters, first = np.unique(self.iteration, return_index=True)
         self._iter_lo = first
         self._iter_hi = np.append(first[1:], n)
@@ -201,6 +202,14 @@ class RankOps:
             self._excess = (excess_over_low(gap, self.op_index, quantile),
                             excess_over_low(self.duration, self.op_index, quantile))
         return self._excess
+
+    def iteration_compute(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(iterations, compute_ns)``: per iteration, the sum of the rank's compute gaps (its own
+        work between operators, not the waiting inside them)."""
+        if self._compute is None:
+            comp = np.add.reduceat(np.maximum(self.gap, 0), self._iter_lo) if len(self) else np.zeros(0, np.int64)
+            self._compute = (self._iters, comp)
+        return self._compute
 
     def describe(self, row: int, comm_ids: list[str]) -> dict[str, Any]:
         """A small JSON-able description of one row."""

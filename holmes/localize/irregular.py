@@ -32,9 +32,12 @@ from holmes.localize.confidence import confidences, iteration_weights, network_o
 from holmes.localize.healthy import HealthyPaths
 from holmes.localize.host_probe import HostProbe
 from holmes.localize.probe import NetworkProbe
-from holmes.localize.ranking import DeviceRanking, cause_devices, device_kind, irregularity_rate, narrow_by_coverage
+from holmes.localize.ranking import (DeviceRanking, cause_devices, device_kind, irregularity_rate, narrow_by_coverage,
+                                     network_devices)
 from holmes.localize.report import DeviceScore
-from holmes.localize.search import COMPUTE, GraphSearch, RootCause
+from holmes.localize.search import COMPUTE, NETWORK, GraphSearch, RootCause
+from holmes.localize.transfer import TransferTimes, pick_channels
+from holmes.localize.straggler import classify, compute_growth
 
 __all__ = ["IrregularAnalysis", "Selection", "Evidence"]
 
@@ -63,6 +66,9 @@ class Evidence:
     #: the same procedure on regular iterations (the job's own null): per iteration with a cause,
     #: the devices its causes implicate
     null_devices: list[set[str]] = field(default_factory=list)
+    #: irregular iterations in which ranks of several hosts computed longer together (a
+    #: common-mode slowdown: no device explains them)
+    common: list[int] = field(default_factory=list)
 
 
 class IrregularAnalysis:
@@ -106,11 +112,17 @@ class IrregularAnalysis:
         ev = Evidence()
         ref = IrregularityRule(p.delta).reference(sel.durations)
         excess = dict(zip(sel.window.tolist(), (sel.durations - ref).tolist()))
+        transfers = None
+        if p.full_read and run.source.world_size <= p.full_read:
+            for r in range(run.source.world_size):
+                search.rank_ops(r)
+            transfers = TransferTimes(search.graph.ranks, search.graph.members)
+        self._transfers = transfers
         for it in sel.chosen.tolist():
-            found = search_iteration(search, p.pivots, it, p.max_starts)
-            own = pivot_compute(search, p.pivot, it, excess.get(it, 0.0))
-            if own is not None:
-                found = [c for c in found if not (c.cause == COMPUTE and c.ranks == own.ranks)] + [own]
+            found = explain_iteration(run, it, excess.get(it, 0.0), transfers)
+            if found is None:
+                ev.common.append(it)
+                continue
             if not found:
                 ev.without_cause.append(it)
             ev.causes += found
@@ -124,6 +136,8 @@ class IrregularAnalysis:
             ev.implicated.append(implicated_devices(c, ro, topo, healthy=healthy, hprobe=hprobe, probe=probe,
                                                     include_host=p.include_host, min_share=p.exonerate_bytes,
                                                     speedup=p.exonerate_speedup))
+        if p.straggler_share > 0:
+            _drop_diffuse(ev, search.graph.ranks, topo.host_of)
         self._null(run, sel, ev, healthy)
         if p.narrow:
             narrowed = narrow_by_coverage(ev.implicated, [c.rate for c in ev.causes],
@@ -146,8 +160,12 @@ class IrregularAnalysis:
         if p.null_iterations == 0 or regular.size == 0:
             return
         pick = regular[np.unique(np.linspace(0, regular.size - 1, min(p.null_iterations, regular.size)).astype(int))]
+        # a regular iteration is judged as if it had just made the cut: its excess is at least
+        # the smallest an irregular one has ((delta - 1) x the reference)
+        ref = IrregularityRule(p.delta).reference(sel.durations)
+        excess = dict(zip(sel.window.tolist(), np.maximum(sel.durations - ref, (p.delta - 1) * ref).tolist()))
         for it in pick.tolist():
-            found = search_iteration(search, p.pivots, it, p.max_starts)
+            found = explain_iteration(run, it, excess.get(it, 0.0), getattr(self, "_transfers", None))
             if not found:
                 continue
             devs: set[str] = set()
@@ -193,6 +211,162 @@ class IrregularAnalysis:
                 null_hits[d] = null_hits.get(d, 0) + 1
         return confidences(hits, n, src.world_size, run.topology, share, null_hits=null_hits,
                            null_n=len(ev.null_devices))
+
+
+def components(involved: list[set[Any]]) -> list[list[int]]:
+    """Indices of ``involved`` grouped by overlap (connected components of "shares an element").
+
+    >>> components([{4, 5, "nvswitch:1"}, {2, 3, "nvswitch:0"}])
+    [[0], [1]]
+    >>> components([{1, 5}, {1, "host:0"}, {3, 7}, {1, 3}])
+    [[0, 1, 2, 3]]
+    """
+    groups: list[tuple[set[Any], list[int]]] = []
+    for i, s in enumerate(involved):
+        s, idx = set(s), [i]
+        for g in [g for g in groups if g[0] & s]:
+            s |= g[0]
+            idx += g[1]
+            groups.remove(g)
+        groups.append((s, sorted(idx)))
+    return sorted((g[1] for g in groups), key=lambda idx: idx[0])
+
+
+def _drop_diffuse(ev: Evidence, ranks: Any, host_of: Any, dominance: float = 3.0) -> None:
+    """Per iteration, keep only the causes related to its strongest one.
+
+    Causes are related when they share a rank, a device, or (compute causes) a host. An
+    iteration whose causes fall into unrelated groups keeps the group whose strongest cause (how
+    much longer than usual its operator or compute gap was) is at least ``dominance`` times the
+    next group's; otherwise it is *diffuse*: unrelated slowdowns of similar size at once are the
+    mark of a job-wide disturbance (a loaded machine, a shared file system), not of one faulty
+    device, and the iteration moves to ``ev.common``.
+    """
+    by_it: dict[int, list[int]] = {}
+    for i, c in enumerate(ev.causes):
+        by_it.setdefault(c.iteration, []).append(i)
+
+    def involved(i: int) -> set[Any]:
+        c = ev.causes[i]
+        out: set[Any] = set(c.ranks) | set(ev.implicated[i])
+        if c.cause == COMPUTE:
+            out |= {f"host:{host_of(r)}" for r in c.ranks}
+        return out
+
+    def strength(i: int) -> int:
+        c = ev.causes[i]
+        gap_x, dur_x = ranks[c.rank].excess()
+        return int(gap_x[c.row] if c.cause == COMPUTE else dur_x[c.row])
+
+    keep: list[int] = []
+    for it, idx in by_it.items():
+        comps = components([involved(i) for i in idx])
+        if len(comps) == 1:
+            keep += idx
+            continue
+        best = sorted(((max(strength(idx[j]) for j in comp), comp) for comp in comps), key=lambda x: -x[0])
+        if best[0][0] >= dominance * best[1][0]:
+            keep += [idx[j] for j in best[0][1]]
+        else:
+            ev.common.append(it)
+    keep.sort()
+    ev.causes = [ev.causes[i] for i in keep]
+    ev.implicated = [ev.implicated[i] for i in keep]
+
+
+def explain_iteration(run: Any, iteration: int, iteration_excess: float,
+                      transfers: TransferTimes | None = None) -> list[RootCause] | None:
+    """Root causes of one iteration: Algorithm 1 from the monitored ranks, checked against the
+    compute of every rank read (:mod:`holmes.localize.straggler`) and, when every channel's
+    transfers were read (``transfers``, a job read whole), against the transfer times
+    (:mod:`holmes.localize.transfer`).
+
+    Returns None for a common-mode slowdown (ranks of several hosts computed longer together,
+    or unrelated channels transferred slower together), else the causes:
+
+    1. a compute straggler replaces the search's causes other than compute causes on the same
+       ranks;
+    2. with ``transfers``: the channels whose transfers took longer (network causes, on the
+       devices they all cross), else only the search's compute causes;
+    3. without: the pivot's own compute may be the cause (:func:`pivot_compute`), beside the
+       search's causes.
+    """
+    p, search = run.params, run.search
+    found = search_iteration(search, p.pivots, iteration, p.max_starts)
+    if p.straggler_share > 0 and iteration_excess > 0:
+        kind, ranks = _stragglers(search, run.topology, iteration, iteration_excess, p.straggler_share)
+        if kind == "common":
+            return None
+        if kind is not None:
+            keep = [c for c in found if c.cause == COMPUTE and set(c.ranks) <= set(ranks)]
+            return keep or [_straggler_cause(search, run.topology, kind, ranks, iteration)]
+    if transfers is not None and iteration_excess > 0:
+        ex, sig = transfers.excess(iteration)
+        kind, chans = pick_channels(ex, sig, {c: transfers.ranks_of(c) for c in ex}, iteration_excess)
+        if kind == "common":
+            return None
+        if kind == "network":
+            causes = [_transfer_cause(search, transfers, c, iteration, ex[c]) for c in chans]
+            if len(causes) > 1:  # slow channels through one rank: the devices they all cross
+                sets = [set(network_devices(c.ranks, run.topology)) for c in causes]
+                shared = sorted(set.intersection(*sets))
+                if shared:
+                    for c in causes:
+                        c.devices = shared
+            return causes
+        # no channel's transfers explain it: the search's network verdicts rest on operator
+        # labels the transfer times do not confirm; its compute causes stand
+        return [c for c in found if c.cause == COMPUTE]
+    own = pivot_compute(search, p.pivot, iteration, iteration_excess)
+    if own is not None:
+        found = [c for c in found if not (c.cause == COMPUTE and c.ranks == own.ranks)] + [own]
+    return found
+
+
+def _stragglers(search: GraphSearch, topo: Any, iteration: int, excess: float,
+                share: float) -> tuple[str | None, tuple[int, ...]]:
+    growth: dict[int, float] = {}
+    sigma: dict[int, float] = {}
+    for r, ro in search.graph.ranks.items():
+        g = compute_growth(ro, iteration)
+        if g is not None:
+            growth[r], sigma[r] = g
+    return classify(growth, sigma, excess, topo.host_of, share=share)
+
+
+def _transfer_cause(search: GraphSearch, transfers: TransferTimes, channel: int, iteration: int,
+                    excess: float) -> RootCause:
+    """A network cause on a channel whose transfers took longer (:mod:`holmes.localize.transfer`)."""
+    rank, row = transfers.where(channel, iteration)
+    ro = search.graph.ranks[rank]
+    step = ro.describe(row, search.graph.comm_ids)
+    step["transfer_excess_ns"] = int(excess)
+    ranks = transfers.ranks_of(channel)
+    return RootCause(iteration, NETWORK, tuple(ranks), rank, row, step, [step],
+                     f"its transfers took {excess / 1e6:.1f} ms longer than usual in this iteration")
+
+
+def _straggler_cause(search: GraphSearch, topo: Any, kind: str, ranks: tuple[int, ...], iteration: int) -> RootCause:
+    """A compute cause on the straggler(s): the GPU when a host-mate was read and ran normally,
+    the host when several of its ranks straggled, else left to the host probe."""
+    r0 = ranks[0]
+    ro = search.graph.ranks[r0]
+    lo, hi = ro.iteration_rows(iteration)
+    gap_x = ro.excess()[0][lo:hi]
+    k = lo + int(np.argmax(gap_x))
+    step = ro.describe(k, search.graph.comm_ids)
+    step["compute_gap_ns"] = int(ro.gap[k])
+    step["gap_excess_ns"] = int(gap_x.max())
+    host = topo.host_of(r0)
+    devices: list[str] | None
+    if kind == "host":
+        devices = [f"host:{host}"]
+        note = f"ranks {list(ranks)} of host {host} all computed longer in this iteration"
+    else:
+        mates = [m for m in search.graph.ranks if m != r0 and topo.host_of(m) == host]
+        devices = [f"gpu:{r0}"] if mates else None
+        note = f"rank {r0}'s own compute grew in this iteration; its read host-mates' did not" if mates else None
+    return RootCause(iteration, COMPUTE, ranks, r0, k, step, [step], note, devices=devices)
 
 
 def pivot_compute(search: GraphSearch, pivot: int, iteration: int, iteration_excess: float,
@@ -246,6 +420,8 @@ def implicated_devices(c: RootCause, ro: Any, topo: Any, *, healthy: HealthyPath
     """Devices one root cause implicates, after clearing and probing (also set on ``c.devices``
     when a probe narrowed them)."""
     nb = int(ro.nbytes[c.row])
+    if c.devices:  # already decided (a straggler, or the devices every slow channel crosses)
+        return list(c.devices)
     if c.cause == COMPUTE:
         devs = cause_devices(c.cause, c.ranks, topo, include_host=include_host)
         verdict = hprobe.verdict(c.ranks[0], c.iteration) if hprobe is not None and len(c.ranks) == 1 else None

@@ -123,6 +123,15 @@ class LocalizeParams(BaseModel):
         persistent analysis names the non-device cause (pipeline-stage or micro-batch imbalance).
     whatif : bool, default True
         Persistent analysis: replay the iterations (what-if impact and slowdown); False skips it.
+    straggler_share : float, default 0.5
+        A rank whose own compute (its gaps between operators) grew in an irregular iteration by
+        at least this share of the iteration's excess, and by at least half as much as the rank
+        that grew most, is a compute straggler of that iteration; stragglers on several hosts are
+        a common-mode slowdown no device explains (:mod:`holmes.localize.straggler`); 0 turns
+        the rule off.
+    full_read : int, default 64
+        Jobs of at most this many ranks are read whole before the search (every rank's compute
+        can then be compared); larger jobs compare the ranks the search reads.
     min_confidence : float, default 0.9
         A device is named only when its confidence (against how often chance would blame it)
         reaches this; otherwise the verdict is ``inconclusive`` and the devices are candidates.
@@ -155,6 +164,8 @@ class LocalizeParams(BaseModel):
     noise_z: float = Field(default=3.0, ge=0)
     noise_window: int = Field(default=10, ge=0)
     null_iterations: int = Field(default=8, ge=0)
+    straggler_share: float = Field(default=0.5, ge=0)
+    full_read: int = Field(default=64, ge=0)
     min_confidence: float = Field(default=0.9, ge=0, le=1)
     persistent_z: float = Field(default=4.0, gt=0)
     persistent_fraction: float = Field(default=0.6, gt=0, le=1)
@@ -169,7 +180,7 @@ class LocalizeParams(BaseModel):
             raise ConfigError(_one_line(exc)) from None
 
     @field_validator("delta", "alpha", "exonerate_bytes", "exonerate_speedup", "late_ratio", "noise_z",
-                     "min_confidence", "persistent_z", "network_min_excess", "imbalance_pct")
+                     "min_confidence", "straggler_share", "persistent_z", "network_min_excess", "imbalance_pct")
     @classmethod
     def _finite(cls, v: float) -> float:
         if not math.isfinite(v):

@@ -165,8 +165,10 @@ class Localizer:
                     run.assume(f"{a.name} analysis skipped: the logs end in a hang (ops in flight)")
                     continue
                 if a.name == "persistent" and self._analyses is None and self.params.analysis == "all" and \
+                        run.source.world_size > self.params.full_read and \
                         named_devices(merge_devices([f.devices for f in findings]), self.params.min_confidence):
                     # it reads every rank: by default only when the analyses before it named no device
+                    # (or the job is small enough to be read whole anyway, ``full_read``)
                     run.assume("persistent analysis skipped: the irregular analysis named a device "
                                "(analysis='persistent' runs it anyway)")
                     continue

@@ -154,7 +154,13 @@ class GraphSearch:
         assert mo.abnormal is not None
         if not mo.abnormal[mrow]:
             return True
-        return bool(mo.duration[mrow] <= self.late_ratio * ro.duration[row])
+        d, dm = int(ro.duration[row]), int(mo.duration[mrow])
+        if dm <= self.late_ratio * d:
+            return True
+        # the searched copy waited for this member: their difference (how much later the member
+        # entered) explains at least late_ratio of how much longer than usual the searched copy was
+        x = int(ro.excess()[1][row])
+        return x > 0 and d - dm >= self.late_ratio * x
 
     # ------------------------------------------------------------------ search
     def search(self, iteration: int, starts: list[tuple[int, int]]) -> list[RootCause]:

@@ -1,0 +1,176 @@
+"""How long the transfers themselves took: the network's share of an irregular iteration.
+
+Every member of a collective (both ends of a P2P transfer) leaves the operator at about the same
+time, so the member that entered *last* has the shortest duration, and that duration is the
+transfer itself with no waiting in it, measured on that member's own clock (no clock skew
+involved). Summed per *channel* -- one communicator's collectives, or one direction of one P2P
+pair -- and iteration, and compared with the channel's usual iteration, it says which channel
+really moved slower:
+
+* a slow device (a NIC, a cable, a switch, an NVSwitch) stretches the transfers of the channels
+  that cross it, and of those only;
+* a late rank (a compute straggler) makes the others wait but leaves the transfer untouched;
+* a job-wide disturbance (a loaded machine, a noisy neighbour on every link) stretches the
+  transfers of unrelated channels together: no single device explains it.
+
+A channel is judged only when every copy of its operators was read (the whole communicator, both
+ends of the pair): on a job read whole that is every channel, on a large job those the search
+read.
+
+Examples
+--------
+>>> from holmes.localize.transfer import pick_channels
+>>> excess = {("pp", 1, 5): 40e6, ("tp", 0, 2): 2e6, ("dp", 1, 3): 20e6}
+>>> sigma = {k: 1e6 for k in excess}
+>>> ranks = {("pp", 1, 5): (1, 5), ("tp", 0, 2): (0, 2), ("dp", 1, 3): (1, 3)}
+>>> pick_channels(excess, sigma, ranks, iteration_excess=60e6)
+('network', [('pp', 1, 5), ('dp', 1, 3)])
+>>> excess[("tp", 0, 2)] = 30e6
+>>> pick_channels(excess, sigma, ranks, iteration_excess=60e6)
+('common', [('pp', 1, 5), ('tp', 0, 2)])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from typing import Any
+
+import numpy as np
+
+from holmes.cog.graph import SEND
+from holmes.stats import NORMAL_Q25_Q05
+
+__all__ = ["TransferTimes", "pick_channels"]
+
+
+class TransferTimes:
+    """Per channel and iteration, the transfer time of every fully read operator.
+
+    Parameters
+    ----------
+    ranks : mapping of int to RankOps
+        The ranks read (:attr:`holmes.cog.CommOpGraph.ranks`).
+    members : sequence
+        Per communicator code, its member ranks (:attr:`holmes.cog.CommOpGraph.members`).
+
+    Attributes
+    ----------
+    channels : list of tuple
+        ``(comm, src, dst)``: a communicator's collectives (``src = dst = -1``) or one direction
+        of a P2P pair.
+    """
+
+    def __init__(self, ranks: Mapping[int, Any], members: Any) -> None:
+        cols: dict[str, list[np.ndarray]] = {k: [] for k in ("comm", "src", "dst", "seq", "it", "dur", "rank", "row")}
+        for r, ro in ranks.items():
+            n = len(ro)
+            if n == 0:
+                continue
+            p2p = ro.op >= SEND
+            send = ro.op == SEND
+            cols["comm"].append(ro.comm.astype(np.int64))
+            cols["src"].append(np.where(p2p, np.where(send, r, ro.peer), -1).astype(np.int64))
+            cols["dst"].append(np.where(p2p, np.where(send, ro.peer, r), -1).astype(np.int64))
+            cols["seq"].append(ro.seq.astype(np.int64))
+            cols["it"].append(ro.iteration.astype(np.int64))
+            cols["dur"].append(ro.duration.astype(np.int64))
+            cols["rank"].append(np.full(n, r, np.int64))
+            cols["row"].append(np.arange(n, dtype=np.int64))
+        self.channels: list[tuple[int, int, int]] = []
+        self._ranks: list[tuple[int, ...]] = []
+        if not cols["comm"]:
+            self._t = np.zeros((0, 0))
+            self._its = np.zeros(0, np.int64)
+            return
+        a = {k: np.concatenate(v) for k, v in cols.items()}
+        order = np.lexsort((a["dur"], a["seq"], a["dst"], a["src"], a["comm"]))
+        a = {k: v[order] for k, v in a.items()}
+        key_change = np.r_[True, (np.diff(a["comm"]) != 0) | (np.diff(a["src"]) != 0) | (np.diff(a["dst"]) != 0)
+                           | (np.diff(a["seq"]) != 0)]
+        starts = np.flatnonzero(key_change)
+        counts = np.diff(np.r_[starts, len(order)])
+        # one op instance per key: its shortest copy (sorted first) is the transfer
+        comm, src, dst = a["comm"][starts], a["src"][starts], a["dst"][starts]
+        need = np.where(src >= 0, 2, np.array([len(members[int(c)]) if 0 <= c < len(members) else 0 for c in comm]))
+        full = (counts == need) & (need > 0)
+        comm, src, dst, it = comm[full], src[full], dst[full], a["it"][starts][full]
+        dur, rank, row = a["dur"][starts][full], a["rank"][starts][full], a["row"][starts][full]
+        chan_keys, chan = np.unique(np.stack([comm, src, dst], axis=1), axis=0, return_inverse=True)
+        chan = chan.reshape(-1)
+        self._its, itpos = np.unique(it, return_inverse=True)
+        itpos = itpos.reshape(-1)
+        t = np.zeros((len(chan_keys), len(self._its)))
+        np.add.at(t, (chan, itpos), dur.astype(float))
+        seen = np.zeros_like(t, dtype=bool)
+        seen[chan, itpos] = True
+        t[~seen] = np.nan
+        self._t = t
+        self.channels = [tuple(int(x) for x in k) for k in chan_keys]
+        self._ranks = [(int(s), int(d)) if s >= 0 else tuple(int(m) for m in members[int(c)])
+                       for c, s, d in self.channels]
+        # where each channel's largest transfer of each iteration was read: (rank, row)
+        self._where: dict[tuple[int, int], tuple[int, int]] = {}
+        best = np.lexsort((-dur, itpos, chan))
+        first = np.r_[True, (np.diff(chan[best]) != 0) | (np.diff(itpos[best]) != 0)]
+        for b in best[first]:
+            self._where[(int(chan[b]), int(itpos[b]))] = (int(rank[b]), int(row[b]))
+
+    def ranks_of(self, channel: int) -> tuple[int, ...]:
+        """The ranks a channel (its index in :attr:`channels`) connects."""
+        return self._ranks[channel]
+
+    def excess(self, iteration: int, min_iterations: int = 5) -> tuple[dict[int, float], dict[int, float]]:
+        """Per channel with at least ``min_iterations``: how much longer than usual (its first
+        quartile) its transfers took in ``iteration``, and its healthy spread ``(q25 - q05) /
+        0.97``."""
+        i = int(np.searchsorted(self._its, iteration))
+        if i >= self._its.size or self._its[i] != iteration:
+            return {}, {}
+        ex: dict[int, float] = {}
+        sig: dict[int, float] = {}
+        for c in range(len(self.channels)):
+            row = self._t[c]
+            v = row[~np.isnan(row)]
+            if v.size < min_iterations or np.isnan(row[i]):
+                continue
+            q05, q25 = np.quantile(v, [0.05, 0.25])
+            ex[c] = float(row[i] - q25)
+            sig[c] = float((q25 - q05) / NORMAL_Q25_Q05)
+        return ex, sig
+
+    def where(self, channel: int, iteration: int) -> tuple[int, int] | None:
+        """``(rank, row)`` of the channel's longest transfer in ``iteration``."""
+        i = int(np.searchsorted(self._its, iteration))
+        if i >= self._its.size or self._its[i] != iteration:
+            return None
+        return self._where.get((channel, i))
+
+
+def pick_channels(excess: Mapping[Hashable, float], sigma: Mapping[Hashable, float],
+                  ranks: Mapping[Hashable, tuple[int, ...]], iteration_excess: float, *, share: float = 0.25,
+                  noise_z: float = 4.0, dominance: float = 3.0) -> tuple[str | None, list[Hashable]]:
+    """The slow channels of one iteration.
+
+    A channel is slow when its transfer excess is at least ``share`` of the iteration's excess
+    and ``noise_z`` of its own spread. The slowest one and the slow channels sharing a rank with
+    it are the network's answer (``"network"``) unless an unrelated slow channel comes within
+    ``dominance`` of it (``"common"``: unrelated channels slowed together).
+
+    Returns
+    -------
+    kind : {"network", "common", None}
+    channels : list
+        The slow channels, slowest first.
+    """
+    slow = sorted((k for k, x in excess.items()
+                   if x >= share * iteration_excess and x >= noise_z * sigma.get(k, 0.0)),
+                  key=lambda k: -excess[k])
+    if not slow or iteration_excess <= 0:
+        return None, []
+    top = slow[0]
+    near = set(ranks[top])
+    related = [top] + [k for k in slow[1:] if near & set(ranks[k])]
+    rival = next((k for k in slow[1:] if k not in related), None)
+    if rival is not None and dominance * excess[rival] >= excess[top]:
+        return "common", [top, rival]
+    return "network", related
