@@ -91,74 +91,105 @@ class CrossCheck:
         seg = np.repeat(np.arange(len(seg_start)), seg_end - seg_start)
         periods = _periods(seg, it, end, end_ok, len(seg_start))
         seg_first = np.minimum.reduceat(first_row, seg_start)
-        found: list[tuple[int, int, int, int, tuple[int, int, str, str]]] = []
+        # the readers of each communicator: those kept from earlier batches, then this batch's first
         comm_bounds = np.flatnonzero(np.r_[True, comm[seg_start][1:] != comm[seg_start][:-1]])
-        for ci, cs in enumerate(comm_bounds):
-            ce = comm_bounds[ci + 1] if ci + 1 < len(comm_bounds) else len(seg_start)
-            cid = names[int(comm[seg_start[cs]])]
-            readers = self.readers.setdefault(cid, [])
-            segs = np.arange(cs, ce)
-            seg_pos = pos[seg_start[segs]]
-            for s in segs[: max(0, self.max_partners - len(readers))]:
+        block_end = np.r_[comm_bounds[1:], len(seg_start)]
+        block_readers: list[list[_Reader]] = []
+        new: list[_Reader] = []
+        for cs, ce in zip(comm_bounds.tolist(), block_end.tolist()):
+            readers = self.readers.setdefault(names[int(comm[seg_start[cs]])], [])
+            for s in range(cs, min(ce, cs + max(0, self.max_partners - len(readers)))):
                 a, b = seg_start[s], seg_end[s]
                 readers.append(_Reader(todo[int(pos[a])], seq[a:b], it[a:b], opc[a:b], nb[a:b], end[a:b],
                                        end_ok[a:b], float(periods[s]), int(pos[a])))
-            for qi, q in enumerate(readers):
-                elig = segs[(seg_pos > q.pos) & (np.asarray(todo)[seg_pos] != q.rank)]
-                for s, what in self._compare(q, elig, seg_start, seg_end, seg, it, seq, opc, nb, end, end_ok,
-                                             periods):
-                    r = todo[int(pos[seg_start[s]])]
-                    lo, hi = min(r, q.rank), max(r, q.rank)
-                    msg = (f"ranks {lo} and {hi} disagree on communicator {cid!r}: {what} "
-                           "(iteration or seq numbers shifted)")
-                    found.append((int(pos[seg_start[s]]), int(seg_first[s]), qi, 0, (lo, hi, cid, msg)))
+                new.append(readers[-1])
+            block_readers.append(readers)
+        seg_block = np.repeat(np.arange(len(comm_bounds)), block_end - comm_bounds)
+        cols = (seg, pos, it, seq, opc, nb, end, end_ok)
+        found: list[tuple[int, int, int, int, tuple[int, int, str, str]]] = []
+        for qi in range(self.max_partners):
+            for s, q, what in _compare_slot(qi, block_readers, seg_block, seg_start, seg_end, todo, cols, periods):
+                r = todo[int(pos[seg_start[s]])]
+                lo, hi = min(r, q.rank), max(r, q.rank)
+                cid = names[int(comm[seg_start[s]])]
+                msg = (f"ranks {lo} and {hi} disagree on communicator {cid!r}: {what} "
+                       "(iteration or seq numbers shifted)")
+                found.append((int(pos[seg_start[s]]), int(seg_first[s]), qi, 0, (lo, hi, cid, msg)))
         found.sort(key=lambda x: x[:4])
-        for rs in self.readers.values():   # later batches see this batch's readers as earlier ones
-            for q in rs:
-                q.pos = -1
+        for q in new:   # later batches see this batch's readers as earlier ones
+            q.pos = -1
         return [f[4] for f in found]
 
-    def _compare(self, q: _Reader, segs: np.ndarray, seg_start: np.ndarray, seg_end: np.ndarray,
-                 seg: np.ndarray, it: np.ndarray, seq: np.ndarray, opc: np.ndarray, nb: np.ndarray,
-                 end: np.ndarray, end_ok: np.ndarray, periods: np.ndarray) -> list[tuple[int, str]]:
-        """(segment, what) of the segments in ``segs`` that disagree with reader ``q``."""
-        if not len(segs) or not len(q.seq):
-            return []
-        lens = seg_end[segs] - seg_start[segs]
-        rows = np.repeat(seg_start[segs], lens) + (np.arange(int(lens.sum())) - np.repeat(np.cumsum(lens) - lens, lens))
-        local = np.repeat(np.arange(len(segs)), lens)
-        j = np.minimum(np.searchsorted(q.seq, seq[rows]), len(q.seq) - 1)
-        m = q.seq[j] == seq[rows]
-        rows, local, j = rows[m], local[m], j[m]
-        common = np.bincount(local, minlength=len(segs))
-        diff = ((it[rows] != q.it[j]) | (opc[rows] != q.opc[j])
-                | ((nb[rows] != q.nb[j]) & (nb[rows] > 0) & (q.nb[j] > 0) & (opc[rows] != _A2A)))
-        bad = np.bincount(local[diff], minlength=len(segs))
-        out: list[tuple[int, str]] = []
-        ok_m = end_ok[rows] & q.end_ok[j]
-        lag = _group_median(local[ok_m], np.abs(end[rows][ok_m] - q.end[j][ok_m]).astype(np.float64), len(segs))
-        period = np.minimum(periods[segs], q.period)
-        for k in np.flatnonzero(common > 0).tolist():
-            s = int(segs[k])
-            if bad[k] <= 0.1 * common[k]:  # inferred iteration boundaries (converters) may slip a little
-                # the same collectives must also complete at about the same time: a rank numbered a
-                # whole iteration ahead is off by one iteration period, far beyond any clock skew
-                if not np.isfinite(period[k]) or not np.isfinite(lag[k]) or lag[k] <= 0.5 * period[k]:
-                    continue
-                out.append((s, f"the collectives both logged end {lag[k] / 1e6:.3g} ms apart (median), "
-                               f"{lag[k] / period[k]:.2g} iteration periods"))
-            else:
-                out.append((s, f"{int(bad[k])} of the {int(common[k])} collective(s) both logged differ in "
-                               "iteration, operator or size"))
-        for k in np.flatnonzero(common == 0).tolist():
-            s = int(segs[k])
-            a, b = seg_start[s], seg_end[s]
-            shared = len(np.intersect1d(np.unique(it[a:b]), np.unique(q.it)))
-            if shared >= 2:
-                out.append((s, f"they share {shared} iterations but no collective seq number"))
-            elif _ran_together(end[a:b][end_ok[a:b]], it[a:b][end_ok[a:b]], q.end[q.end_ok], q.it[q.end_ok]):
-                out.append((s, "they logged at the same time but share no iteration or collective seq number"))
-        return out
+
+def _compare_slot(qi: int, block_readers: list[list[_Reader]], seg_block: np.ndarray, seg_start: np.ndarray,
+                  seg_end: np.ndarray, todo: list[int], cols: tuple, periods: np.ndarray) -> list[tuple[int, _Reader, str]]:
+    """(segment, reader, what) of every segment that disagrees with its communicator's reader
+    number ``qi`` read before it: all communicators at once, keyed by (communicator block, seq)."""
+    seg, pos, it, seq, opc, nb, end, end_ok = cols
+    blocks = [b for b, rs in enumerate(block_readers) if len(rs) > qi and len(rs[qi].seq)]
+    if not blocks:
+        return []
+    qs = [block_readers[b][qi] for b in blocks]
+    has = np.zeros(len(block_readers), dtype=bool)
+    has[blocks] = True
+    q_of_block = np.full(len(block_readers), -1, dtype=np.int64)
+    q_of_block[blocks] = np.arange(len(blocks))
+    qpos = np.array([q.pos for q in qs], dtype=np.int64)
+    qrank = np.array([q.rank for q in qs], dtype=np.int64)
+    qperiod = np.array([q.period for q in qs], dtype=np.float64)
+    todo_a = np.asarray(todo, dtype=np.int64)
+    seg_q = np.where(has[seg_block], q_of_block[seg_block], -1)
+    sp = pos[seg_start]
+    elig = (seg_q >= 0) & (sp > np.where(seg_q >= 0, qpos[seg_q], 0)) & (todo_a[sp] != np.where(seg_q >= 0, qrank[seg_q], -1))
+    if not elig.any():
+        return []
+    # reader rows keyed by (reader number, seq rank); batch rows of eligible segments likewise
+    lens = np.array([len(q.seq) for q in qs], dtype=np.int64)
+    rq = np.repeat(np.arange(len(qs)), lens)
+    rseq = np.concatenate([q.seq for q in qs])
+    rows = np.flatnonzero(elig[seg])
+    bq = seg_q[seg[rows]]
+    useq, inv = np.unique(np.concatenate([rseq, seq[rows]]), return_inverse=True)
+    inv = inv.reshape(-1)
+    u = len(useq)
+    rkey = rq * u + inv[:len(rseq)]          # sorted: readers in order, each one's seq ascending
+    bkey = bq * u + inv[len(rseq):]
+    j = np.minimum(np.searchsorted(rkey, bkey), len(rkey) - 1)
+    m = rkey[j] == bkey
+    rows, j = rows[m], j[m]
+    rit, ropc, rnb = (np.concatenate([getattr(q, a) for q in qs]) for a in ("it", "opc", "nb"))
+    rend, rok = np.concatenate([q.end for q in qs]), np.concatenate([q.end_ok for q in qs])
+    n = len(seg_start)
+    sg = seg[rows]
+    common = np.bincount(sg, minlength=n)
+    diff = ((it[rows] != rit[j]) | (opc[rows] != ropc[j])
+            | ((nb[rows] != rnb[j]) & (nb[rows] > 0) & (rnb[j] > 0) & (opc[rows] != _A2A)))
+    bad = np.bincount(sg[diff], minlength=n)
+    ok_m = end_ok[rows] & rok[j]
+    lag = _group_median(sg[ok_m], np.abs(end[rows][ok_m] - rend[j][ok_m]).astype(np.float64), n)
+    period = np.minimum(periods, np.where(seg_q >= 0, qperiod[np.maximum(seg_q, 0)], np.inf))
+    out: list[tuple[int, _Reader, str]] = []
+    for s in np.flatnonzero(elig & (common > 0)).tolist():
+        q = qs[int(seg_q[s])]
+        if bad[s] <= 0.1 * common[s]:  # inferred iteration boundaries (converters) may slip a little
+            # the same collectives must also complete at about the same time: a rank numbered a
+            # whole iteration ahead is off by one iteration period, far beyond any clock skew
+            if not np.isfinite(period[s]) or not np.isfinite(lag[s]) or lag[s] <= 0.5 * period[s]:
+                continue
+            out.append((s, q, f"the collectives both logged end {lag[s] / 1e6:.3g} ms apart (median), "
+                              f"{lag[s] / period[s]:.2g} iteration periods"))
+        else:
+            out.append((s, q, f"{int(bad[s])} of the {int(common[s])} collective(s) both logged differ in "
+                              "iteration, operator or size"))
+    for s in np.flatnonzero(elig & (common == 0)).tolist():
+        q = qs[int(seg_q[s])]
+        a, b = seg_start[s], seg_end[s]
+        shared = len(np.intersect1d(np.unique(it[a:b]), np.unique(q.it)))
+        if shared >= 2:
+            out.append((s, q, f"they share {shared} iterations but no collective seq number"))
+        elif _ran_together(end[a:b][end_ok[a:b]], it[a:b][end_ok[a:b]], q.end[q.end_ok], q.it[q.end_ok]):
+            out.append((s, q, "they logged at the same time but share no iteration or collective seq number"))
+    return out
 
 
 def _collectives(table: pa.Table, pos_of: np.ndarray) -> tuple | None:
