@@ -1,8 +1,8 @@
-"""Parsing integer lists written as ranges: ``"0,3,8-11"``."""
+"""Integer lists written as ranges, ``"0,3,8-11"``: parsed and formatted."""
 
 from __future__ import annotations
 
-__all__ = ["parse_int_ranges", "DEFAULT_MAX_ITEMS"]
+__all__ = ["parse_int_ranges", "format_int_ranges", "DEFAULT_MAX_ITEMS"]
 
 #: How many integers a range list may expand to when the caller gives no bound (checked before
 #: anything is expanded; see ``docs/limits.md``).
@@ -59,3 +59,28 @@ def parse_int_ranges(text: str, *, lo: int | None = 0, hi: int | None = None,
     for a, b in spans:
         out.update(range(a, b + 1))
     return sorted(out)
+
+
+def format_int_ranges(values: object, limit: int | None = None) -> str:
+    """Sorted distinct integers as ``'3,8-11,19'``, the inverse of :func:`parse_int_ranges`; at
+    most ``limit`` pieces, then ``',...'``.
+
+    >>> format_int_ranges([8, 9, 10, 11, 19, 3])
+    '3,8-11,19'
+    >>> format_int_ranges(range(0, 20, 2), limit=3)
+    '0,2,4,...'
+    >>> parse_int_ranges(format_int_ranges([5, 1, 2, 3]))
+    [1, 2, 3, 5]
+    """
+    vs = sorted({int(v) for v in values})  # type: ignore[attr-defined]
+    parts: list[str] = []
+    i = 0
+    while i < len(vs):
+        j = i
+        while j + 1 < len(vs) and vs[j + 1] == vs[j] + 1:
+            j += 1
+        parts.append(str(vs[i]) if i == j else f"{vs[i]}-{vs[j]}")
+        i = j + 1
+    if limit is not None and len(parts) > limit:
+        return ",".join(parts[:limit]) + ",..."
+    return ",".join(parts)

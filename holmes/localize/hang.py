@@ -66,6 +66,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from holmes._ranges import format_int_ranges
 from holmes.io.schema import P2P_OPS
 from holmes.localize.report import DeviceScore
 
@@ -256,20 +257,12 @@ def _every_rank(src: Any, columns: list[str]) -> Any:
 
 
 def format_ranges(ranks: list[int]) -> str:
-    """``[0, 1, 2, 5, 8, 9]`` -> ``"0-2,5,8-9"``.
+    """``[0, 1, 2, 5, 8, 9]`` -> ``"0-2,5,8-9"`` (:func:`holmes._ranges.format_int_ranges`).
 
     >>> format_ranges([8, 9, 10, 11, 12, 13, 14, 15, 3])
     '3,8-15'
     """
-    rs = sorted(set(int(r) for r in ranks))
-    out, i = [], 0
-    while i < len(rs):
-        j = i
-        while j + 1 < len(rs) and rs[j + 1] == rs[j] + 1:
-            j += 1
-        out.append(str(rs[i]) if i == j else f"{rs[i]}-{rs[j]}")
-        i = j + 1
-    return ",".join(out)
+    return format_int_ranges(ranks)
 
 
 def _unify(schema: pa.Schema) -> pa.Schema:

@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from holmes._ranges import format_int_ranges
+
 __all__ = ["render_text", "fmt_ns", "int_ranges"]
 
 
@@ -34,16 +36,7 @@ def fmt_ns(ns: float) -> str:
 
 def int_ranges(values: Iterable[int], limit: int = 12) -> str:
     """Sorted distinct integers as ``'3,8-11,19'`` (at most ``limit`` pieces, then ``',...'``)."""
-    vs = sorted(set(int(v) for v in values))
-    parts: list[str] = []
-    i = 0
-    while i < len(vs):
-        j = i
-        while j + 1 < len(vs) and vs[j + 1] == vs[j] + 1:
-            j += 1
-        parts.append(str(vs[i]) if i == j else f"{vs[i]}-{vs[j]}")
-        i = j + 1
-    return ",".join(parts[:limit]) + (",..." if len(parts) > limit else "")
+    return format_int_ranges(values, limit)
 
 
 def _span(lo: float, hi: float, fmt: str) -> str:
