@@ -21,6 +21,7 @@ Usage::
 
     python benchmarks/real_accuracy.py                 # test split
     python benchmarks/real_accuracy.py --split dev
+    python benchmarks/real_accuracy.py --detector reconstruct   # the label-free detector
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--root", default=str(REPO / "fixtures" / "real"))
     ap.add_argument("--split", choices=("test", "dev", "all"), default="test")
     ap.add_argument("--top", type=int, default=5, help="devices asked of localize (table shows 3)")
+    ap.add_argument("--detector", default=None,
+                    help="detector for localize (default: localize's own; auto, robust, reconstruct, a model path)")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     import holmes
@@ -85,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         d = root / r["name"]
         truth = json.loads((d / "truth.json").read_text())
         try:
-            rep = holmes.localize(str(d), top_k=a.top)
+            rep = holmes.localize(str(d), top_k=a.top, **({"detector": a.detector} if a.detector else {}))
             js = rep.to_json()
             ids = [x["id"] for x in js.get("devices", [])]
             verdict = js.get("verdict") or "-"
