@@ -100,8 +100,9 @@ class CrossCheck:
             readers = self.readers.setdefault(names[int(comm[seg_start[cs]])], [])
             for s in range(cs, min(ce, cs + max(0, self.max_partners - len(readers)))):
                 a, b = seg_start[s], seg_end[s]
-                readers.append(_Reader(todo[int(pos[a])], seq[a:b], it[a:b], opc[a:b], nb[a:b], end[a:b],
-                                       end_ok[a:b], float(periods[s]), int(pos[a])))
+                # copies: a view would keep the whole batch's arrays alive as long as the reader
+                readers.append(_Reader(todo[int(pos[a])], *(x[a:b].copy() for x in (seq, it, opc, nb, end, end_ok)),
+                                       float(periods[s]), int(pos[a])))
                 new.append(readers[-1])
             block_readers.append(readers)
         seg_block = np.repeat(np.arange(len(comm_bounds)), block_end - comm_bounds)
