@@ -31,7 +31,6 @@ import argparse
 import json
 import logging
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -80,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--split", choices=("dev", "test"), default="test",
                     help="dev: seeds 1..jobs (thresholds were chosen on them); test: seeds 101.. (report these)")
     ap.add_argument("--kinds", default=",".join(KINDS))
-    ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "holmes-bench-persistent"))
+    ap.add_argument("--cache", default=None,
+                    help="job cache (default $HOLMES_CACHE_DIR/whatif_accuracy, bounded: docs/install.md)")
     ap.add_argument("--quick", action="store_true", help="128 GPUs, 6 jobs per kind")
     ap.add_argument("--skip-sim", action="store_true")
     args = ap.parse_args(argv)
@@ -88,7 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.gpus, args.jobs = 128, 6
     args.seed0 = 1 if args.split == "dev" else 101
-    cache = Path(args.cache)
+    if args.cache:
+        cache = Path(args.cache)
+    else:
+        from _cache import cache_dir
+
+        cache = cache_dir("whatif_accuracy")
     cache.mkdir(parents=True, exist_ok=True)
 
     w = wia_st(cache)
