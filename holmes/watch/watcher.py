@@ -52,6 +52,7 @@ __all__ = ["Watcher", "watch"]
 log = logging.getLogger(__name__)
 
 _EVENT_OF = {"irregular": "irregular", "persistent": "straggler", "hang": "hang"}
+_PARTS_PER_LOOP = 16  # pivot parts read between two looks at the events due
 
 
 class Watcher:
@@ -248,8 +249,10 @@ class Watcher:
         return True
 
     def _ended(self) -> bool:
-        if self._stop.is_set() or self.once:
+        if self._stop.is_set():
             return True
+        if self.once:
+            return not self._held
         if self._closed is not None and self._meta is not None and \
                 len(self._closed) >= self._meta.world_size and all(self._closed.values()):
             return self._held == {} and not self._new_pivot_parts()
@@ -266,7 +269,7 @@ class Watcher:
     def _follower_poll(self) -> None:
         assert self._follower is not None
         self._follower.next_needed[self.pivot] = self._next_part
-        self._follower.poll(0.0 if self.once or self._ready else self.interval)
+        self._follower.poll(0.0 if self.once or self._ready or self._held else self.interval)
         self._mode = self._follower.mode
 
     def _consume_pivot(self) -> None:
@@ -278,12 +281,14 @@ class Watcher:
             # a finished job written as single files: one "part" holding every iteration
             f = self.path / "ranks" / f"{rank_parts_dirname(self.pivot)}.parquet"
             self._held[0] = (Part(0, f, f.stat().st_size, 0), now)
-        while self._held:
+        budget = _PARTS_PER_LOOP  # a watcher catching up still emits its events as it goes
+        while self._held and budget:
             k = self._next_part
             if k in self._held:
                 part, _ = self._held.pop(k)
                 self._read_pivot_part(part)
                 self._next_part = k + 1
+                budget -= 1
                 continue
             first = min(self._held)
             waited = now - self._held[first][1]
