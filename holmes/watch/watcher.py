@@ -53,6 +53,7 @@ log = logging.getLogger(__name__)
 
 _EVENT_OF = {"irregular": "irregular", "persistent": "straggler", "hang": "hang"}
 _PARTS_PER_LOOP = 16  # pivot parts read between two looks at the events due
+_MIN_WINDOW = 10  # iterations an irregular analysis sees at least (the previous episode may then be in it)
 
 
 class Watcher:
@@ -404,8 +405,8 @@ class Watcher:
         kind, i = job["kind"], job["iteration"]
         hi = None if kind == "hang" else max(i, self._fed if kind == "persistent" else i)
         lo = None if hi is None else max(0, hi - self.window + 1, job.get("lo") or 0)
-        if lo is not None and kind == "irregular":  # not the last episode again, unless it is recent
-            lo = max(lo, min(self._last_episode_end + 1, hi - min(self.window, 20) + 1))
+        if lo is not None and kind == "irregular":  # not the last episode again, unless it is very recent
+            lo = max(lo, min(self._last_episode_end + 1, hi - min(self.window, _MIN_WINDOW) + 1))
         min_part, max_part = 0, None
         if lo is not None:
             min_part = next((k for k, a, b in self._parts_seen if b >= lo), 0)
