@@ -16,13 +16,20 @@ directory, so either benchmark reuses the other's). Then, in the same run:
 On a small shared machine the Dask run is not faster (two workers on two cores, plus the
 transfers); the point is the memory of the largest single process.
 
-Last line: ``dask_s=<s> inproc_s=<s> dask_max_worker_rss_mb=<MB> inproc_rss_mb=<MB> same_result=<0|1>``
-(medians over ``--repeats``; also ``dask_client_rss_mb`` and ``scheduler_rss_mb`` in the table).
+Last line: ``[new] dask_s=<s> inproc_s=<s> dask_max_worker_rss_mb=<MB> inproc_rss_mb=<MB>
+dask_client_rss_mb=<MB> scheduler_rss_mb=<MB> ratio_worker=<x> ratio_any_process=<x> same_result=<0|1>``
+(medians over ``--repeats``). ``dask_max_worker_rss_mb`` is the largest worker's peak;
+``dask_client_rss_mb`` the ``holmes detect --scheduler`` process's; ``scheduler_rss_mb`` this
+process's (the scheduler, the ``LocalCluster`` and its client) during the Dask run only (its peak is
+reset before, on Linux: not the simulation, the comparison or another run). ``ratio_worker`` is
+in-process RSS / largest worker's, ``ratio_any_process`` the same over the largest of the three.
+``--compare-old`` also runs the Dask part with the settings before the memory fix (512 ranks a
+task, 8 tasks ahead), printed first as ``[old]``.
 
 Usage::
 
     python benchmarks/dask_scale.py                      # 8192 GPUs x 100 iterations
-    python benchmarks/dask_scale.py --gpus 2048 --iterations 20
+    python benchmarks/dask_scale.py --gpus 2048 --iterations 20 --compare-old
 """
 
 from __future__ import annotations
@@ -39,18 +46,24 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from holmes.simulate import simulate
 
 LAYOUT = {2048: dict(tp=8, pp=8, dp=32), 4096: dict(tp=8, pp=8, dp=64), 8192: dict(tp=8, pp=8, dp=128)}
 
-# runs the CLI in this child and prints its own peak RSS (MB) and wall time on the last line
+# runs the CLI in this child and prints its own peak RSS (MB) and wall time on the last line;
+# argv[1] (JSON) may set DaskExecutor's in_flight / max_chunk (to compare settings in one session)
 _CHILD = """
-import json, resource, sys, time
+import functools, json, resource, sys, time
 from holmes.cli.main import main
+from holmes.parallel import DaskExecutor
+opts = json.loads(sys.argv[1])
+if opts:
+    DaskExecutor.__init__ = functools.partialmethod(DaskExecutor.__init__, **opts)
 t0 = time.perf_counter()
-rc = main(sys.argv[1:])
+rc = main(sys.argv[2:])
 print(json.dumps(dict(rc=rc, s=time.perf_counter() - t0,
                       rss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)))
 """
@@ -66,26 +79,53 @@ def cached_job(cache: Path, size: int, iterations: int) -> Path:
     return out
 
 
-def run_cli(argv: list[str]) -> dict:
-    got = subprocess.run([sys.executable, "-c", _CHILD, *argv], capture_output=True, text=True)
+def run_cli(argv: list[str], opts: dict | None = None) -> dict:
+    got = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(opts or {}), *argv], capture_output=True,
+                         text=True)
     if got.returncode != 0:
         raise SystemExit(f"holmes {' '.join(argv)} failed:\n{got.stderr[-3000:]}")
     return json.loads(got.stdout.strip().splitlines()[-1])
 
 
-def _worker_peak_rss_mb() -> float:
+def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def dask_run(job: Path, out: Path) -> tuple[dict, list[float]]:
-    """``holmes detect --scheduler`` against a fresh 2-worker LocalCluster; (client result, worker peak RSS)."""
+def _reset_peak() -> bool:
+    """Reset this process's peak RSS (Linux ``clear_refs``), so that the next :func:`_peak_mb` covers only
+    what follows (not the simulation, a comparison or an earlier run); False where not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_mb() -> float:
+    """This process's peak RSS since the last :func:`_reset_peak` (``VmHWM``), else since its start."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return _rss_mb()
+
+
+def dask_run(job: Path, out: Path, opts: dict) -> tuple[dict, list[float], float]:
+    """``holmes detect --scheduler`` against a fresh 2-worker LocalCluster; (client result, each worker's
+    peak RSS, the peak RSS of this process, which hosts the scheduler, measured before the comparison)."""
     from distributed import Client, LocalCluster
 
+    _reset_peak()
     with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
-        res = run_cli(["detect", str(job), "--out", str(out), "--overwrite", "--scheduler", cluster.scheduler_address])
-        workers = list(client.run(_worker_peak_rss_mb).values())
-    return res, workers
+        res = run_cli(["detect", str(job), "--out", str(out), "--overwrite", "--scheduler", cluster.scheduler_address],
+                      opts)
+        workers = list(client.run(_rss_mb).values())
+    return res, workers, _peak_mb()
 
 
 def same_result(a: Path, b: Path) -> bool:
@@ -93,14 +133,37 @@ def same_result(a: Path, b: Path) -> bool:
     fa, fb = pq.ParquetFile(a), pq.ParquetFile(b)
     if fa.metadata.num_rows != fb.metadata.num_rows:
         return False
-    for col in ("rank", "iteration", "op_index", "seq", "score", "flagged"):
-        x = fa.read(columns=[col]).column(0).to_numpy()
-        y = fb.read(columns=[col]).column(0).to_numpy()
-        if col == "score":
-            x, y = x.view(np.int64), y.view(np.int64)
-        if not np.array_equal(x, y):
-            return False
+    cols = ["rank", "iteration", "op_index", "seq", "score", "flagged"]
+    # batch by batch (the two files' row groups differ): this process's memory stays small
+    for xa, xb in zip(_rows(fa, cols), _rows(fb, cols)):
+        for col in cols:
+            x, y = xa[col], xb[col]
+            if col == "score":
+                x, y = x.view(np.int64), y.view(np.int64)
+            if not np.array_equal(x, y):
+                return False
     return True
+
+
+def _rows(f: pq.ParquetFile, cols: list[str], n: int = 1 << 20):
+    """Consecutive blocks of exactly ``n`` rows (the last shorter) of ``cols`` of ``f`` as numpy arrays,
+    whatever its row groups."""
+    buf: list = []
+    have = 0
+    for b in f.iter_batches(batch_size=1 << 16, columns=cols):
+        buf.append(b)
+        have += b.num_rows
+        while have >= n:
+            t = pa.Table.from_batches(buf).combine_chunks()
+            yield {c: t.column(c).slice(0, n).to_numpy() for c in cols}
+            rest = t.slice(n)
+            buf, have = rest.to_batches(), rest.num_rows
+    if have:
+        t = pa.Table.from_batches(buf).combine_chunks()
+        yield {c: t.column(c).to_numpy() for c in cols}
+
+
+OLD = dict(in_flight=8, max_chunk=512)  # the settings before the memory fix: 512 ranks a task, 4 x workers ahead
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,32 +171,47 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpus", type=int, default=8192, choices=sorted(LAYOUT))
     ap.add_argument("--iterations", type=int, default=100)
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--in-flight", type=int, help="DaskExecutor in_flight (default: the library's, 2 x workers + 1)")
+    ap.add_argument("--max-chunk", type=int, help="DaskExecutor max_chunk (default: the library's, 64 ranks)")
+    ap.add_argument("--compare-old", action="store_true",
+                    help="also run the Dask part with the old settings (512 ranks a task, 8 tasks ahead)")
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "holmes-bench-scale"))
     args = ap.parse_args(argv)
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     job = cached_job(cache, args.gpus, args.iterations)
-    print(f"load: {os.getloadavg()[0]:.1f} (1-min average, {os.cpu_count()} cores)")
-    print(f"{'run':>4} {'inproc s':>9} {'inproc RSS MB':>14} {'dask s':>7} {'worker RSS MB':>16} "
-          f"{'client RSS MB':>14} {'same':>5}", flush=True)
-    rows = []
+    opts = {k: v for k, v in (("in_flight", args.in_flight), ("max_chunk", args.max_chunk)) if v is not None}
+    settings = [("new", opts)] + ([("old", OLD)] if args.compare_old else [])
+    print(f"job: {job} ({args.gpus} GPUs x {args.iterations} iterations); "
+          f"load: {os.getloadavg()[0]:.1f} (1-min average, {os.cpu_count()} cores)")
+    print(f"{'run':>4} {'set':>4} {'inproc s':>9} {'inproc RSS MB':>14} {'dask s':>7} {'worker RSS MB':>14} "
+          f"{'client RSS MB':>14} {'sched. RSS MB':>14} {'same':>5}", flush=True)
+    rows: dict[str, list] = {name: [] for name, _ in settings}
     with tempfile.TemporaryDirectory(prefix="holmes-dask-scale-", dir=cache) as tmp:
         a, b = Path(tmp) / "inproc.parquet", Path(tmp) / "dask.parquet"
         for k in range(args.repeats):
             inproc = run_cli(["detect", str(job), "--out", str(a), "--overwrite"])
-            t0 = time.perf_counter()
-            client, workers = dask_run(job, b)
-            dask_s = time.perf_counter() - t0  # with the cluster's start and stop
-            same = same_result(a, b)
-            rows.append((inproc["s"], inproc["rss"], client["s"], max(workers), client["rss"], same))
-            print(f"{k:>4} {inproc['s']:>9.1f} {inproc['rss']:>14.0f} {client['s']:>7.1f} "
-                  f"{'/'.join(f'{w:.0f}' for w in workers):>16} {client['rss']:>14.0f} {int(same):>5}   "
-                  f"(with cluster start/stop: {dask_s:.1f} s)", flush=True)
-    med = [statistics.median(r[i] for r in rows) for i in range(5)]
-    sched = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
-    print(f"scheduler_rss_mb={sched:.0f} dask_client_rss_mb={med[4]:.0f} load_end={os.getloadavg()[0]:.1f}")
-    print(f"dask_s={med[2]:.1f} inproc_s={med[0]:.1f} dask_max_worker_rss_mb={med[3]:.0f} inproc_rss_mb={med[1]:.0f} "
-          f"same_result={int(all(r[5] for r in rows))}")
+            for name, o in settings:
+                t0 = time.perf_counter()
+                client, workers, sched = dask_run(job, b, o)
+                dask_s = time.perf_counter() - t0  # with the cluster's start and stop
+                same = same_result(a, b)
+                rows[name].append((inproc["s"], inproc["rss"], client["s"], max(workers), client["rss"], sched, same))
+                print(f"{k:>4} {name:>4} {inproc['s']:>9.1f} {inproc['rss']:>14.0f} {client['s']:>7.1f} "
+                      f"{'/'.join(f'{w:.0f}' for w in workers):>14} {client['rss']:>14.0f} {sched:>14.0f} "
+                      f"{int(same):>5}   (with cluster start/stop: {dask_s:.1f} s; settings {o or 'default'})",
+                      flush=True)
+    print(f"load_end={os.getloadavg()[0]:.1f}")
+    for name, o in reversed(settings):  # the library's settings last (the last line)
+        med = [statistics.median(r[i] for r in rows[name]) for i in range(6)]
+        # the largest Dask process: a worker; the client (holmes detect --scheduler) and the scheduler's
+        # process (this benchmark: scheduler, LocalCluster and its Client; peak before the comparison)
+        # are given apart, and the ratio with the largest of all three too
+        big = max(med[3], med[4], med[5])
+        print(f"[{name}] dask_s={med[2]:.1f} inproc_s={med[0]:.1f} dask_max_worker_rss_mb={med[3]:.0f} "
+              f"inproc_rss_mb={med[1]:.0f} dask_client_rss_mb={med[4]:.0f} scheduler_rss_mb={med[5]:.0f} "
+              f"ratio_worker={med[1] / med[3]:.2f} ratio_any_process={med[1] / big:.2f} "
+              f"same_result={int(all(r[6] for r in rows[name]))}")
     return 0
 
 

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -134,6 +135,30 @@ def test_cli_detect_and_train_with_scheduler(client, tmp_path, capsys):
     X0, y0, g0 = jobs_dataset([JOB, JOB], max_ranks=6, seed=3)
     X1, y1, g1 = jobs_dataset([JOB, JOB], max_ranks=6, seed=3, scheduler=client)
     assert np.array_equal(X0.view(np.int32), X1.view(np.int32)) and np.array_equal(y0, y1) and np.array_equal(g0, g1)
+
+
+def _ranks_of_task(ranks: list) -> list:
+    return list(ranks)
+
+
+def test_map_streams_small_chunks_a_bounded_number_ahead(client):
+    from holmes.parallel import DaskExecutor
+
+    ex = DaskExecutor(client, in_flight=3, max_chunk=4)
+    assert DaskExecutor(client).in_flight == 2 * ex.workers + 1 and DaskExecutor(client).max_chunk == 64
+    assert ex._chunk(8192, None, 8, ex.max_chunk) == 4 and DaskExecutor(client)._chunk(8192, None, 8, 64) == 64
+    base = set(client.futures)
+    got, ahead = [], []
+    for part in ex.map(_ranks_of_task, range(202)):  # 202 / (8 x 2 workers): 13 a task, capped at 4
+        got.append(part)
+        ahead.append(len(set(client.futures) - base))  # this map's futures still on the cluster
+    assert [len(p) for p in got] == [4] * 50 + [2] and sum(got, []) == list(range(202))
+    assert max(ahead) <= 3 + 1  # in_flight, and the consumed one (Future.release runs on the client's loop)
+    for _ in range(200):  # every future released once the map is consumed
+        if not set(client.futures) - base:
+            break
+        time.sleep(0.05)
+    assert not set(client.futures) - base
 
 
 def test_an_in_memory_job_cannot_go_to_a_cluster(client):

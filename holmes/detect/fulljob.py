@@ -88,6 +88,7 @@ class JobScores:
                     self.n_ops += t.num_rows
                     self.n_flagged += int(np.count_nonzero(t.column("flagged").to_numpy(zero_copy_only=False)))
                     yield t
+                tables = t = None  # a task's tables are not held while the next task's are fetched
         finally:
             if self._own:
                 ex.close()

@@ -141,25 +141,35 @@ class DaskExecutor(Executor):
     own_client : bool, default False
         Close the client in :meth:`close` (when :func:`get_executor` opened it).
     in_flight : int, optional
-        Tasks of a ``map`` submitted ahead of the one being consumed (default ``4 x workers``):
-        bounds the results waiting on the workers.
+        Tasks of a ``map`` on the cluster at a time, the one being consumed included (default
+        ``2 x workers + 1``: each worker runs one and has the next queued, and one result is on its
+        way to the client). With ``max_chunk`` it bounds the results held on the workers (and the
+        client) to ``in_flight x max_chunk`` items' results, whatever the size of the job.
+    max_chunk : int, default 64
+        Items (ranks) per ``map`` task at most, when the caller gives no ``chunk``: a task's result
+        (e.g. 64 ranks' scored tables, ~10 MB at 2,500 ops a rank) is what a worker holds per task.
     """
 
-    def __init__(self, client: Any, *, own_client: bool = False, in_flight: int | None = None) -> None:
+    #: default ``max_chunk``: ranks per ``map`` task at most (see the class docstring)
+    MAX_MAP_CHUNK = 64
+
+    def __init__(self, client: Any, *, own_client: bool = False, in_flight: int | None = None,
+                 max_chunk: int | None = None) -> None:
         self.client = client
         self.own_client = own_client
         try:
             self.workers = max(1, len(client.scheduler_info(n_workers=-1).get("workers", {})))
         except TypeError:  # older distributed: no n_workers argument
             self.workers = max(1, len(client.scheduler_info().get("workers", {})))
-        self.in_flight = max(1, in_flight if in_flight is not None else 4 * self.workers)
+        self.in_flight = max(1, in_flight if in_flight is not None else 2 * self.workers + 1)
+        self.max_chunk = max(1, int(max_chunk if max_chunk is not None else self.MAX_MAP_CHUNK))
 
     @property
     def distributed(self) -> bool:
         return True
 
-    def _chunk(self, n: int, chunk: int | None, per_worker: int) -> int:
-        return chunk if chunk else max(1, min(512, math.ceil(n / (per_worker * self.workers))))
+    def _chunk(self, n: int, chunk: int | None, per_worker: int, cap: int = 512) -> int:
+        return chunk if chunk else max(1, min(cap, math.ceil(n / (per_worker * self.workers))))
 
     def _result(self, future: Any, what: str) -> Any:
         try:
@@ -173,7 +183,11 @@ class DaskExecutor(Executor):
 
     def map(self, fn: Callable[..., Any], items: Sequence[Any], *args: Any, chunk: int | None = None
             ) -> Iterator[Any]:
-        parts = split_items(list(items), self._chunk(len(items), chunk, 8))
+        """``fn(chunk, *args)`` for chunks of at most ``max_chunk`` items, in order, streamed: at most
+        ``in_flight`` tasks are on the cluster at a time; a result is fetched, its future released
+        (the worker drops it) and only then yielded, and the next task is submitted as one is taken."""
+        parts = split_items(list(items), self._chunk(len(items), chunk, 8, self.max_chunk))
+        name = getattr(fn, "__name__", fn)
         pending: deque = deque()
         todo = iter(parts)
         try:
@@ -183,19 +197,22 @@ class DaskExecutor(Executor):
                     break
             while pending:
                 f = pending.popleft()
-                value = self._result(f, f"running {getattr(fn, '__name__', fn)}")
-                f.release()
+                value = self._result(f, f"running {name}")
+                f.release()  # the worker forgets the result now, not when the future is collected
+                del f
                 nxt = next(todo, None)
                 if nxt is not None:
                     pending.append(self.client.submit(fn, nxt, *args, pure=False))
                 yield value
+                del value  # not held here while the next result is fetched
         finally:
             for f in pending:  # a consumer that stopped early (or an error): drop the rest
                 f.cancel()
+            pending.clear()
 
     def map_reduce(self, fn: Callable[..., Any], items: Sequence[Any], merge: Callable[..., Any], *args: Any,
                    chunk: int | None = None, fan_in: int = 8) -> Any:
-        parts = split_items(list(items), self._chunk(len(items), chunk, 4))
+        parts = split_items(list(items), self._chunk(len(items), chunk, 4, self.max_chunk))
         level = [self.client.submit(fn, p, *args, pure=False) for p in parts]
         while len(level) > 1:  # a tree of merges, in the order of the chunks
             level = [self.client.submit(merge, *group, pure=False) if len(group) > 1 else group[0]
