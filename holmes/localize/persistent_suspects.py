@@ -79,7 +79,7 @@ def compute_suspects(roles: Roles, caused: np.ndarray, compute: np.ndarray, *, z
     if T == 0:
         return ComputeOutliers([], zs, 0.0, 0.0)
     if present is not None and not present.all():
-        caused, compute = caused.copy(), compute.copy()
+        caused, compute = caused.astype(np.float64), compute.astype(np.float64)  # copies that can hold NaN
         caused[~present] = np.nan
         compute[~present] = np.nan
     excess = caused - roles.group_median(caused)

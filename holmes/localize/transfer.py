@@ -93,6 +93,10 @@ class TransferTimes:
         comm, src, dst = a["comm"][starts], a["src"][starts], a["dst"][starts]
         need = np.where(src >= 0, 2, np.array([len(members[int(c)]) if 0 <= c < len(members) else 0 for c in comm]))
         full = (counts == need) & (need > 0)
+        if not full.any():  # no operator with every copy read
+            self._t = np.zeros((0, 0))
+            self._its = np.zeros(0, np.int64)
+            return
         comm, src, dst, it = comm[full], src[full], dst[full], a["it"][starts][full]
         dur, rank, row = a["dur"][starts][full], a["rank"][starts][full], a["row"][starts][full]
         chan_keys, chan = np.unique(np.stack([comm, src, dst], axis=1), axis=0, return_inverse=True)
