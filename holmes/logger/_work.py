@@ -166,7 +166,7 @@ def finish_on_completion(work: Any, handles: list[PendingOp], cuda_end: Callable
                 for h in hs:
                     h.finish(now)
 
-            fut.then(_cb)
+            fut.add_done_callback(_cb)
             return work
         for h in handles:
             h.poll = work.is_completed
