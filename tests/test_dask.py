@@ -199,7 +199,7 @@ def test_workers_killed_again_and_again_fail_with_a_clear_error(client, tmp_path
 
 
 def test_persistent_analysis_on_dask_is_the_in_process_report(client, capsys):
-    from holmes.parallel.persistent import localize_persistent
+    from holmes.localize.mapreduce import localize_persistent
 
     got = localize_persistent(JOB, scheduler=client).to_json()
     want = holmes.localize(JOB, analysis="persistent").to_json()

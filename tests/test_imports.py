@@ -25,7 +25,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1] / "holmes"
 
 FLOORS = {
-    "holmes.errors": 0, "holmes.stats": 0, "holmes._ranges": 0, "holmes.parallel": 0, "holmes.parallel.persistent": 3, "holmes.progress": 0,
+    "holmes.errors": 0, "holmes.stats": 0, "holmes._ranges": 0, "holmes.parallel": 0, "holmes.progress": 0,
     "holmes.io": 1, "holmes.topology": 1,
     "holmes.cog": 2, "holmes.detect": 2,
     "holmes.simulate": 3, "holmes.adapters": 3, "holmes.logger": 3, "holmes.localize": 3, "holmes.report": 3,

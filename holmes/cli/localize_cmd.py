@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
 def _run_distributed(args: argparse.Namespace) -> int:
     """``--scheduler``: the persistent analysis with its per-rank work on a Dask cluster."""
     from holmes.errors import ConfigError
-    from holmes.parallel.persistent import localize_persistent
+    from holmes.localize.mapreduce import localize_persistent
 
     if args.analysis != "persistent":
         raise ConfigError(f"--scheduler runs the persistent analysis (give --analysis persistent, not {args.analysis})")

@@ -23,7 +23,11 @@ pool) can run it::
   grouping and order of the merges, and the same as ``holmes.localize(job, analysis="persistent")``;
 * :func:`localize_summary` ``(job, summary, **params)`` -- the report (reads no rank's log but the
   pivot's iteration table); ``params`` as :func:`holmes.localize` (``whatif=False`` skips the
-  replay).
+  replay);
+* :func:`localize_persistent` ``(job, scheduler=None, **params)`` -- all of the above with the map
+  on an executor (:func:`holmes.parallel.get_executor`: this process, or a Dask cluster whose
+  workers read the logs from the job directory's path and merge the groups as a tree); the report
+  is the in-process one but for ``bytes_read`` (the bytes the report's own process read).
 
 Examples
 --------
@@ -34,20 +38,28 @@ Examples
 >>> right = merge_summaries(*[persistent_rank_summary(job, r, win) for r in range(1, 16, 2)])
 >>> localize_summary(job, merge_summaries(right, left)).dumps() == holmes.localize(job, analysis="persistent").dumps()
 True
+>>> a = localize_persistent("fixtures/gpu16-clean").to_json()          # no scheduler: in this process
+>>> b = holmes.localize("fixtures/gpu16-clean", analysis="persistent").to_json()
+>>> _ = a.pop("bytes_read"), b.pop("bytes_read")   # this process's reads (the map's tasks read the logs)
+>>> a == b
+True
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from holmes.detect.jobmap import job_source, open_job
+from holmes.localize.params import LocalizeParams
 from holmes.localize.persistent import PersistentAnalysis
 from holmes.localize.persistent_rank import (PersistentSummary, RankSummary, merge_summaries, persistent_rank_summary,
                                              persistent_window)
 from holmes.localize.pipeline import Localizer
 from holmes.localize.report import Report
+from holmes.parallel import get_executor
 
 __all__ = ["persistent_window", "persistent_rank_summary", "merge_summaries", "localize_summary",
-           "PersistentSummary", "RankSummary"]
+           "localize_persistent", "persistent_summary", "PersistentSummary", "RankSummary"]
 
 
 def localize_summary(job: Any, summary: PersistentSummary, **params: Any) -> Report:
@@ -69,3 +81,39 @@ def localize_summary(job: Any, summary: PersistentSummary, **params: Any) -> Rep
     """
     params["analysis"] = "persistent"
     return Localizer(analyses=[PersistentAnalysis(summary)], **params).localize(job)
+
+
+def _summary_task(ranks: list[int], source: Any, window: Any) -> PersistentSummary:
+    job = open_job(source)
+    return merge_summaries(*[persistent_rank_summary(job, r, window) for r in ranks])
+
+
+def persistent_summary(job: Any, window: Any, *, scheduler: Any = None) -> PersistentSummary:
+    """Every rank's persistent summary over ``window``, merged (the map on ``scheduler``'s workers)."""
+    ex = get_executor(scheduler)
+    try:
+        src = job_source(job, ex)
+        ranks = list(range(open_job(src).world_size))
+        return ex.fetch(ex.map_reduce(_summary_task, ranks, merge_summaries, src, window))
+    finally:
+        if ex is not scheduler:
+            ex.close()
+
+
+def localize_persistent(job: Any, *, scheduler: Any = None, **params: Any) -> Report:
+    """``holmes.localize(job, analysis="persistent", **params)`` with the per-rank work on ``scheduler``.
+
+    Parameters
+    ----------
+    job : str or path or Job
+        A job directory (a path the workers can read) or a Job read from one.
+    scheduler : None, str, distributed.Client or Executor
+        See :func:`holmes.parallel.get_executor`; None runs in this process.
+    **params
+        Any :class:`~holmes.localize.LocalizeParams` field but ``analysis``.
+    """
+    p = LocalizeParams(**{**params, "analysis": "persistent"})
+    window = persistent_window(job, p.pivot, p.window)
+    summary = persistent_summary(job, window, scheduler=scheduler)
+    params.pop("analysis", None)
+    return localize_summary(job, summary, **params)
