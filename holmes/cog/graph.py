@@ -203,6 +203,22 @@ class RankOps:
                             excess_over_low(self.duration, self.op_index, quantile))
         return self._excess
 
+    def describe_compute(self, row: int, comm_ids: list[str]) -> dict[str, Any]:
+        """:meth:`describe` of ``row`` with the compute gap before it and that gap's excess over
+        its usual length (:meth:`excess`): the step of a compute cause."""
+        d = self.describe(row, comm_ids)
+        d["compute_gap_ns"] = int(self.gap[row])
+        d["gap_excess_ns"] = int(self.excess()[0][row])
+        return d
+
+    def largest_gap_row(self, iteration: int) -> int | None:
+        """The row of ``iteration`` whose compute gap grew most over its usual length (None when
+        the rank has no such iteration)."""
+        lo, hi = self.iteration_rows(iteration)
+        if hi <= lo:
+            return None
+        return lo + int(np.argmax(self.excess()[0][lo:hi]))
+
     def iteration_compute(self) -> tuple[np.ndarray, np.ndarray]:
         """``(iterations, compute_ns)``: per iteration, the sum of the rank's compute gaps (its own
         work between operators, not the waiting inside them)."""

@@ -117,7 +117,6 @@ class IrregularAnalysis:
             for r in range(run.source.world_size):
                 search.rank_ops(r)
             transfers = TransferTimes(search.graph.ranks, search.graph.members)
-        self._transfers = transfers
         for it in sel.chosen.tolist():
             found = explain_iteration(run, it, excess.get(it, 0.0), transfers)
             if found is None:
@@ -138,7 +137,7 @@ class IrregularAnalysis:
                                                     speedup=p.exonerate_speedup))
         if p.straggler_share > 0:
             _drop_diffuse(ev, search.graph.ranks, topo.host_of)
-        self._null(run, sel, ev, healthy)
+        self._null(run, sel, ev, healthy, ref, transfers)
         if p.narrow:
             narrowed = narrow_by_coverage(ev.implicated, [c.rate for c in ev.causes],
                                           [c.cause != COMPUTE for c in ev.causes])
@@ -148,7 +147,8 @@ class IrregularAnalysis:
             ev.implicated = narrowed
         return ev
 
-    def _null(self, run: Any, sel: Selection, ev: Evidence, healthy: HealthyPaths | None) -> None:
+    def _null(self, run: Any, sel: Selection, ev: Evidence, healthy: HealthyPaths | None, ref: float,
+              transfers: TransferTimes | None) -> None:
         """Run the search on up to ``null_iterations`` regular iterations (evenly spread): what
         the procedure blames when nothing is wrong is the chance level a device must beat."""
         p, search, topo = run.params, run.search, run.topology
@@ -161,11 +161,10 @@ class IrregularAnalysis:
             return
         pick = regular[np.unique(np.linspace(0, regular.size - 1, min(p.null_iterations, regular.size)).astype(int))]
         # a regular iteration is judged as if it had just made the cut: its excess is at least
-        # the smallest an irregular one has ((delta - 1) x the reference)
-        ref = IrregularityRule(p.delta).reference(sel.durations)
+        # the smallest an irregular one has ((delta - 1) x the reference ``ref``)
         excess = dict(zip(sel.window.tolist(), np.maximum(sel.durations - ref, (p.delta - 1) * ref).tolist()))
         for it in pick.tolist():
-            found = explain_iteration(run, it, excess.get(it, 0.0), getattr(self, "_transfers", None))
+            found = explain_iteration(run, it, excess.get(it, 0.0), transfers)
             if not found:
                 continue
             devs: set[str] = set()
@@ -351,12 +350,9 @@ def _straggler_cause(search: GraphSearch, topo: Any, kind: str, ranks: tuple[int
     the host when several of its ranks straggled, else left to the host probe."""
     r0 = ranks[0]
     ro = search.graph.ranks[r0]
-    lo, hi = ro.iteration_rows(iteration)
-    gap_x = ro.excess()[0][lo:hi]
-    k = lo + int(np.argmax(gap_x))
-    step = ro.describe(k, search.graph.comm_ids)
-    step["compute_gap_ns"] = int(ro.gap[k])
-    step["gap_excess_ns"] = int(gap_x.max())
+    k = ro.largest_gap_row(iteration)
+    assert k is not None  # a straggler of ``iteration`` has rows in it
+    step = ro.describe_compute(k, search.graph.comm_ids)
     host = topo.host_of(r0)
     devices: list[str] | None
     if kind == "host":
@@ -379,15 +375,11 @@ def pivot_compute(search: GraphSearch, pivot: int, iteration: int, iteration_exc
     if ro is None or iteration_excess <= 0:
         return None
     lo, hi = ro.iteration_rows(iteration)
-    if hi <= lo:
-        return None
     gap_x = ro.excess()[0][lo:hi]
-    if gap_x.sum() < share * iteration_excess:
+    if hi <= lo or gap_x.sum() < share * iteration_excess:
         return None
-    k = lo + int(np.argmax(gap_x))
-    step = ro.describe(k, search.graph.comm_ids)
-    step["compute_gap_ns"] = int(ro.gap[k])
-    step["gap_excess_ns"] = int(ro.excess()[0][k])
+    k = ro.largest_gap_row(iteration)
+    step = ro.describe_compute(k, search.graph.comm_ids)
     return RootCause(iteration, COMPUTE, (pivot,), pivot, k, step, [step],
                      f"the pivot's own compute grew by {gap_x.sum() / 1e6:.1f} ms in this iteration")
 

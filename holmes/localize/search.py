@@ -214,9 +214,10 @@ class GraphSearch:
             k = row  # ties (e.g. no excess anywhere): the gap right before the late operator
         if abn.size and dur_x[abn[0]] >= gap_x[k]:
             return ro.rank, int(abn[0]), path + [normal_step]
-        step = normal_step if k == row else ro.describe(k, self.graph.comm_ids)
-        step["compute_gap_ns"] = int(ro.gap[k])
-        step["gap_excess_ns"] = int(gap_x[k])
+        step = ro.describe_compute(k, self.graph.comm_ids)
+        if k == row:
+            normal_step.update(step)
+            step = normal_step
         evidence = path + [normal_step] + ([step] if k != row else [])
         causes.append(RootCause(iteration, COMPUTE, (ro.rank,), ro.rank, k, step, evidence, note))
         return None

@@ -109,6 +109,12 @@ class TransferTimes:
         seen[chan, itpos] = True
         t[~seen] = np.nan
         self._t = t
+        # per channel: iterations seen, and its usual level (q25) and healthy spread over them
+        self._n = seen.sum(axis=1)
+        with np.errstate(all="ignore"):
+            q05, q25 = (np.nanquantile(t, [0.05, 0.25], axis=1) if t.size
+                        else np.zeros((2, len(chan_keys))))
+        self._usual, self._spread = q25, (q25 - q05) / NORMAL_Q25_Q05
         self.channels = [tuple(int(x) for x in k) for k in chan_keys]
         self._ranks = [(int(s), int(d)) if s >= 0 else tuple(int(m) for m in members[int(c)])
                        for c, s, d in self.channels]
@@ -132,14 +138,9 @@ class TransferTimes:
             return {}, {}
         ex: dict[int, float] = {}
         sig: dict[int, float] = {}
-        for c in range(len(self.channels)):
-            row = self._t[c]
-            v = row[~np.isnan(row)]
-            if v.size < min_iterations or np.isnan(row[i]):
-                continue
-            q05, q25 = np.quantile(v, [0.05, 0.25])
-            ex[c] = float(row[i] - q25)
-            sig[c] = float((q25 - q05) / NORMAL_Q25_Q05)
+        for c in np.flatnonzero((self._n >= min_iterations) & ~np.isnan(self._t[:, i])).tolist():
+            ex[c] = float(self._t[c, i] - self._usual[c])
+            sig[c] = float(self._spread[c])
         return ex, sig
 
     def where(self, channel: int, iteration: int) -> tuple[int, int] | None:
