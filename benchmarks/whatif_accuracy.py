@@ -5,7 +5,8 @@ Two parts, in one run:
 * **WIA ST** (``../shared/data/wia``, ByteDance's own what-if result beside it): the trace is
   converted, ``holmes.localize(..., analysis="persistent")`` runs, and Holmes's total straggling
   slowdown and per-stage / per-dp-rank attribution are printed next to ``result-ST.json``
-  (``blocking_slowdown``, ``blocking_decompose_by_stage``, ``blocking_decompose_by_dp_rank``);
+  (``blocking_slowdown``, ``blocking_decompose_by_stage``, ``blocking_decompose_by_dp_rank``), a
+  column per stage, with whether the two order the stages alike;
 * **simulated persistent faults**: one fault active in every iteration (so no iteration is
   irregular), GPU/host 1.1-2x, NIC/link/switch 2-6x
   (:func:`holmes.simulate.scenarios.persistent_fault_job`), plus healthy jobs; top-1 (top-2 for
@@ -17,7 +18,8 @@ Two parts, in one run:
   find it): such a job is listed as *ineffective* and left out of top-1 (the job's
   ``truth.json`` says how many transfer groups cross the device).
 
-Last line: ``wia_st_slowdown_err_pct=<x> persistent_top1=<%> persistent_healthy_named_pct=<%>``.
+Last line: ``wia_st_slowdown_err_pct=<x> persistent_top1=<%> persistent_healthy_named_pct=<%>
+wia_st_stage_order_match=<0|1>`` (1: Holmes orders the stages as ``blocking_decompose_by_stage``).
 
 Usage::
 
@@ -71,6 +73,25 @@ def attribution(job_dir: Path) -> dict:
     return dict(stage=ev.by_stage, replica=ev.by_replica, slowdown=ev.slowdown)
 
 
+def stage_order(fig: dict[int, float]) -> list[int]:
+    """Stages from the one whose removal would shorten the step most (largest figure) down."""
+    return sorted(fig, key=lambda k: (-fig[k], k))
+
+
+def stage_table(theirs: dict[int, float], ours: dict[int, float]) -> bool:
+    """Print the per-stage figures side by side (a column per stage) and whether the orders agree."""
+    stages = sorted(theirs)
+    print("  per stage: the step with only this stage as logged over the ideal step "
+          "(WIA blocking_decompose_by_stage)")
+    print("  " + " " * 8 + "".join(f"{'stage ' + str(s):>10}" for s in stages) + "   order")
+    same = set(ours) == set(theirs) and stage_order(ours) == stage_order(theirs)
+    for name, fig in (("theirs", theirs), ("holmes", ours)):
+        cells = "".join(f"{fig[s]:>10.4f}" if s in fig else f"{'-':>10}" for s in stages)
+        print(f"  {name:<8}{cells}   {' > '.join(map(str, stage_order(fig)))}")
+    print(f"  stage order {'matches' if same else 'DIFFERS'}")
+    return same
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--gpus", type=int, default=2048, choices=sorted(LAYOUT))
@@ -101,8 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     print("WIA ST (ByteDance what-if analyzer vs Holmes)")
     print(f"  total slowdown      theirs {w['theirs']:.4f}  holmes {w['slowdown']:.4f}  (error {w['err_pct']:.1f}%)")
     print(f"  verdict {w['verdict']}, non-device cause {w['cause']}")
-    for s in sorted(w["their_stage"]):
-        print(f"  stage {s}: theirs {w['their_stage'][s]:.4f}  holmes {att['stage'].get(s, float('nan')):.4f}")
+    order_match = stage_table(w["their_stage"], att["stage"])
     for d in sorted(w["their_dp"]):
         print(f"  dp rank {d}: theirs {w['their_dp'][d]:.4f}  holmes {att['replica'].get(d, float('nan')):.4f}")
 
@@ -145,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     top1 = 100.0 * hit / total if total else float("nan")
     hn = 100.0 * named_healthy / healthy if healthy else float("nan")
     print(f"split={args.split} gpus={args.gpus} jobs_per_kind={args.jobs}")
-    print(f"wia_st_slowdown_err_pct={w['err_pct']:.2f} persistent_top1={top1:.1f} persistent_healthy_named_pct={hn:.1f}")
+    print(f"wia_st_slowdown_err_pct={w['err_pct']:.2f} persistent_top1={top1:.1f} persistent_healthy_named_pct={hn:.1f} "
+          f"wia_st_stage_order_match={int(order_match)}")
     return 0
 
 

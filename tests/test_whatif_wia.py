@@ -39,15 +39,15 @@ def test_total_slowdown_agrees_with_the_analyzer(wia):
 def test_per_stage_attribution_ordered_as_theirs(wia):
     res, _, ev = wia
     theirs = {int(k): v for k, v in res["blocking_decompose_by_stage"].items()}
-    assert max(theirs, key=theirs.get) == max(ev.by_stage, key=ev.by_stage.get) == 3
+    # the same order, stage by stage: 3 (the long last stage) > 0 > 1 > 2 (0.998 / 0.9831 / 0.9825)
+    assert sorted(ev.by_stage, key=lambda s: -ev.by_stage[s]) == sorted(theirs, key=lambda s: -theirs[s]) \
+        == [3, 0, 1, 2]
     # stage 3 alone explains the slowdown in both; the other stages are within 2% of each other in both
     assert ev.by_stage[3] - 1 > 0.8 * (ev.slowdown - 1)
     others = [ev.by_stage[s] for s in (0, 1, 2)]
     assert max(others) - min(others) < 0.02 and max(others) < 1.0
-    # per dp rank: both replicas carry the same slow stage, so both explain nearly all of it
-    their_dp = {int(k): v for k, v in res["blocking_decompose_by_dp_rank"].items()}
-    for d, v in their_dp.items():
-        assert abs(ev.by_replica[d] - v) / v < 0.05
+    for s, v in theirs.items():
+        assert abs(ev.by_stage[s] - v) / v < 0.02
 
 
 def test_replay_reproduces_the_logged_steps(wia):

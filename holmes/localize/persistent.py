@@ -168,32 +168,33 @@ class PersistentAnalysis:
         W = ev.caused.shape[0]
         C, gap, x = ev.compute, prog.gap, prog.x
         row_rank, row_it = f.row_rank, f.row_it
-        cmed = C[f.present].mean(axis=0) if f.present.any() else np.zeros(C.shape[1])  # WIA: all at the average
+        # the ideal (WIA's): no variation along rank, stage or iteration. Every transfer at the median
+        # of its operator type over the window; every rank's work in every iteration at the job's mean
+        # (the logs hold no compute operator, only each rank's gaps: they are scaled in proportion)
+        c_all = float(C[f.present].mean()) if f.present.any() else 0.0
         with np.errstate(divide="ignore", invalid="ignore"):
-            f_all = np.where(C > 0, cmed[None, :] / C, 1.0)
+            f_all = np.where(C > 0, c_all / C, 1.0)
             f_peer = np.where(C > 0, np.minimum(ev.roles.group_median(C) / C, 1.0), 1.0)
-        ratio = ev.slot_ratio
-        if ratio is not None and ratio.size:
-            x_ideal = x * np.minimum(1.0 / np.maximum(ratio, 1e-9), 1.0)[f.inst_slot, f.inst_it]
-        else:
-            x_ideal = x
+        x_ideal = f.type_x[f.inst_type] if len(f.type_x) else x
         g_ideal = gap * f_all[row_rank, row_it]
         ideal = replay(prog, gap=g_ideal, x=x_ideal)
         t_ideal = float(np.nanmean(ideal[ok])) if np.isfinite(ideal[ok]).any() else float("nan")
         ev.step_actual, ev.step_ideal = t_act, t_ideal
         ev.slowdown = t_act / t_ideal if t_ideal > 0 else None
-        stage, rep = ev.roles.stage, ev.roles.replica
-        if 1 < ev.roles.num_stages <= 64 and W <= 1024:  # WIA's decomposition: one replay per stage
-            for s in range(ev.roles.num_stages):
-                keep = stage[row_rank] == s
-                alt = replay(prog, gap=np.where(keep, gap, g_ideal), x=x_ideal)
-                ev.by_stage[s] = float(np.nanmean(alt[ok])) / t_ideal
+        # WIA's decomposition: the ideal with one stage (replica) as logged -- its ranks' gaps and the
+        # transfers of the instances they take part in -- over the ideal; one replay each
+        ev.by_stage = self._decompose(ev.roles.stage, ev.roles.num_stages, W, prog, f, gap, g_ideal, x_ideal,
+                                      replay, ok, t_ideal)
+        rep = ev.roles.replica
         n_rep = int(rep.max()) + 1 if rep.size else 0
-        if 1 < n_rep <= 8 and W <= 1024:
-            for d in range(n_rep):
-                keep = rep[row_rank] == d
-                alt = replay(prog, gap=np.where(keep, gap, g_ideal), x=x_ideal)
-                ev.by_replica[d] = float(np.nanmean(alt[ok])) / t_ideal
+        if n_rep <= 8:
+            ev.by_replica = self._decompose(rep, n_rep, W, prog, f, gap, g_ideal, x_ideal, replay, ok, t_ideal)
+        # transfers at their peers' (a network suspect's impact)
+        ratio = ev.slot_ratio
+        if ratio is not None and ratio.size:
+            x_peer = x * np.minimum(1.0 / np.maximum(ratio, 1e-9), 1.0)[f.inst_slot, f.inst_it]
+        else:
+            x_peer = x
         # each suspect's impact: its work (transfers) at its peers' level
         for s in ev.suspects[:8]:
             if s.kind == "compute":
@@ -202,10 +203,29 @@ class PersistentAnalysis:
                 key = f"gpu:{s.ranks[0]}"
             else:
                 m = np.isin(f.inst_slot, s.slots)
-                alt = replay(prog, x=np.where(m, x_ideal, x))
+                alt = replay(prog, x=np.where(m, x_peer, x))
                 key = s.devices[0]
             ev.impact[key] = 100.0 * (t_act - float(np.nanmean(alt[ok]))) / t_act
         log.info("persistent: step %.3g actual, %.3g ideal (slowdown %.3f)", t_act, t_ideal, ev.slowdown or 0)
+
+    @staticmethod
+    def _decompose(label: np.ndarray, n: int, W: int, prog: Any, f: Folded, gap: np.ndarray, g_ideal: np.ndarray,
+                   x_ideal: np.ndarray, replay: Any, ok: np.ndarray, t_ideal: float) -> dict[int, float]:
+        """Per group ``g`` of ``label`` (stage or replica per rank), the mean replayed step with the
+        ideal everywhere but group ``g``'s gaps and the transfers of the instances its ranks take
+        part in, over the ideal step (WIA's ``blocking_decompose_by_stage`` / ``_by_dp_rank``).
+        Jobs of at most 1,024 ranks and 64 groups (one replay per group)."""
+        if not 1 < n <= 64 or W > 1024 or not t_ideal > 0:
+            return {}
+        row_group = label[f.row_rank]
+        out: dict[int, float] = {}
+        for g in range(n):
+            keep = row_group == g
+            touched = np.zeros(len(x_ideal), np.bool_)
+            touched[prog.inst[keep]] = True
+            alt = replay(prog, gap=np.where(keep, gap, g_ideal), x=np.where(touched, prog.x, x_ideal))
+            out[g] = float(np.nanmean(alt[ok])) / t_ideal
+        return out
 
     # ------------------------------------------------------------------ rank
     def rank(self, run: Any, ev: PersistentEvidence, sel: PersistentSelection | None = None) -> list[DeviceScore]:

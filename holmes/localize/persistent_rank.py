@@ -6,7 +6,8 @@ analysis window (no strings, no timestamps: each value is measured on the rank's
 
 * per operator: its *slot* (communicator, or communicator + sender + receiver for P2P), its
   ``seq``, its iteration, its duration, the rank's compute gap before it, the rank's own work since
-  it last waited, whether it starts a batch of operators issued together, its bytes;
+  it last waited, whether it starts a batch of operators issued together, its bytes, its operator
+  (an index into :data:`OP_KINDS`: what-if analysis compares an all-gather with all-gathers);
 * per iteration: the rank's own work (the sum of its compute gaps).
 
 The same functions run in process (``holmes localize``) and distributed (one task per rank)::
@@ -44,9 +45,10 @@ import numpy as np
 import pyarrow as pa
 
 from holmes.errors import ConfigError, JobError
+from holmes.io.schema import OP_NAMES
 
 __all__ = ["RankSummary", "PersistentSummary", "persistent_window", "persistent_rank_summary", "merge_summaries",
-           "persistent_summaries", "FIELDS", "COLUMNS"]
+           "persistent_summaries", "FIELDS", "COLUMNS", "OP_KINDS"]
 
 log = logging.getLogger(__name__)
 
@@ -54,9 +56,12 @@ _SEND, _RECV = "send", "recv"
 #: bits of a slot key: communicator code << 42 | (sender + 1) << 21 | (receiver + 1)
 _RBITS = 21
 
+#: the operators a summary tells apart (``opk`` indexes this tuple; any other name is ``len(OP_KINDS)``)
+OP_KINDS: tuple[str, ...] = tuple(OP_NAMES)
+
 #: the per-operator arrays of a :class:`RankSummary`, with their dtypes
 FIELDS = {"slot": np.int32, "seq": np.int64, "widx": np.int32, "dur": np.int64, "own": np.int64,
-          "gap": np.float64, "new_batch": np.bool_, "nbytes": np.int64}
+          "gap": np.float64, "new_batch": np.bool_, "nbytes": np.int64, "opk": np.int8}
 
 
 @dataclass(frozen=True)
@@ -280,7 +285,8 @@ def summarize_table(r: int, t: pa.Table, win: np.ndarray, starts: dict[int, int]
     compute = np.bincount(widx, weights=gap, minlength=T).astype(np.float64)
     own = _own_work(gap, dur, col["op_index"][sel])
     comms, comm = _codes(t.column("comm_id"))
-    op = _op_codes(t.column("op"))[sel]
+    opk = _op_kinds(t.column("op"))[sel]
+    op = np.where(opk == _KIND_SEND, 1, np.where(opk == _KIND_RECV, 2, 0))
     peer = _np(t.column("peer").fill_null(-1)).astype(np.int64)[sel]
     seq = col["seq"][sel].astype(np.int64)
     is_p2p = op > 0
@@ -293,7 +299,7 @@ def summarize_table(r: int, t: pa.Table, win: np.ndarray, starts: dict[int, int]
             m = slot == j
             seq[m] = np.arange(int(m.sum()))
     ops = {"slot": slot.astype(np.int32), "seq": seq, "widx": widx, "dur": dur, "own": own,
-           "gap": gap.astype(np.float64), "new_batch": new_batch, "nbytes": col["nbytes"][sel].astype(np.int64)}
+           "gap": gap.astype(np.float64), "new_batch": new_batch, "nbytes": col["nbytes"][sel].astype(np.int64), "opk": opk}
     return RankSummary(comms, keys.astype(np.int64), ops, compute, iter_ptr)
 
 
@@ -336,10 +342,18 @@ def _codes(col: Any) -> tuple[tuple[str, ...], np.ndarray]:
     return tuple(arr.dictionary.to_pylist()), arr.indices.to_numpy(zero_copy_only=False).astype(np.int64)
 
 
-def _op_codes(col: Any) -> np.ndarray:
-    """0 collective, 1 send, 2 recv."""
+_KIND_SEND, _KIND_RECV = OP_KINDS.index(_SEND), OP_KINDS.index(_RECV)
+
+
+def _op_kinds(col: Any) -> np.ndarray:
+    """Per row, the index of its operator in :data:`OP_KINDS` (int8; ``len(OP_KINDS)``: another name).
+
+    >>> _op_kinds(pa.array(["send", "all_gather", "frobnicate"])).tolist() == [
+    ...     OP_KINDS.index("send"), OP_KINDS.index("all_gather"), len(OP_KINDS)]
+    True
+    """
     values, idx = _codes(col)
-    lut = np.array([1 if v == _SEND else 2 if v == _RECV else 0 for v in values] or [0])
+    lut = np.array([OP_KINDS.index(v) if v in OP_KINDS else len(OP_KINDS) for v in values] or [0], np.int8)
     return lut[idx]
 
 

@@ -14,6 +14,8 @@ the summaries were merged):
 * **own work** (ranks x iterations): the sum of each rank's compute gaps;
 * per slot and iteration the *transfer time* (the sum of its instances' shortest copies), its bytes
   and its instance count, to compare communicators with their peers;
+* per instance its *operator type* and per type the median transfer time over the window
+  (:func:`operator_types`: the what-if ideal, WIA's per-operator-type median);
 * the replayable program (:class:`~holmes.localize.whatif.Program`) of the window.
 
 Examples
@@ -62,6 +64,8 @@ class Folded:
     CNT: np.ndarray               # (S,) instances
     program: Program | None
     inst_slot: np.ndarray         # per instance, its slot
+    inst_type: np.ndarray         # per instance, its operator type (index into type_x)
+    type_x: np.ndarray            # per operator type, the median transfer time of its instances
     inst_it: np.ndarray           # per instance, its window iteration
     row_rank: np.ndarray          # per program row, its rank
     row_it: np.ndarray            # per program row, its window iteration
@@ -117,7 +121,9 @@ def fold(summary: PersistentSummary, communicators: Mapping[str, Any], *, progra
     g1 = np.zeros(n_inst, np.int64)
     it1 = np.full(n_inst, -1, np.int64)
     nb = np.zeros(n_inst, np.int64)
-    for k in ("slot", "seq"):
+    inst_op = np.zeros(n_inst, np.int8)
+    inst_op[inst] = cols["opk"]
+    for k in ("slot", "seq", "opk"):
         del cols[k]
     _fold(inst, row_rank, cols["dur"], cols["own"], cols["widx"], cols["nbytes"], cnt, d1, d2, r1, g1, it1, nb)
     for k in ("dur", "own", "nbytes"):  # the replays need none of these: free them before
@@ -137,6 +143,8 @@ def fold(summary: PersistentSummary, communicators: Mapping[str, Any], *, progra
     inst_it = np.where(it1 >= 0, it1, 0)
     X = np.bincount(inst_slot[full] * T + inst_it[full], weights=x[full], minlength=S * T).reshape(S, T) \
         if T else np.zeros((S, 0))
+    inst_type, type_x = operator_types(info, communicators, inst_slot, inst_op, nb, x, full, has)
+    del inst_op
     NB = np.bincount(inst_slot[has], weights=nb[has].astype(np.float64), minlength=S)
     CNT = np.bincount(inst_slot[has], minlength=S).astype(np.float64)
     prog = None
@@ -144,8 +152,64 @@ def fold(summary: PersistentSummary, communicators: Mapping[str, Any], *, progra
         prog = Program(rank_ptr, iter_ptr, inst, cols["gap"], cols["new_batch"], x, cnt)
     present = lens > 0
     log.info("persistent: %d ranks folded, %d operators, %d instances, %d slots", len(ranks), n, n_inst, S)
-    return Folded(win, caused, compute, present, info, X, NB, CNT, prog, inst_slot, inst_it, row_rank,
+    return Folded(win, caused, compute, present, info, X, NB, CNT, prog, inst_slot, inst_type, type_x, inst_it,
+                  row_rank,
                   cols["widx"])
+
+
+def operator_types(info: list[tuple], communicators: Mapping[str, Any], inst_slot: np.ndarray, inst_op: np.ndarray,
+                   nb: np.ndarray, x: np.ndarray, full: np.ndarray, has: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per instance its *operator type*, and per type the median transfer time of its instances.
+
+    Two instances are of one type when they are the same operator (``inst_op``, an index into
+    :data:`~holmes.localize.persistent_rank.OP_KINDS`) with the same message size (to a quarter of a
+    factor of two) on communicators of the same kind and size -- or, for P2P, of the same kind and
+    direction along the communicator's rank order (a pipeline's forward or backward sends): WIA's
+    operator types (``grads-reduce-scatter``, ``forward-send``, ...) on communication logs. The
+    median is over the instances every member logged (``full``; else over those any member logged).
+
+    >>> info = [("c", "dp", (0, 1), "dp0"), ("c", "dp", (2, 3), "dp1"), ("p", "pp", (0, 2), "pp0")]
+    >>> t, m = operator_types(info, {"pp0": ("pp", [0, 2])}, np.array([0, 0, 1, 2]), np.array([1, 2, 1, 7]),
+    ...                       np.zeros(4, np.int64), np.array([4.0, 9.0, 6.0, 1.0]), np.ones(4, bool),
+    ...                       np.ones(4, bool))
+    >>> t.tolist(), m[t].tolist()           # the two all-gathers (op 1) share a type and a median
+    ([0, 1, 0, 2], [5.0, 9.0, 5.0, 1.0])
+    """
+    skey: dict[tuple, int] = {}
+    scode = np.zeros(len(info), np.int64)
+    for s, i in enumerate(info):
+        if i[0] == "p":
+            c = communicators.get(i[3])
+            ranks = [int(r) for r in (c.ranks if hasattr(c, "ranks") else c[1])] if c is not None else []
+            snd, rcv = i[2]
+            d = int(np.sign(ranks.index(rcv) - ranks.index(snd))) if snd in ranks and rcv in ranks else 0
+            k: tuple = ("p", i[1], d)
+        else:
+            k = ("c", i[1], len(i[2]))
+        scode[s] = skey.setdefault(k, len(skey))
+    nbq = np.clip(np.round(np.log2(nb.astype(np.float64) + 1.0) * 4), 0, 255).astype(np.int64)
+    key = (scode[inst_slot] * 256 + inst_op.astype(np.int64)) * 256 + nbq
+    _, typ = np.unique(key, return_inverse=True)
+    typ = typ.astype(np.int32).ravel()
+    n = int(typ.max()) + 1 if len(typ) else 0
+    med = _group_median(typ[full], x[full], n)
+    med_any = _group_median(typ[has], x[has], n)
+    return typ, np.nan_to_num(np.where(np.isnan(med), med_any, med))
+
+
+def _group_median(g: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
+    """Per group ``0..n-1`` the median of its values (NaN for an empty group)."""
+    out = np.full(n, np.nan)
+    if not len(g):
+        return out
+    o = np.lexsort((v, g))
+    vs = v[o]
+    cnt = np.bincount(g, minlength=n)
+    start = np.r_[0, np.cumsum(cnt)[:-1]]
+    ok = cnt > 0
+    lo, hi = start[ok] + (cnt[ok] - 1) // 2, start[ok] + cnt[ok] // 2
+    out[ok] = 0.5 * (vs[lo] + vs[hi])
+    return out
 
 
 def _slot_info(k: int, comm_ids: list[str], communicators: Mapping[str, Any]) -> tuple:
