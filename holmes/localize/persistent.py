@@ -16,10 +16,12 @@ in the other data-parallel replicas), Minder-style. Its steps, as the pipeline r
    stragglers); slow slots the network devices on the paths of all of them and of few healthy ones;
 3. **what-if** -- every iteration is replayed through the dependency graph of its operators
    (:mod:`~holmes.localize.whatif`) with the actual gaps and transfers, with a suspect's set to its
-   peers' (its ``impact_pct``), and with every rank's work set to the job-wide mean (the ideal
-   step: ``slowdown = actual / ideal``, WIA's S); per stage and per replica the step with only that
-   stage (replica) left as it is (WIA's decomposition; jobs of at most 1,024 ranks, one replay
-   each -- beyond, the slowest stage is told by its work alone). When no device explains a slowdown
+   peers' (its ``impact_pct``), and ideal -- every rank's work at the window-wide mean, every
+   transfer at its operator type's median (:func:`~holmes.localize.persistent_wait.operator_types`):
+   ``slowdown = actual / ideal``, WIA's S; per stage and per replica the ideal step with only that
+   stage (replica) left as logged, its gaps and the transfers it takes part in (WIA's decomposition;
+   jobs of at most 1,024 ranks, one replay each -- beyond, the slowest stage is told by its work
+   alone). When no device explains a slowdown
    of at least ``imbalance_pct`` %, the non-device cause is named: ``pipeline_stage_imbalance``
    (one stage slowest on every replica) or ``microbatch_imbalance`` (the slow position moves
    between replicas).

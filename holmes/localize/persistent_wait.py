@@ -166,7 +166,8 @@ def operator_types(info: list[tuple], communicators: Mapping[str, Any], inst_slo
     factor of two) on communicators of the same kind and size -- or, for P2P, of the same kind and
     direction along the communicator's rank order (a pipeline's forward or backward sends): WIA's
     operator types (``grads-reduce-scatter``, ``forward-send``, ...) on communication logs. The
-    median is over the instances every member logged (``full``; else over those any member logged).
+    median is over the instances every member logged (``full``; else over those any member logged;
+    beyond 2^20 instances over an even sample of them).
 
     >>> info = [("c", "dp", (0, 1), "dp0"), ("c", "dp", (2, 3), "dp1"), ("p", "pp", (0, 2), "pp0")]
     >>> t, m = operator_types(info, {"pp0": ("pp", [0, 2])}, np.array([0, 0, 1, 2]), np.array([1, 2, 1, 7]),
@@ -189,26 +190,40 @@ def operator_types(info: list[tuple], communicators: Mapping[str, Any], inst_slo
         scode[s] = skey.setdefault(k, len(skey))
     nbq = np.clip(np.round(np.log2(nb.astype(np.float64) + 1.0) * 4), 0, 255).astype(np.int64)
     key = (scode[inst_slot] * 256 + inst_op.astype(np.int64)) * 256 + nbq
-    _, typ = np.unique(key, return_inverse=True)
-    typ = typ.astype(np.int32).ravel()
+    span = (len(skey) or 1) << 16
+    if span <= 1 << 24:  # few slot kinds (always, in practice): a dense look-up, no sort
+        seen = np.zeros(span, np.bool_)
+        seen[key] = True
+        typ = (np.cumsum(seen) - 1).astype(np.int32)[key]
+    else:
+        typ = np.unique(key, return_inverse=True)[1].astype(np.int32).ravel()
     n = int(typ.max()) + 1 if len(typ) else 0
     med = _group_median(typ[full], x[full], n)
     med_any = _group_median(typ[has], x[has], n)
     return typ, np.nan_to_num(np.where(np.isnan(med), med_any, med))
 
 
-def _group_median(g: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
-    """Per group ``0..n-1`` the median of its values (NaN for an empty group)."""
+def _group_median(g: np.ndarray, v: np.ndarray, n: int, cap: int = 1 << 20) -> np.ndarray:
+    """Per group ``0..n-1`` the median of its values (NaN for an empty group). Beyond ``cap``
+    values, of every ``len // cap``-th one (a group too small to be sampled so: of all its values).
+
+    >>> _group_median(np.array([1, 0, 1, 1]), np.array([5.0, 2.0, 1.0, 3.0]), 3).tolist()
+    [2.0, 3.0, nan]
+    """
     out = np.full(n, np.nan)
     if not len(g):
         return out
-    o = np.lexsort((v, g))
+    k = len(g) // cap
+    if k > 1:
+        pick = np.zeros(len(g), np.bool_)
+        pick[::k] = True
+        pick |= (np.bincount(g, minlength=n) < 64 * k)[g]
+        g, v = g[pick], v[pick]
+    o = np.argsort(g.astype(np.int16) if n < 1 << 15 else g, kind="stable")  # radix sort of small ints
     vs = v[o]
-    cnt = np.bincount(g, minlength=n)
-    start = np.r_[0, np.cumsum(cnt)[:-1]]
-    ok = cnt > 0
-    lo, hi = start[ok] + (cnt[ok] - 1) // 2, start[ok] + cnt[ok] // 2
-    out[ok] = 0.5 * (vs[lo] + vs[hi])
+    bounds = np.r_[0, np.cumsum(np.bincount(g, minlength=n))]
+    for t in np.flatnonzero(np.diff(bounds)).tolist():
+        out[t] = np.median(vs[bounds[t]:bounds[t + 1]])
     return out
 
 
