@@ -120,6 +120,27 @@ def test_bad_arguments_raise_config_error(tmp_path):
         rec.add_communicator("x", [0], kind="data")
 
 
+
+@pytest.mark.parametrize("flush_every", [1, 100])
+def test_first_iteration_start_and_extreme_values_survive_the_packed_rows(tmp_path, flush_every):
+    rec = CommOpsRecorder(tmp_path, rank=0, flush_every=flush_every, start_iteration=-3)
+    rec.add_communicator("dp-0", [0, 1], kind="dp")
+    rec.record("dp-0", "all_reduce", start_ns=70, end_ns=80)  # before the first mark
+    rec.record("dp-0", "send", peer=1, nbytes=2**40, start_ns=50, end_ns=90)  # the earliest start
+    rec.step(-3, now_ns=100)  # names the open iteration: it started with its earliest operator
+    rec.record("dp-0", "all_reduce", start_ns=110, end_ns=120)
+    rec.step(2**31 - 1, now_ns=200)
+    rec.record("dp-0", "recv", peer=70000, start_ns=210, end_ns=220)
+    with pytest.raises(ConfigError, match="outside"):
+        rec.step(2**31)
+    rec.close(end_iteration=False)
+    it = _rows(tmp_path / "iterations" / "rank-00000.parquet")
+    assert it["iteration"] == [-3] and it["start_ns"] == [50] and it["end_ns"] == [200]
+    t = _rows(tmp_path / "ranks" / "rank-00000.parquet")
+    assert t["iteration"] == [-3, -3, -3, 2**31 - 1] and t["op_index"] == [0, 1, 2, 0]
+    assert t["seq"] == [0, 0, 1, 0] and t["peer"] == [None, 1, None, 70000]
+    assert t["op"] == ["all_reduce", "send", "all_reduce", "recv"] and t["nbytes"][1] == 2**40
+
 def _capture(tmp_path, world=2, rows=3):
     for r in range(world):
         rec = CommOpsRecorder(tmp_path, rank=r, world_size=world, flush_every=2)

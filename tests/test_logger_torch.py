@@ -91,6 +91,36 @@ def test_kinds_from_layout_groups_and_descriptions(tmp_path, world1):
     lay.close(finalize=False)
 
 
+
+def test_fast_and_general_paths_write_the_same_rows(tmp_path, world1):
+    """A torch collective takes the wrapper's fast path, another tool's function the general one
+    (raising the nesting depth): the rows differ only in their times and numbers."""
+    from holmes.logger import torch_hooks as th
+
+    seen = []
+
+    def other_tool(tensor, op=None, group=None, async_op=False):
+        seen.append(dist.all_reduce(tensor))  # nested: passed through, not logged
+        return None
+
+    def noop(tensor, op=None, group=None, async_op=False):
+        return None
+
+    noop.__module__ = "torch.distributed.distributed_c10d"  # as torch's own collectives
+    native = th._collective_wrapper(other_tool, "all_reduce")
+    fast = th._collective_wrapper(noop, "all_reduce")
+    x = torch.ones(8)
+    with holmes.logger.CommOpsLogger(tmp_path / "job", flush_every=2) as lg:
+        for it in range(3):
+            lg.step(it)
+            fast(x)
+            native(x, group=None)
+            fast(x, async_op=False)
+    t = holmes.read_job(tmp_path / "job").ops(0).to_pydict()
+    assert t["iteration"] == [0, 0, 0, 1, 1, 1, 2, 2, 2] and t["op_index"] == [0, 1, 2] * 3
+    assert t["seq"] == list(range(9)) and set(t["comm_id"]) == {"world"} and set(t["nbytes"]) == {32}
+    assert len(seen) == 3  # the nested calls ran, unlogged
+
 def test_every_wrapped_function_is_recorded_on_two_ranks(tmp_path):
     out = tmp_path / "job"
     _run(["tests/e2e_torch_job.py", str(out)], timeout=120)

@@ -40,7 +40,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
-from itertools import chain
+from itertools import chain, count
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +62,21 @@ _KINDS = ("dp", "tp", "pp", "ep", "cp", "other")
 _OP_CODE = {name: i for i, name in enumerate(OP_NAMES)}
 _P2P_CODES = frozenset(_OP_CODE[o] for o in P2P_OPS)
 _OP_DICT = pa.array(list(OP_NAMES), pa.string())
+# A buffered row is 6 int64: (iteration << 32 | op_index, comm << 40 | seq, op << 32 | peer + 1,
+# nbytes, start_ns, end_ns): fewer Python ints to convert at a flush, and the two numbers every
+# operator takes come from one C counter each (itertools.count: atomic, no lock on the hot path).
+_LOW32 = (1 << 32) - 1
+_SEQ_BITS = 40
+_SEQ_MASK = (1 << _SEQ_BITS) - 1
+_ROW = 6
+_START = 4  # index of start_ns in a row
+#: the iterations a recorder can number (op_index takes the low 32 bits of the packed value)
+_ITER_RANGE = (-(1 << 31), 1 << 31)
+
+
+def _op_key(code: int, peer: int) -> int:
+    """The packed ``(op, peer)`` of a row (``peer`` -1 for none)."""
+    return code << 32 | (peer + 1)
 #: what the rank files are written with: CommOps v1, ``comm_id`` and ``op`` dictionary-encoded
 _WRITE_SCHEMA = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), pa.string()), f.nullable)
                            if f.name in ("comm_id", "op") else f for f in OPS_SCHEMA])
@@ -70,6 +85,13 @@ _WRITE_SCHEMA = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), pa.string(
 _WRITE_OPTIONS: dict[str, Any] = {
     "write_statistics": False, "use_dictionary": ["comm_id", "op"], "compression": "lz4",
     "column_encoding": {c: "DELTA_BINARY_PACKED" for c in ("iteration", "op_index", "seq", "start_ns", "end_ns")}}
+
+
+def _check_iteration(iteration: int) -> int:
+    it = int(iteration)
+    if not _ITER_RANGE[0] <= it < _ITER_RANGE[1]:
+        raise ConfigError(f"iteration {it} is outside the recorder's range [-2**31, 2**31)")
+    return it
 
 
 class PendingOp:
@@ -151,25 +173,27 @@ class CommOpsRecorder:
         self.rank = int(rank)
         self.world_size = None if world_size is None else int(world_size)
         self.flush_every = int(flush_every)
-        # finished operators, one tuple each: (iteration, op_index, comm, seq, op, peer, nbytes,
-        # start_ns, end_ns); a deque so that appending needs no lock (tuples of ints are left alone
-        # by the garbage collector)
+        # finished operators, one packed row each (see _ROW); a deque so that appending needs no
+        # lock (tuples of ints are left alone by the garbage collector)
         self._done: deque[tuple[int, ...]] = deque()
-        # synchronous operators running now: key -> the row without end_ns
+        # synchronous operators running now: key -> the row without end_ns (a collective's key is
+        # its packed comm/seq, unique; other operators take negative keys)
         self._inflight: dict[int, tuple[int, ...]] = {}
-        self._next_key = 0
+        self._sync_keys = count(-1, -1)
         self._pending: list[PendingOp] = []
         self._lock = threading.RLock()
         self._comm_ids: dict[str, int] = {}
         self._comm_names: list[str] = []
         self._comm_info: dict[str, dict[str, Any]] = {}
-        self._seq_coll: dict[int, int] = {}
-        self._seq_p2p: dict[tuple[int, int, int], int] = {}
-        self._cur_iter = int(start_iteration)
-        self._cur_index = 0
+        # seq counters yielding comm << 40 | seq: per communicator (collectives), per
+        # (communicator, op, peer) (point-to-point)
+        self._seq_coll: dict[int, count[int]] = {}
+        self._seq_p2p: dict[tuple[int, int, int], count[int]] = {}
+        self._cur_iter = _check_iteration(start_iteration)
+        # yields iteration << 32 | op_index; replaced at each step mark
+        self._index = count(self._cur_iter << 32)
         self._iter_start: int | None = None
-        self._iter_ops = 0
-        self._first_start = 0
+        self._flushed_first: int | None = None  # earliest start written while no mark was seen
         self._iters: list[tuple[int, int, int]] = []
         self._writer: pq.ParquetWriter | None = None
         self._iter_writer: pq.ParquetWriter | None = None
@@ -226,6 +250,33 @@ class CommOpsRecorder:
             self._comm_names.append(comm_id)
         return code
 
+    def _coll_seq(self, comm_id: str) -> "count[int]":
+        """The counter numbering the collectives on ``comm_id`` (yields ``comm << 40 | seq``); a
+        hook may keep it and call ``next`` on it, then :meth:`_hold` the operator."""
+        with self._lock:
+            c = self._comm_code(comm_id)
+            ctr = self._seq_coll.get(c)
+            if ctr is None:
+                ctr = self._seq_coll[c] = count(c << _SEQ_BITS)
+            return ctr
+
+    def _renew_index(self, iteration: int) -> int:
+        """Start numbering ``iteration``'s operators; returns how many the current one saw (caller
+        holds the lock). An operator racing on another thread keeps a unique number."""
+        old, base = self._index, self._cur_iter << 32
+        self._index = count(iteration << 32)
+        return next(old) - base
+
+    def _unmarked_first(self) -> int | None:
+        """Earliest start of the current iteration's operators (for operators issued before the
+        first mark), or None (caller holds the lock)."""
+        it = self._cur_iter
+        starts = [r[_START] for r in chain(list(self._done), list(self._inflight.values()),
+                                           [h.head for h in self._pending]) if r[0] >> 32 == it]
+        if self._flushed_first is not None:
+            starts.append(self._flushed_first)
+        return min(starts, default=None)
+
     def step(self, iteration: int | None = None, now_ns: int | None = None) -> int:
         """Start iteration ``iteration`` (default: the current one + 1) and close the current one.
 
@@ -236,23 +287,26 @@ class CommOpsRecorder:
         iteration number.
         """
         now = time.time_ns() if now_ns is None else int(now_ns)
+        if iteration is not None:
+            iteration = _check_iteration(iteration)
         with self._lock:
-            if iteration is not None and int(iteration) == self._cur_iter:
+            if iteration == self._cur_iter:
                 if self._iter_start is None:  # ops issued before the first mark stay in it
-                    self._iter_start = self._first_start if self._iter_ops else now
+                    first = self._unmarked_first()
+                    self._iter_start = now if first is None else first
                 return self._cur_iter
-            if self._iter_start is not None or self._iter_ops:
-                new = self._cur_iter + 1 if iteration is None else int(iteration)
-                if self._iter_ops:
-                    start = self._iter_start if self._iter_start is not None else self._first_start
-                    self._iters.append((self._cur_iter, int(start), now))
+            new = self._cur_iter + 1 if iteration is None else iteration
+            n_ops = self._renew_index(new)
+            if self._iter_start is not None or n_ops:
+                if n_ops:
+                    start = self._iter_start if self._iter_start is not None else self._unmarked_first()
+                    self._iters.append((self._cur_iter, int(now if start is None else start), now))
                 self._part_iters += 1
-            else:  # nothing open yet: the first mark just names the iteration
-                new = self._cur_iter if iteration is None else int(iteration)
+            elif iteration is None:  # nothing open yet: the first mark just names the iteration
+                new = self._cur_iter
+                self._index = count(new << 32)
             self._cur_iter = new
-            self._cur_index = 0
             self._iter_start = now
-            self._iter_ops = 0
             if self.live and self._part_due():
                 self._cut_part_locked()
         return new
@@ -311,8 +365,8 @@ class CommOpsRecorder:
     # ------------------------------------------------------------------ recording
 
     def _head(self, comm_id: str, op: str, peer: int | None, nbytes: int, start_ns: int) -> tuple[int, ...]:
-        """Number a new operator (``seq``, ``op_index``) and return its row without ``end_ns``
-        (caller holds the lock)."""
+        """Number a new operator (``seq``, ``op_index``) and return its packed row without
+        ``end_ns`` (caller holds the lock)."""
         code = _OP_CODE.get(op)
         if code is None:
             raise ConfigError(f"unknown operator {op!r}; expected one of {list(OP_NAMES)}")
@@ -324,17 +378,14 @@ class CommOpsRecorder:
         p = -1 if peer is None else int(peer)
         if code in _P2P_CODES:
             key = (c, code, p)
-            s = self._seq_p2p.get(key, 0)
-            self._seq_p2p[key] = s + 1
+            ctr = self._seq_p2p.get(key)
+            if ctr is None:
+                ctr = self._seq_p2p[key] = count(c << _SEQ_BITS)
         else:
-            s = self._seq_coll.get(c, 0)
-            self._seq_coll[c] = s + 1
-        head = (self._cur_iter, self._cur_index, c, s, code, p, nbytes, start_ns)
-        if not self._iter_ops:
-            self._first_start = start_ns
-        self._cur_index += 1
-        self._iter_ops += 1
-        return head
+            ctr = self._seq_coll.get(c)
+            if ctr is None:
+                ctr = self._seq_coll[c] = count(c << _SEQ_BITS)
+        return (next(self._index), next(ctr), _op_key(code, p), nbytes, start_ns)
 
     def record(self, comm_id: str, op: str, *, peer: int | None = None, nbytes: int = 0,
                start_ns: int, end_ns: int) -> None:
@@ -352,33 +403,12 @@ class CommOpsRecorder:
             self._pending.append(h)
         return h
 
-    def _open_coll(self, comm_id: str, code: int, nbytes: int, start_ns: int) -> int:
-        """The hot path of a synchronous collective (``code`` its operator's code): number it,
-        hold it as running, return the key :meth:`close_sync` takes (caller holds the lock)."""
-        if len(self._done) >= self.flush_every:
-            self._flush_locked(final=False)
-        c = self._comm_ids.get(comm_id)
-        if c is None:
-            c = self._comm_code(comm_id)
-        seq = self._seq_coll
-        s = seq.get(c, 0)
-        seq[c] = s + 1
-        key = self._next_key
-        self._next_key = key + 1
-        self._inflight[key] = (self._cur_iter, self._cur_index, c, s, code, -1, nbytes, start_ns)
-        if not self._iter_ops:
-            self._first_start = start_ns
-        self._cur_index += 1
-        self._iter_ops += 1
-        return key
-
     def open_sync(self, comm_id: str, op: str, peer: int | None, nbytes: int, start_ns: int) -> int:
         """A synchronous operator started: it is held as running (a dump writes it so) until
         :meth:`close_sync` with the key returned here."""
         with self._lock:
             head = self._head(comm_id, op, peer, nbytes, start_ns)
-            key = self._next_key
-            self._next_key = key + 1
+            key = next(self._sync_keys)
             self._inflight[key] = head
         return key
 
@@ -387,13 +417,13 @@ class CommOpsRecorder:
         append; after a dump or close it is ignored)."""
         head = self._inflight.pop(key, None)
         if head is not None:
-            self._done.append(head + ((end_ns if end_ns > head[7] else head[7]),))
+            self._done.append(head + ((end_ns if end_ns > head[_START] else head[_START]),))
 
     def running_since(self) -> int | None:
         """``start_ns`` of the oldest operator still running, or None."""
         with self._lock:
-            return min([h[7] for h in list(self._inflight.values())] +
-                       [h.head[7] for h in self._pending if not h.done], default=None)
+            return min([h[_START] for h in list(self._inflight.values())] +
+                       [h.head[_START] for h in self._pending if not h.done], default=None)
 
     def _finish(self, h: PendingOp, end_ns: int, start_ns: int | None) -> None:
         with self._lock:
@@ -401,8 +431,8 @@ class CommOpsRecorder:
                 return
             h.done = True
             head = h.head
-            start = head[7] if start_ns is None else int(start_ns)
-            self._done.append(head[:7] + (start, max(int(end_ns), start)))
+            start = head[_START] if start_ns is None else int(start_ns)
+            self._done.append(head[:_START] + (start, max(int(end_ns), start)))
             try:
                 self._pending.remove(h)
             except ValueError:  # pragma: no cover - already removed
@@ -446,25 +476,32 @@ class CommOpsRecorder:
         if n:
             pop = q.popleft
             rows = [pop() for _ in range(n)]
-            self._write_rows(np.fromiter(chain.from_iterable(rows), np.int64, count=9 * n).reshape(n, 9))
+            a = np.fromiter(chain.from_iterable(rows), np.int64, count=_ROW * n).reshape(n, _ROW)
+            if self._iter_start is None:  # no mark yet: the unmarked iteration's start may be in here
+                mine = a[a[:, 0] >> 32 == self._cur_iter, _START]
+                if len(mine):
+                    m = int(mine.min())
+                    self._flushed_first = m if self._flushed_first is None else min(m, self._flushed_first)
+            self._write_rows(a)
         if self._iters:
             self._write_iterations()
 
     def _columns(self, a: np.ndarray) -> list[pa.Array]:
-        """The CommOps v1 columns (end_ns included) of an ``(n, 9)`` array of rows; ``comm_id`` and
-        ``op`` dictionary-encoded (readers cast them to strings)."""
-        peer = a[:, 5].astype(np.int32)
+        """The CommOps v1 columns (end_ns included) of an ``(n, 6)`` array of packed rows;
+        ``comm_id`` and ``op`` dictionary-encoded (readers cast them to strings)."""
+        peer = ((a[:, 2] & _LOW32) - 1).astype(np.int32)
         return [
             pa.array(np.full(len(a), self.rank, np.int32)),
-            pa.array(a[:, 0]),
-            pa.array(a[:, 1].astype(np.int32)),
-            pa.DictionaryArray.from_arrays(pa.array(a[:, 2].astype(np.int32)), pa.array(self._comm_names, pa.string())),
-            pa.array(a[:, 3]),
-            pa.DictionaryArray.from_arrays(pa.array(a[:, 4].astype(np.int32)), _OP_DICT),
+            pa.array(a[:, 0] >> 32),
+            pa.array((a[:, 0] & _LOW32).astype(np.int32)),
+            pa.DictionaryArray.from_arrays(pa.array((a[:, 1] >> _SEQ_BITS).astype(np.int32)),
+                                           pa.array(self._comm_names, pa.string())),
+            pa.array(a[:, 1] & _SEQ_MASK),
+            pa.DictionaryArray.from_arrays(pa.array((a[:, 2] >> 32).astype(np.int32)), _OP_DICT),
             pa.array(peer, mask=peer < 0, type=pa.int32()),
-            pa.array(a[:, 6]),
-            pa.array(a[:, 7]),
-            pa.array(a[:, 8]),
+            pa.array(a[:, 3]),
+            pa.array(a[:, 4]),
+            pa.array(a[:, 5]),
         ]
 
     def _write_rows(self, a: np.ndarray) -> None:
@@ -472,7 +509,7 @@ class CommOpsRecorder:
         if self._writer is None:
             self._writer = pq.ParquetWriter(self._ops_tmp(), _WRITE_SCHEMA, **_WRITE_OPTIONS)
         if self.live:
-            self._part_range += [int(a[:, 0].min()), int(a[:, 0].max())]
+            self._part_range += [int(a[:, 0].min() >> 32), int(a[:, 0].max() >> 32)]
         self._writer.write_table(table)
         self.rows_written += table.num_rows
 
@@ -537,7 +574,6 @@ class CommOpsRecorder:
         with self._lock:
             if self.closed:
                 return self.log_path
-            self._iter_ops = 0  # the current iteration never ended: no boundary for it
             self._flush_locked(final=False)  # finished rows out
             heads = list(self._inflight.values()) + [h.head for h in self._pending if not h.done]
             self._inflight.clear()
@@ -581,10 +617,10 @@ class CommOpsRecorder:
         with self._lock:
             if self.closed:
                 return self.log_path
-            if end_iteration and self._iter_ops:
-                start = self._iter_start if self._iter_start is not None else self._first_start
-                self._iters.append((self._cur_iter, int(start), time.time_ns()))
-                self._iter_ops = 0
+            now = time.time_ns()
+            if self._renew_index(self._cur_iter + 1) and end_iteration:
+                start = self._iter_start if self._iter_start is not None else self._unmarked_first()
+                self._iters.append((self._cur_iter, int(now if start is None else start), now))
             self._flush_locked(final=True)
             self._finish_ops_file_locked()
             if self._iter_writer is not None:

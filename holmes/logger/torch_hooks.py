@@ -38,7 +38,7 @@ from typing import Any
 from holmes.errors import ConfigError
 from holmes.logger._work import (_COLL_SPECS, _P2P_SPECS, WRAPPED_FUNCTIONS, CudaClock, TimedWork, arg,
                                   finish_on_completion, global_peer, is_cuda, nbytes_of, nbytes_of_list)
-from holmes.logger.recorder import _OP_CODE, CommOpsRecorder
+from holmes.logger.recorder import _OP_CODE, CommOpsRecorder, _op_key
 
 __all__ = ["CommOpsLogger", "enable", "WRAPPED_FUNCTIONS", "active_logger"]
 
@@ -156,6 +156,9 @@ class CommOpsLogger:
         self._saved: dict[str, Any] = {}
         self._saved_p2pop_init: Any = None
         self._group_cache: dict[int, tuple[Any, str, tuple[int, ...]]] = {}
+        # group -> the counter numbering its collectives (the wrappers' look-up: a process group
+        # hashes by identity, cheaper than id() plus an identity check)
+        self._seq_of: dict[Any, Any] = {}
         self._kind_by_ranks: dict[tuple[int, ...], str] | None = None
         self._layout_ids: dict[tuple[int, ...], tuple[str, str]] | None = None
         self._cuda = CudaClock()
@@ -439,6 +442,10 @@ class CommOpsLogger:
         self.recorder.add_communicator(cid, ranks, kind=kind,
                                        name=desc if desc and desc != "undefined" else None)
         self._group_cache[key] = (group, cid, ranks)
+        try:
+            self._seq_of[group] = self.recorder._coll_seq(cid)
+        except TypeError:  # an unhashable group: its collectives take the slower path
+            pass
         return cid, ranks
 
     def _p2p_comm(self, group: Any, peer: int | None) -> str:
@@ -520,17 +527,25 @@ def _is_wrapper(f: Any) -> bool:
 def _collective_wrapper(orig: Callable, name: str) -> Callable:
     """The stand-in of a collective: a plain function that passes the call through when no logger
     is active or inside another wrapped call, and logs it otherwise (a synchronous CPU call on the
-    fast path, the rest through :func:`_issue`)."""
+    fast path, the rest through :func:`_issue`).
+
+    The fast path, per operator: the tensor's ``nbytes``/``is_cuda``, the communicator's cache
+    entry, two clock reads, two ``next`` on C counters (op_index, seq), one packed row held in the
+    in-flight dict while the call blocks (a hang dump shows it 'started') and appended to the
+    buffer when it returns; no lock, no logging call, no formatting. The thread's nesting depth is
+    not raised around torch's own collectives (they never call back into the ``torch.distributed``
+    namespace); a function from elsewhere (another tool's wrapper) goes through :func:`_issue`.
+    """
     op, gpos, apos, tpos, sizing = _COLL_SPECS[name]
-    code = _OP_CODE[op]
+    opk = _op_key(_OP_CODE[op], -1)
     gi, gname = gpos
     ai, aname = apos if apos else (10**6, "")
     ti, tname = tpos if tpos else (10**6, "")
+    foreign = getattr(orig, "__module__", None) != "torch.distributed.distributed_c10d"
 
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         lg = _ACTIVE
-        tls = _tls
-        if lg is None or tls.depth:
+        if lg is None or _tls.depth:
             return orig(*args, **kwargs)
         n = len(args)
         group = args[gi] if n > gi else kwargs.get(gname)
@@ -544,25 +559,25 @@ def _collective_wrapper(orig: Callable, name: str) -> Callable:
                 nbytes, cuda = nbytes_of(t), is_cuda(t)
         else:
             nbytes, cuda = (nbytes_of_list(t) if sizing == "list" else 0), is_cuda(t)
-        hit = lg._group_cache.get(id(group))
-        cid = hit[1] if hit is not None and hit[0] is group else lg.comm_of(group)[0]
-        rec = lg._rec
-        if is_async or cuda or rec is None:
-            return _issue(lg, orig, args, kwargs, cuda, bool(is_async), [(cid, op, None, nbytes)])
-        # the fast path of a synchronous CPU collective (gloo): held as running while the call
-        # blocks (a hang dump shows it 'started'), then appended as finished
-        start = _time_ns()
-        with rec._lock:
-            key = rec._open_coll(cid, code, nbytes, start)
-        tls.depth = 1
         try:
-            out = orig(*args, **kwargs)
-        finally:
-            tls.depth = 0
+            seq = lg._seq_of.get(group)
+        except TypeError:  # an unhashable group
+            seq = None
+        if seq is None or is_async or cuda or foreign:
+            return _issue(lg, orig, args, kwargs, cuda, bool(is_async), [(lg.comm_of(group)[0], op, None, nbytes)])
+        rec = lg._rec
+        start = _time_ns()
+        key = next(seq)  # comm << 40 | seq: unique, the in-flight key
+        head = (next(rec._index), key, opk, nbytes, start)
+        inflight = rec._inflight
+        inflight[key] = head
+        out = orig(*args, **kwargs)  # an exception leaves it in flight (close ends it, a dump shows it)
         end = _time_ns()
-        head = rec._inflight.pop(key, None)  # = rec.close_sync(key, end), without the call
-        if head is not None:
-            rec._done.append(head + ((end if end > start else start),))
+        if inflight.pop(key, None) is not None:  # (None: dumped meanwhile)
+            done = rec._done
+            done.append(head + ((end if end > start else start),))
+            if len(done) >= rec.flush_every:
+                rec.flush()
         return out
 
     functools.update_wrapper(wrapper, orig)
