@@ -9,8 +9,12 @@ For each size a job with one slow GPU (persistent, from iteration 6) is simulate
 * **Full scan** (the paper's "Traditional"): read every rank's log and flag abnormal operators
   with the 3-sigma rule per operator position on all of them (``--scan-repeats`` runs).
 
-The last line: ``localize_s_median=<s> ranks_read_pct=<%> full_scan_ratio=<x> peak_rss_mb=<MB>``
-for the largest size.
+Per size it also prints where one localization's time goes (medians, the process's CPU time
+beside the wall time, since a loaded machine inflates the wall time): opening the job (job.json),
+parsing topology.json, and the rest (reads, detection, search, ranking).
+
+The last line: ``localize_s_median=<s> ranks_read_pct=<%> full_scan_ratio=<x> peak_rss_mb=<MB>
+localize_cpu_s_median=<s>`` for the largest size.
 
 ``--analysis persistent`` times the persistent analysis instead (a GPU 1.3x slow from iteration 0;
 every rank is read, rank by rank), in a fresh process, with its peak RSS; last line
@@ -39,6 +43,7 @@ import numpy as np
 import holmes
 from holmes.localize import localize
 from holmes.simulate import simulate
+from holmes.topology import ClusterTopology
 
 LAYOUT = {2048: dict(tp=8, pp=8, dp=32), 4096: dict(tp=8, pp=8, dp=64), 8192: dict(tp=8, pp=8, dp=128),
           32768: dict(tp=8, pp=8, dp=512)}
@@ -137,11 +142,20 @@ def main(argv: list[str] | None = None) -> int:
         if not (out / "job.json").is_file():
             simulate(out, micro_batches=2, iterations=args.iterations, seed=size, overwrite=True,
                      faults=[f"gpu:{fault_rank}@persistent:6*4"], **LAYOUT[size])
-        times, report = [], None
+        times, cpus, report = [], [], None
+        stages: dict[str, list[tuple[float, float]]] = {"job.json": [], "topology.json": []}
         for _ in range(reps):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             report = localize(out, detector=args.detector, analysis="irregular")
             times.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
+            t0, c0 = time.perf_counter(), time.process_time()
+            job = holmes.read_job(out)
+            stages["job.json"].append((time.perf_counter() - t0, time.process_time() - c0))
+            t0, c0 = time.perf_counter(), time.process_time()
+            ClusterTopology.load(out / "topology.json")
+            stages["topology.json"].append((time.perf_counter() - t0, time.process_time() - c0))
+            del job
         assert report is not None
         scan = [full_scan(out)[0] for _ in range(args.scan_repeats)]   # 0: no full scan (ratio nan)
         med = statistics.median(times)
@@ -150,11 +164,18 @@ def main(argv: list[str] | None = None) -> int:
         top = report.top.id if report.top else "-"
         print(f"{size:>6} {med:>18.3f} {len(report.fetched):>11} {pct:>7.2f}% {report.bytes_read / 1e6:>8.2f} "
               f"{scan_med:>12.2f} {scan_med / med:>6.1f}x {top:>10}", flush=True)
-        last = (med, pct, scan_med / med)
+        cpu_med = statistics.median(cpus)
+        parts = {k: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for k, v in stages.items()}
+        rest = (med - sum(w for w, _ in parts.values()), cpu_med - sum(c for _, c in parts.values()))
+        print("       stages (wall s / cpu s): " + ", ".join(
+            f"{k} {w:.3f}/{c:.3f}" for k, (w, c) in [*parts.items(), ("reads+search+ranking", rest)])
+            + f"; total {med:.3f}/{cpu_med:.3f}; scans set aside: "
+            + next((a.split()[0] for a in report.assumptions if "scan(s) of large groups" in a), "0"), flush=True)
+        last = (med, pct, scan_med / med, cpu_med)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     assert last is not None
     print(f"localize_s_median={last[0]:.3f} ranks_read_pct={last[1]:.2f} full_scan_ratio={last[2]:.1f} "
-          f"peak_rss_mb={peak:.0f}")
+          f"peak_rss_mb={peak:.0f} localize_cpu_s_median={last[3]:.3f}")
     return 0
 
 

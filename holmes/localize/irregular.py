@@ -164,7 +164,8 @@ class IrregularAnalysis:
         # the smallest an irregular one has ((delta - 1) x the reference ``ref``)
         excess = dict(zip(sel.window.tolist(), np.maximum(sel.durations - ref, (p.delta - 1) * ref).tolist()))
         for it in pick.tolist():
-            found = explain_iteration(run, it, excess.get(it, 0.0), transfers)
+            with search.fetched_only():  # chance is judged on the ranks the real search read
+                found = explain_iteration(run, it, excess.get(it, 0.0), transfers)
             if not found:
                 continue
             devs: set[str] = set()

@@ -132,6 +132,13 @@ class LocalizeParams(BaseModel):
     full_read : int, default 64
         Jobs of at most this many ranks are read whole before the search (every rank's compute
         can then be compared); larger jobs compare the ranks the search reads.
+    scan_reads : int, default 8
+        Ranks not read before that the search's scan of one collective group (for the member that
+        entered it last) may read: a scan that would read more is set aside until the iteration's
+        other branches are searched, then resumed in full only if they found no cause (or none
+        as strong as the set-aside operator's own excess), else dropped, and the report says so
+        (:class:`~holmes.localize.search.GraphSearch`). Bounds the reads of a large job (a
+        data-parallel group of hundreds of ranks); 0: every scan runs in full at once.
     min_confidence : float, default 0.9
         A device is named only when its confidence (against how often chance would blame it)
         reaches this; otherwise the verdict is ``inconclusive`` and the devices are candidates.
@@ -166,6 +173,7 @@ class LocalizeParams(BaseModel):
     null_iterations: int = Field(default=8, ge=0)
     straggler_share: float = Field(default=0.5, ge=0)
     full_read: int = Field(default=64, ge=0)
+    scan_reads: int = Field(default=8, ge=0)
     min_confidence: float = Field(default=0.9, ge=0, le=1)
     persistent_z: float = Field(default=4.0, gt=0)
     persistent_fraction: float = Field(default=0.6, gt=0, le=1)

@@ -144,7 +144,8 @@ class Localizer:
         topo = _topology(p.topology, src, world, assumptions)
         det = resolve_detector(p.detector, delta=p.delta)
         assumptions.append("abnormal operators flagged by " + " ".join(repr(det).split()))
-        return Run(p, src, topo, det, GraphSearch(src, det, late_ratio=p.late_ratio), assumptions)
+        return Run(p, src, topo, det, GraphSearch(src, det, late_ratio=p.late_ratio,
+                                                        scan_reads=p.scan_reads), assumptions)
 
     def analyses(self) -> list[Analysis]:
         """The analyses to run: those given, else those ``params.analysis`` asks for."""
@@ -185,6 +186,8 @@ class Localizer:
         src, p = run.source, run.params
         if src.missing:
             run.assume(f"{len(src.missing)} rank(s) missing or unreadable; the search went around them")
+        if run.search.set_aside:
+            run.assume(_set_aside_note(run.search.set_aside, p.scan_reads))
         untrusted = _consistency(run)
         ranked = merge_devices([f.devices for f in findings])
         irr = next((f for f in findings if f.analysis == "irregular"), None)
@@ -341,6 +344,19 @@ def _consistency(run: Run) -> bool:
         run.assume("the pivot's log disagrees with other ranks' on iteration or seq numbers: no device is named")
         return True
     return False
+
+
+def _set_aside_note(scans: list[dict[str, Any]], bound: int) -> str:
+    """The assumption naming the group scans the search dropped (:class:`GraphSearch` ``set_aside``).
+
+    >>> note = _set_aside_note([{"iteration": 7, "comm_id": "dp-0", "members": 128, "members_read": 0}], 8)
+    >>> note.startswith("1 scan(s)"), note.endswith("dp-0 (iteration 7, 128 members)")
+    (True, True)
+    """
+    shown = ", ".join(f"{s['comm_id']} (iteration {s['iteration']}, {s['members']} members)" for s in scans[:4])
+    more = f" and {len(scans) - 4} more" if len(scans) > 4 else ""
+    return (f"{len(scans)} scan(s) of large groups for their late member stopped unfinished (more than "
+            f"scan_reads={bound} ranks to read) because the iteration's other branches explained it: {shown}{more}")
 
 
 def _topology(topology: Any, src: JobSource, world: int, assumptions: list[str]) -> Any:

@@ -24,11 +24,21 @@ iteration (cycles end), handles several start operators at once and records the 
 of every cause. Ranks are fetched and run through the detector only when the search needs them;
 members of a group are read in a useful order (a member found normal in an earlier iteration,
 then members already fetched, then the rest) and reading stops at the first normal copy.
+
+Scanning a large group (a data-parallel group of hundreds of ranks) for its late member is what
+costs reads at scale, and the iteration's other branches often explain it anyway. So the scans of
+one group read at most ``scan_reads`` members anew over a whole search; a branch whose scan reaches that bound
+without finding the late member is *set aside*. Once the iteration's other branches are searched,
+the set-aside scans are resumed in full only when nothing else found a cause (so a slow ring is
+still named, at the old cost); otherwise they are dropped and listed in
+:attr:`GraphSearch.set_aside` (the report says so).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,6 +53,13 @@ log = logging.getLogger(__name__)
 
 COMPUTE = "compute"
 NETWORK = "network"
+
+#: what a bounded scan returns when it stops before finding the group's late member
+_SET_ASIDE: Any = object()
+
+
+class _NotRead(Exception):
+    """A search within :meth:`GraphSearch.fetched_only` needed a rank it had not read."""
 
 
 @dataclass
@@ -106,12 +123,28 @@ class GraphSearch:
         A member's copy lasting at most this fraction of the searched operator's duration marks
         that member as the late arriver even when the detector flagged the copy; 0 trusts the
         detector's labels alone (the paper's rule).
+    scan_reads : int or None, default None
+        Members the scans of one collective group may read (fetch anew) over the whole search
+        before a branch scanning it is set aside (resumed in full only if the iteration's other
+        branches find no cause); None or 0: every scan runs to the end at once (the paper's search).
+
+    Attributes
+    ----------
+    set_aside : list of dict
+        The scans dropped because the other branches of their iteration found its causes: one
+        entry per scan (``iteration``, ``rank``, ``comm_id``, ``members``, ``members_read``).
     """
 
     def __init__(self, source: Any, detector: Any, graph: CommOpGraph | None = None, *,
-                 max_steps: int = 100_000, late_ratio: float = 0.5) -> None:
+                 max_steps: int = 100_000, late_ratio: float = 0.5, scan_reads: int | None = None) -> None:
         if not 0.0 <= late_ratio < 1.0:
             raise ConfigError(f"late_ratio={late_ratio} must lie in [0, 1)")
+        if scan_reads is not None and (isinstance(scan_reads, bool) or int(scan_reads) != scan_reads
+                                       or scan_reads < 0):
+            raise ConfigError(f"scan_reads={scan_reads!r} must be None or an integer >= 0")
+        self.scan_reads = int(scan_reads) if scan_reads else None
+        self.set_aside: list[dict[str, Any]] = []
+        self._read_new = True
         self.source = source
         self.detector = detector
         self.graph = graph if graph is not None else CommOpGraph(source.communicators)
@@ -121,11 +154,35 @@ class GraphSearch:
         self.steps = 0
 
     # ------------------------------------------------------------------ fetching
+    @contextmanager
+    def fetched_only(self) -> Iterator[None]:
+        """Within the block, searches read no rank they have not read before: a branch that would
+        need one ends without a cause (the null iterations, which judge the ranks the search read).
+
+        Examples
+        --------
+        >>> from holmes.io import MemoryJob
+        >>> from holmes.detect import LabelDetector
+        >>> from holmes.localize.sources import JobSource
+        >>> job = MemoryJob({"world_size": 2, "communicators": {"dp-0": {"kind": "dp", "ranks": [0, 1]}}}, {})
+        >>> s = GraphSearch(JobSource(job), LabelDetector())
+        >>> with s.fetched_only():
+        ...     s.search(0, [])
+        []
+        """
+        before, self._read_new = self._read_new, False
+        try:
+            yield
+        finally:
+            self._read_new = before
+
     def rank_ops(self, rank: int) -> RankOps | None:
         """The rank's operators with detector flags (fetched and detected once), or None if missing."""
         ro = self.graph.ranks.get(rank)
         if ro is not None:
             return ro
+        if not self._read_new and rank not in self.source.missing:
+            raise _NotRead(rank)
         t = self.source.fetch(rank)
         if t is None:
             return None
@@ -167,30 +224,87 @@ class GraphSearch:
         """Root causes of the given start operators ``(rank, row)`` of one iteration."""
         causes: list[RootCause] = []
         visited: set[tuple[int, int]] = set()
-        names = self.graph.comm_ids
+        deferred: list[tuple[int, int, list[dict[str, Any]]]] = []
         for start in starts:
-            stack: list[tuple[int, int, list[dict[str, Any]]]] = [(start[0], start[1], [])]
-            while stack:
-                rank, row, path = stack.pop()
+            if not self._walk(iteration, [(start[0], start[1], [], False)], visited, causes, deferred):
+                return causes
+        if deferred:
+            strongest = max((self._strength(c) for c in causes), default=-1)
+            # a set-aside operator that lasted longer beyond its usual than any cause found explains
+            # more than they do: its scan is resumed (every scan is, when nothing was found)
+            later = [self._strength_at(rank, row, NETWORK) > strongest for rank, row, _ in deferred]
+            resume = [d for d, r in zip(deferred, later) if r]
+            for (rank, row, path), r in zip(deferred, later):
+                if r:
+                    continue
+                ro = self.graph.ranks[rank]
+                comm = int(ro.comm[row])
+                self.set_aside.append({"iteration": iteration, "rank": rank, "comm_id": self.graph.comm_ids[comm],
+                                       "members": len(self.graph.members[comm]),
+                                       "members_read": int(path[-1].get("scan_set_aside", 0))})
+            if resume:
+                log.debug("iteration %d: resuming %d set-aside scan(s)", iteration, len(resume))
+            i = 0
+            while i < len(resume):  # scans set aside while resuming are resumed in their turn
+                rank, row, path = resume[i]
+                i += 1
+                path[-1].pop("scan_set_aside", None)
+                if not self._walk(iteration, [(rank, row, path, True)], visited, causes, resume):
+                    return causes
+        return causes
+
+    def _strength_at(self, rank: int, row: int, cause: str) -> int:
+        """How much longer than usual (ns) the compute gap before ``row`` (COMPUTE) or the operator
+        itself (NETWORK) was on ``rank`` (:meth:`holmes.cog.RankOps.excess`)."""
+        gap_x, dur_x = self.graph.ranks[rank].excess()
+        return int(gap_x[row] if cause == COMPUTE else dur_x[row])
+
+    def _strength(self, c: RootCause) -> int:
+        return self._strength_at(c.rank, c.row, c.cause)
+
+    def _walk(self, iteration: int, stack: list[tuple[int, int, list[dict[str, Any]], bool]],
+              visited: set[tuple[int, int]], causes: list[RootCause],
+              deferred: list[tuple[int, int, list[dict[str, Any]]]]) -> bool:
+        """Search from the stack's operators until it is empty (False: ``max_steps`` reached).
+
+        An item ``(rank, row, path, resume)`` with ``resume`` set is a set-aside scan taken up
+        again: its step is already on ``path`` and its scan is not bounded."""
+        names = self.graph.comm_ids
+        while stack:
+            rank, row, path, resume = stack.pop()
+            ro = self.graph.ranks[rank]
+            if resume:
+                try:
+                    nxt = self._collective(iteration, ro, row, path, causes, cap=None)
+                except _NotRead:
+                    continue
+            else:
                 if (rank, row) in visited:
                     continue
                 visited.add((rank, row))
                 self.steps += 1
                 if self.steps > self.max_steps:
                     log.warning("search stopped after %d steps", self.max_steps)
-                    return causes
-                ro = self.graph.ranks[rank]
+                    return False
                 step = ro.describe(row, names)
                 path = path + [step]
-                if ro.op[row] >= SEND:
-                    nxt = self._p2p(iteration, ro, row, path, causes)
-                else:
-                    nxt = self._collective(iteration, ro, row, path, causes)
-                if nxt is not None and nxt[:2] not in visited:
-                    stack.append(nxt)
-                elif nxt is not None:
-                    step["merged"] = True
-        return causes
+                try:
+                    if ro.op[row] >= SEND:
+                        nxt = self._p2p(iteration, ro, row, path, causes)
+                    else:
+                        nxt = self._collective(iteration, ro, row, path, causes, cap=self.scan_reads)
+                except _NotRead:  # only ranks read before may be searched (:meth:`fetched_only`)
+                    continue
+                if nxt is _SET_ASIDE:
+                    deferred.append((rank, row, path))
+                    continue
+            if nxt is None or nxt is _SET_ASIDE:
+                continue
+            if nxt[:2] not in visited:
+                stack.append((*nxt, False))
+            else:
+                path[-1]["merged"] = True
+        return True
 
     def _follow(self, ro: RankOps, row: int, path: list[dict[str, Any]], iteration: int,
                 causes: list[RootCause], note: str | None = None) -> tuple[int, int, list[dict[str, Any]]] | None:
@@ -223,7 +337,9 @@ class GraphSearch:
         return None
 
     def _collective(self, iteration: int, ro: RankOps, row: int, path: list[dict[str, Any]],
-                    causes: list[RootCause]) -> tuple[int, int, list[dict[str, Any]]] | None:
+                    causes: list[RootCause], cap: int | None = None) -> Any:
+        """The next operator to search, None (a cause was recorded) or ``_SET_ASIDE`` (the scan
+        read ``cap`` members it had not fetched before without finding the late one)."""
         comm, seq = int(ro.comm[row]), int(ro.seq[row])
         members = self.graph.members[comm]
         desc = path[-1]
@@ -233,7 +349,13 @@ class GraphSearch:
             return None
         missing: list[int] = []
         read = 0
-        for m in self._member_order(comm, ro.rank):
+        order = self._member_order(comm, ro.rank)
+        fetched = self.graph.ranks
+        bounded = cap is not None and sum(1 for m in order if m not in fetched) > cap
+        for m in order:
+            if bounded and m not in fetched:  # the members read already did not show the late one
+                desc["scan_set_aside"] = read
+                return _SET_ASIDE
             mo = self.rank_ops(m)
             if mo is None:
                 missing.append(m)

@@ -41,13 +41,15 @@ import math
 import os
 import re
 from collections.abc import Iterable, Sequence
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-import networkx as nx
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 from holmes.errors import ConfigError, TopologyError
+
+if TYPE_CHECKING:  # networkx is imported when a graph is asked for (it costs ~1 s to import)
+    import networkx as nx
 
 __all__ = [
     "DEVICE_KINDS",
@@ -205,39 +207,42 @@ class ClusterTopology:
         self._sw_ids: list[str] = sw_ids
         self._sw_index = {s: i for i, s in enumerate(sw_ids)}
 
-        g = nx.Graph(name=self.name)
-        g.add_nodes_from((f"nic:{r}" for r in range(self.num_gpus)), kind="nic")
-        g.add_nodes_from(sw_ids, kind="switch")
         nic_leaf = np.full(self.num_gpus, -1, dtype=np.int64)
         sw_edges: list[tuple[int, int]] = []
+        ends: list[tuple[str, str]] = []   # each cable once, its ends sorted as strings
+        seen: set[tuple[str, str]] = set()
+        sw_index = self._sw_index
         for item in links:
             try:
                 a, b = item
             except (TypeError, ValueError):
                 raise TopologyError(f"link {item!r} must be a pair of device ids") from None
-            ka, kb = self._net_kind(a), self._net_kind(b)
+            na, nb = self._nic_number(a), self._nic_number(b)
             if a == b:
                 raise TopologyError(f"link {a!r}-{b!r} connects a device to itself")
-            if ka == "nic" and kb == "nic":
+            if na >= 0 and nb >= 0:
                 raise TopologyError(f"link {a!r}-{b!r} connects two NICs; NICs attach to switches")
-            if g.has_edge(a, b):
+            key = (a, b) if a <= b else (b, a)
+            if key in seen:
                 raise TopologyError(f"duplicate link {link_id(a, b)!r}")
-            if ka == "nic" or kb == "nic":
-                nic, sw = (a, b) if ka == "nic" else (b, a)
-                r = int(nic[4:])
+            seen.add(key)
+            ends.append(key)
+            if na >= 0 or nb >= 0:
+                r, sw = (na, b) if na >= 0 else (nb, a)
                 if nic_leaf[r] >= 0:
-                    raise TopologyError(f"{nic} has more than one link (to {self._sw_ids[nic_leaf[r]]} and {sw})")
-                nic_leaf[r] = self._sw_index[sw]
+                    raise TopologyError(f"nic:{r} has more than one link (to {self._sw_ids[nic_leaf[r]]} and {sw})")
+                nic_leaf[r] = sw_index[sw]
             else:
-                sw_edges.append((self._sw_index[a], self._sw_index[b]))
-            g.add_edge(a, b, id=link_id(a, b))
+                sw_edges.append((sw_index[a], sw_index[b]))
         if self.num_hosts > 1:
             missing = np.flatnonzero(nic_leaf < 0)
             if missing.size:
                 raise TopologyError(
                     f"nic:{int(missing[0])} has no link to a switch ({missing.size} NICs unconnected)"
                 )
-        self.graph: nx.Graph = g
+        self._links = ends
+        self._link_set = seen
+        self._graph: nx.Graph | None = None
         self._nic_leaf = nic_leaf
         self._sw_edges = sw_edges
         self._nbrs: list[np.ndarray] | None = None
@@ -247,15 +252,30 @@ class ClusterTopology:
         self._devices: list[str] | None = None
         self._path_cached = functools.lru_cache(maxsize=1 << 18)(self._compute_path)
 
+    @property
+    def graph(self) -> nx.Graph:
+        """The network devices as a networkx graph: ``nic:<g>`` and switch nodes (attribute
+        ``kind``), cables as edges (attribute ``id``, the link id). Built on first use."""
+        if self._graph is None:
+            import networkx as nx
+
+            g = nx.Graph(name=self.name)
+            g.add_nodes_from((f"nic:{r}" for r in range(self.num_gpus)), kind="nic")
+            g.add_nodes_from(self._sw_ids, kind="switch")
+            g.add_edges_from((a, b, {"id": f"link:{a}|{b}"}) for a, b in self._links)
+            self._graph = g
+        return self._graph
+
     # ------------------------------------------------------------------ ids
-    def _net_kind(self, dev: object) -> str:
-        """Kind of a cable end (nic or switch), validating that it exists."""
+    def _nic_number(self, dev: object) -> int:
+        """``g`` for a cable end ``nic:<g>``, -1 for a listed switch; anything else raises."""
         if isinstance(dev, str):
             if dev in self._sw_index:
-                return "switch"
-            m = _NUMBERED.fullmatch(dev)
-            if m and m.group(1) == "nic" and int(m.group(2)) < self.num_gpus:
-                return "nic"
+                return -1
+            if dev.startswith("nic:"):
+                n = dev[4:]
+                if n.isascii() and n.isdigit() and (n == "0" or n[0] != "0") and int(n) < self.num_gpus:
+                    return int(n)
         raise TopologyError(
             f"link end {dev!r} is neither a listed switch nor a NIC nic:0..nic:{self.num_gpus - 1}"
         )
@@ -280,11 +300,7 @@ class ClusterTopology:
                 return "switch"
             elif device_id.startswith("link:"):
                 ends = device_id[5:].split("|")
-                if (
-                    len(ends) == 2
-                    and self.graph.has_edge(ends[0], ends[1])
-                    and link_id(ends[0], ends[1]) == device_id
-                ):
+                if len(ends) == 2 and (ends[0], ends[1]) in self._link_set:
                     return "link"
         raise TopologyError(f"unknown device {device_id!r} in topology {self.name!r}")
 
@@ -347,7 +363,7 @@ class ClusterTopology:
             out += [f"host:{h}" for h in range(self.num_hosts)]
             out += [f"nvswitch:{h}" for h in range(self.num_hosts)]
             out += self._sw_ids
-            out += sorted(d["id"] for _, _, d in self.graph.edges(data=True))
+            out += sorted(f"link:{a}|{b}" for a, b in self._links)
             self._devices = out
         if kind is None:
             return list(self._devices)
@@ -528,7 +544,7 @@ class ClusterTopology:
     # ------------------------------------------------------------------ files
     def to_dict(self) -> dict:
         """The topology.json object (schema holmes.topology/1)."""
-        links = sorted(tuple(sorted((a, b))) for a, b in self.graph.edges())
+        links = sorted(self._links)
         return {
             "schema": TOPOLOGY_SCHEMA,
             "name": self.name,
@@ -574,6 +590,7 @@ class ClusterTopology:
         """Build a custom topology from a networkx graph whose nodes are ``nic:<g>`` and
         ``switch:<name>`` ids and whose edges are cables.
 
+        >>> import networkx as nx
         >>> g = nx.Graph([("nic:0", "switch:s"), ("nic:1", "switch:s")])
         >>> ClusterTopology.from_graph(g, 2, 1).path(0, 1)[2]
         'switch:s'
@@ -603,13 +620,13 @@ class ClusterTopology:
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        for key in ("_path_cached", "_csr", "_nbrs", "_dist_rows", "_sw_nics", "_devices"):
+        for key in ("_path_cached", "_csr", "_nbrs", "_dist_rows", "_sw_nics", "_devices", "_graph"):
             state.pop(key, None)
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
-        self._nbrs, self._csr, self._sw_nics, self._devices = None, None, None, None
+        self._nbrs, self._csr, self._sw_nics, self._devices, self._graph = None, None, None, None, None
         self._dist_rows = {}
         self._path_cached = functools.lru_cache(maxsize=1 << 18)(self._compute_path)
 
@@ -624,7 +641,7 @@ class ClusterTopology:
         return (
             f"ClusterTopology(name={self.name!r}, kind={self.kind!r}, num_gpus={self.num_gpus}, "
             f"gpus_per_host={self.gpus_per_host}, switches={len(self._sw_ids)}, "
-            f"links={self.graph.number_of_edges()})"
+            f"links={len(self._links)})"
         )
 
 
