@@ -421,23 +421,27 @@ class Watcher:
                        topology=self._topology)
         n = self.window if hi is None or lo is None else hi - lo + 1
         t0 = time.perf_counter()
-        try:
-            params = self.params.replace(analysis=kind, window=max(2, n))
-            rep = Localizer(params).localize(wj)
-            report: dict[str, Any] | None = rep.to_json(evidence=False)
-            verdict = rep.verdict
-        except HolmesError as exc:
-            log.warning("watch %s: %s analysis at iteration %s failed: %s", self.path, kind, i, exc)
-            report, verdict = {"error": str(exc)}, "error"
+        report, verdict = self._localize(wj, kind, n, i)
         took = time.perf_counter() - t0
         findings += wj.findings
-        del wj
+        del wj  # the window and every table it read (nothing else holds them: no reference cycle)
         pa.default_memory_pool().release_unused()  # a service: give the window's buffers back
         if job["only_if_found"] and verdict in ("healthy", "error"):
             log.info("watch %s: no straggler at iteration %s (%s)", self.path, i, verdict)
             return
         self._ready.append(WatchEvent(_EVENT_OF[kind], i, report, findings=tuple(findings),
                                       detail={"analysis_s": round(took, 3), "window": [lo, hi], "settled": settled}))
+
+    def _localize(self, wj: WindowJob, kind: str, n: int, i: int | None) -> tuple[dict[str, Any], str]:
+        """The analysis's report as JSON and its verdict; the report object itself (and what it
+        references of the window) is dropped on return."""
+        try:
+            params = self.params.replace(analysis=kind, window=max(2, n))
+            rep = Localizer(params).localize(wj)
+            return rep.to_json(evidence=False), rep.verdict
+        except HolmesError as exc:
+            log.warning("watch %s: %s analysis at iteration %s failed: %s", self.path, kind, i, exc)
+            return {"error": str(exc)}, "error"
 
     def _finding(self, text: str) -> None:
         log.warning("watch %s: %s", self.path, text)

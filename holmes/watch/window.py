@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -71,10 +72,22 @@ def _closed_sidecars(d: Path) -> dict[int, bool] | None:
 
 
 class _LazyRanks(Mapping):
-    """rank -> its table cut to the window, read on first access."""
+    """rank -> its table cut to the window, read on first access.
+
+    It holds its :class:`WindowJob` by a weak reference: no reference cycle, so a window (and the
+    Arrow buffers of the tables it read) is freed as soon as the analysis drops it, not at the
+    next full garbage collection (a watcher runs for days).
+    """
 
     def __init__(self, owner: "WindowJob") -> None:
-        self._o = owner
+        self._ref = weakref.ref(owner)
+
+    @property
+    def _o(self) -> "WindowJob":
+        o = self._ref()
+        if o is None:
+            raise JobError("the window this rank mapping belonged to is gone")
+        return o
 
     def __contains__(self, rank: object) -> bool:
         return isinstance(rank, int) and has_rank_log(locate_rank_log(self._o.ranks_dir, rank))
