@@ -1,26 +1,42 @@
 """Overhead of holmes.logger on a real multi-process gloo job, with and without the logger.
 
-One job of N ranks (default 2: one per core of a small machine; more ranks than cores make every
-collective wait for a descheduled peer) runs training-like steps (matmul compute +
-tensor-parallel style all_reduces + one larger gradient all_reduce; about 100 ms a step by
-default). Blocks of ``--steps`` steps alternate between logger off and logger on (the same
-processes and process groups, the logger enabled/disabled between blocks, the order of the two
-arms alternating from pair to pair), so both arms see the same machine load. Reported: the median
-step time of each arm on rank 0; the overhead, the median over pairs of the on/off ratio, with a
-95% interval (bootstrap of that median over the pairs, seeded); and the per-operator cost of the
-logging path in isolation: a wrapped, logged no-op against the bare no-op, in thread CPU time (what
-the logger costs the calling thread, not the time it waits for a core on a loaded machine),
-interleaved rounds, median.
+One job of N ranks (default 2: one per core of a small machine, each pinned to its core when there
+are enough cores) runs training-like steps: ``--layers`` layers, each a matmul then a
+tensor-parallel all_reduce forward and the same backward (2 x 24 = 48 synchronous all_reduces by
+default), then ``--buckets`` asynchronous gradient all_reduces issued together and waited for
+(4 by default): 52 operators and about 100-150 ms a step on an idle 2-core machine. Steps
+alternate between logger off and logger on in the same processes and process groups (the logger
+enabled/disabled between steps, a barrier before each, the order of the two arms alternating from
+pair to pair), so both arms see the same machine load and drift cancels within a pair.
 
-    python benchmarks/logger_overhead.py [--ranks 2] [--pairs 150] [--steps 1] [--live]
+Reported, on rank 0:
+
+* the overhead: the Hodges-Lehmann estimate (median of the Walsh averages) of the paired ratios
+  ``on/off - 1`` with its 95% interval from the Wilcoxon signed-rank test (distribution-free, for
+  differences symmetric about the shift, which alternating the order within pairs gives); pairs are
+  added, 50 at a time after ``--min-pairs``, until the interval is ``+-target`` or the time budget
+  is spent. The median of the ratios with a bootstrap interval is printed too;
+* the same in the rank's thread CPU time (what the logger costs the training thread, without the
+  waiting for a core of a loaded machine);
+* ``per_op_us``: the logging path of one synchronous collective in isolation, a wrapped and
+  logged no-op against the bare no-op, in thread CPU time, interleaved rounds, median (flushes to
+  parquet included). The no-op is declared a ``torch.distributed`` function so that it takes the
+  path torch's collectives take. Its caches are warm: in a step, between real collectives, the
+  same path costs more, printed as ``per_op_insitu_us`` (a logged real gloo all_reduce on a
+  1-rank group against the same unlogged, a small matmul between calls) and ``per_async_op_us``
+  (the same, asynchronous: a completion callback runs on gloo's thread).
+
+    python benchmarks/logger_overhead.py [--ranks 2] [--budget-s 540] [--target-ci 0.5] [--live]
 
 ``--live`` records in parts (``parts_every=10``) as a watched job would. Last line:
-``overhead_pct=<%> overhead_ci95_pct=<half-width> per_op_us=<us> ...``.
+``overhead_pct=<%> overhead_ci95_pct=<half-width> per_op_us=<us> ...``. Timing on a shared machine
+is noisy: the interval says how much; compare figures measured at the same load (printed).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -28,12 +44,38 @@ import tempfile
 import time
 from datetime import timedelta
 
+import numpy as np
 
-def _per_op_cost(n: int = 20000, rounds: int = 9) -> tuple[float, float]:
-    """(ns per bare no-op call, ns per wrapped and logged no-op call) in one process: thread CPU
-    time, the two interleaved round by round, medians (flushes to parquet included)."""
+
+def _interleaved(fns: dict, n: int, rounds: int, between=None) -> dict:
+    """ns of thread CPU time per call of each function, rounds interleaved (order alternating), medians."""
+    out: dict = {k: [] for k in fns}
+    for r in range(rounds):
+        for k in (list(fns) if r % 2 else list(fns)[::-1]):
+            f = fns[k]
+            t0 = time.thread_time_ns()
+            if between is None:
+                for _ in range(n):
+                    f()
+            else:
+                for _ in range(n):
+                    between()
+                    f()
+            out[k].append((time.thread_time_ns() - t0) / n)
+    return {k: statistics.median(v) for k, v in out.items()}
+
+
+def _per_op_cost(n: int = 20000, rounds: int = 15) -> dict:
+    """The logging path's cost per operator in one process, in thread CPU time (interleaved
+    rounds, medians; flushes to parquet included), in ns:
+
+    * ``hook``: a wrapped and logged no-op against the bare no-op (the hook alone, warm caches);
+    * ``sync``/``async``: a real gloo all_reduce of 16 KB on a 1-rank group (synchronous, and
+      asynchronous then waited for), each after a small matmul as in a step, logged against not.
+    """
     import torch
     import torch.distributed as dist
+    from torch.distributed import distributed_c10d as c10d
 
     import holmes.logger
     from holmes.logger import torch_hooks as th
@@ -44,165 +86,193 @@ def _per_op_cost(n: int = 20000, rounds: int = 9) -> tuple[float, float]:
             def noop(tensor, op=None, group=None, async_op=False):
                 return None
 
+            noop.__module__ = "torch.distributed.distributed_c10d"  # the path of torch's collectives
             wrapped = th._collective_wrapper(noop, "all_reduce")
+            real = th._collective_wrapper(c10d.all_reduce, "all_reduce")
             t = torch.ones(1024)
+            grp = dist.new_group([0])
+            w = torch.randn(128, 128)
             lg = holmes.logger.CommOpsLogger(os.path.join(tmp, "job"), flush_every=8192).enable()
             try:
-                bare, logged = [], []
-                for _ in range(rounds):
-                    t0 = time.thread_time_ns()
-                    for _ in range(n):
-                        noop(t)
-                    t1 = time.thread_time_ns()
-                    for _ in range(n):
-                        wrapped(t)
-                    t2 = time.thread_time_ns()
-                    bare.append((t1 - t0) / n)
-                    logged.append((t2 - t1) / n)
-                best_bare, best_wrapped = statistics.median(bare), statistics.median(logged)
+                hook = _interleaved({"bare": lambda: noop(t), "logged": lambda: wrapped(t)}, n, rounds)
+                insitu = _interleaved({"bare": lambda: c10d.all_reduce(t, group=grp),
+                                       "logged": lambda: real(t, group=grp),
+                                       "bare_async": lambda: c10d.all_reduce(t, group=grp, async_op=True).wait(),
+                                       "logged_async": lambda: real(t, group=grp, async_op=True).wait()},
+                                      400, 9, between=lambda: w @ w)
             finally:
                 lg.close(finalize=False)
         finally:
             dist.destroy_process_group()
-    return best_bare, best_wrapped
+    return {"hook_bare": hook["bare"], "hook": hook["logged"] - hook["bare"], "sync": insitu["logged"] - insitu["bare"],
+            "async": insitu["logged_async"] - insitu["bare_async"]}
 
 
-def _median_ci(ratios, seed: int = 0, n_boot: int = 2000) -> tuple[float, float, float]:
-    """(median, 2.5th and 97.5th percentile of its bootstrap) of the paired ratios."""
-    import numpy as np
+def hodges_lehmann(x, conf: float = 0.95) -> tuple[float, float, float]:
+    """(estimate, low, high): the Hodges-Lehmann estimate of the centre of ``x`` (paired
+    differences) and its Wilcoxon signed-rank confidence interval (normal approximation).
 
-    r = np.asarray(ratios, dtype=float)
+    >>> est, lo, hi = hodges_lehmann(np.random.default_rng(0).normal(1.0, 1.0, 400))
+    >>> lo < 1.0 < hi and hi - lo < 0.3
+    True
+    """
+    x = np.sort(np.asarray(x, dtype=float))
+    n = len(x)
+    i, j = np.triu_indices(n)
+    walsh = np.sort((x[i] + x[j]) / 2)
+    m = len(walsh)
+    z = statistics.NormalDist().inv_cdf(0.5 + conf / 2)
+    k = int(np.floor(m / 2 - z * np.sqrt(n * (n + 1) * (2 * n + 1) / 24)))
+    k = min(max(k, 0), m - 1)
+    return float(np.median(walsh)), float(walsh[k]), float(walsh[m - 1 - k])
+
+
+def median_bootstrap(x, seed: int = 0, n_boot: int = 2000) -> tuple[float, float, float]:
+    """(median, 2.5th and 97.5th percentile of its bootstrap) of ``x``."""
+    r = np.asarray(x, dtype=float)
     rng = np.random.default_rng(seed)
     boot = np.median(r[rng.integers(0, len(r), size=(n_boot, len(r)))], axis=1)
     lo, hi = np.percentile(boot, [2.5, 97.5])
     return float(np.median(r)), float(lo), float(hi)
 
 
-def worker(rank: int, world: int, init_file: str, out_dir: str, reps: int, steps: int, size: int,
-           tp_ops: int, result_file: str, live: bool = False, target_ci: float = 0.5,
-           budget_s: float = 600.0) -> None:
+def _ratios(times: dict, i: int) -> np.ndarray:
+    off = np.array([x[i] for x in times["off"]], dtype=float)
+    on = np.array([x[i] for x in times["on"]], dtype=float)
+    n = min(len(off), len(on))
+    return (on[:n] / off[:n] - 1) * 100
+
+
+def worker(rank: int, world: int, init_file: str, out_dir: str, a: argparse.Namespace, result_file: str) -> None:
     import torch
     import torch.distributed as dist
 
     import holmes.logger
 
     torch.set_num_threads(1)
+    if a.pin and hasattr(os, "sched_setaffinity"):  # before gloo starts its threads: they inherit it
+        cpus = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
-                            timeout=timedelta(seconds=120))
+                            timeout=timedelta(seconds=300))
     pairs = [dist.new_group([r, r + 1]) for r in range(0, world - world % 2, 2)]
     tp = pairs[rank // 2] if rank < len(pairs) * 2 else None
-    logger = holmes.logger.CommOpsLogger(out_dir, parts_every=10 if live else None)
-    a = torch.randn(size, size)
-    grad = torch.randn(1 << 16)
+    logger = holmes.logger.CommOpsLogger(out_dir, parts_every=10 if a.live else None)
+    w = torch.randn(a.size, a.size)
     act = torch.randn(64, 64)
-    times: dict[str, list[list[float]]] = {"off": [], "on": []}
-    cpu: dict[str, list[float]] = {"off": [], "on": []}
-    order = ["off", "on"]
+    grads = [torch.randn(1 << 16) for _ in range(a.buckets)]
+
+    def train_step() -> None:
+        for _ in range(2 * a.layers):  # forward then backward: a matmul and a TP all_reduce each
+            _ = w @ w
+            if tp is not None:
+                dist.all_reduce(act, group=tp)
+        works = [dist.all_reduce(g, async_op=True) for g in grads]
+        for wk in works:
+            wk.wait()
+
+    times: dict[str, list[tuple[int, int]]] = {"off": [], "on": []}  # (wall ns, thread CPU ns) per step
     stop = torch.zeros(1)
     t_begin = time.monotonic()
-    for rep in range(reps + 1):  # rep 0 warms up
-        if rep and rep % 50 == 0:  # rank 0 decides when the interval is narrow enough (or time is up)
+    for rep in range(a.max_pairs + a.warmup):
+        done_pairs = rep - a.warmup
+        if done_pairs >= a.min_pairs and done_pairs % 50 == 0:  # rank 0 decides: narrow enough or out of time
             if rank == 0:
-                ratios = [(y[0] / x[0] - 1) * 100 for x, y in zip(times["off"], times["on"])]
-                _, lo, hi = _median_ci(ratios)
-                stop[0] = float((hi - lo) / 2 <= target_ci or time.monotonic() - t_begin > budget_s)
+                _, lo, hi = hodges_lehmann(_ratios(times, 0))
+                stop[0] = float((hi - lo) / 2 <= a.target_ci or time.monotonic() - t_begin > a.budget_s)
             dist.broadcast(stop, 0)
             if stop[0]:
                 break
-        for mode in (order if rep % 2 else order[::-1]):
+        for mode in (("off", "on") if rep % 2 else ("on", "off")):
             if mode == "on":
                 logger.enable()
             dist.barrier()
-            block = []
-            c0 = time.thread_time()
-            for it in range(steps):
-                t0 = time.perf_counter()
-                if mode == "on":
-                    logger.step()
-                for _ in range(tp_ops):
-                    _ = a @ a
-                    if tp is not None:
-                        dist.all_reduce(act, group=tp)
-                dist.all_reduce(grad, async_op=True).wait()
-                block.append(time.perf_counter() - t0)
-            block = [sum(block) / len(block)]  # the mean step of the block
-            c1 = time.thread_time()
+            c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
+            if mode == "on":
+                logger.step()
+            train_step()
+            t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
             logger.disable()
-            if rep:
-                times[mode].append(block)
-                cpu[mode].append((c1 - c0) / steps)
+            if rep >= a.warmup:
+                times[mode].append((t1 - t0, c1 - c0))
     logger.close(finalize=False)
     if rank == 0:
-        import json
-
         with open(result_file, "w") as f:
-            json.dump({"times": times, "cpu": cpu, "ops_per_step": (tp_ops if tp is not None else 0) + 1,
-                       "rows": logger.recorder.rows_written}, f)
+            json.dump({"times": times, "ops_per_step": (2 * a.layers if tp is not None else 0) + a.buckets,
+                       "n_async": a.buckets,
+                       "rows": logger.recorder.rows_written, "elapsed_s": time.monotonic() - t_begin}, f)
     dist.destroy_process_group()
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=2)
-    ap.add_argument("--pairs", "--reps", dest="reps", type=int, default=5000,
-                    help="at most this many off/on block pairs (after one warm-up pair; default 5000)")
+    ap.add_argument("--layers", type=int, default=24, help="layers: 2 TP all_reduces each a step (default 24)")
+    ap.add_argument("--buckets", type=int, default=4, help="asynchronous gradient all_reduces a step (default 4)")
+    ap.add_argument("--size", type=int, default=384, help="matmul size of the compute before each TP op (default 384)")
     ap.add_argument("--target-ci", type=float, default=0.5,
                     help="stop once the overhead's 95%% interval is this narrow (+- %%, default 0.5)")
-    ap.add_argument("--budget-s", type=float, default=900.0, help="... or after this many seconds (default 900)")
-    ap.add_argument("--steps", type=int, default=1, help="steps per block (default 1)")
-    ap.add_argument("--size", type=int, default=448, help="matmul size of the compute per TP op (default 448)")
-    ap.add_argument("--tp-ops", type=int, default=8, help="all_reduces per step (plus one gradient all_reduce)")
+    ap.add_argument("--budget-s", type=float, default=540.0, help="... or after this many seconds (default 540)")
+    ap.add_argument("--min-pairs", type=int, default=300, help="off/on step pairs before the first check (default 300)")
+    ap.add_argument("--max-pairs", type=int, default=100000, help="at most this many pairs")
+    ap.add_argument("--warmup", type=int, default=5, help="pairs run first and dropped (default 5)")
+    ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
+                    help="pin rank r to the r-th allowed core (default: when there are at least as many cores as ranks)")
     ap.add_argument("--live", action="store_true", help="record in parts (parts_every=10)")
+    ap.add_argument("--save", help="write the per-step times (JSON) here")
     ap.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     a = ap.parse_args(argv)
-
-    import json
+    if a.pin is None:
+        a.pin = hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) >= a.ranks
 
     import torch.multiprocessing as mp
 
     import holmes.logger  # noqa: F401 - imported once, shared by forked workers
 
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    bare_ns, wrapped_ns = _per_op_cost()
+    load0 = os.getloadavg()
+    cost = _per_op_cost()
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     with tempfile.TemporaryDirectory() as tmp:
         res = os.path.join(tmp, "result.json")
         mp.start_processes(worker, nprocs=a.ranks, start_method=method,
-                           args=(a.ranks, os.path.join(tmp, "store"), os.path.join(tmp, "job"), a.reps,
-                                 a.steps, a.size, a.tp_ops, res, a.live, a.target_ci, a.budget_s))
+                           args=(a.ranks, os.path.join(tmp, "store"), os.path.join(tmp, "job"), a, res))
         with open(res) as f:
             r = json.load(f)
-    off = [statistics.median(b) for b in r["times"]["off"]]
-    on = [statistics.median(b) for b in r["times"]["on"]]
-    ratios = [(y / x - 1) * 100 for x, y in zip(off, on)]
-    import numpy as np
-
-    overhead, lo, hi = _median_ci(ratios, a.seed, 4000)
+    load1 = os.getloadavg()
+    if a.save:
+        with open(a.save, "w") as f:
+            json.dump(r, f)
+    times = r["times"]
+    ratios, cpu_ratios = _ratios(times, 0), _ratios(times, 1)
+    overhead, lo, hi = hodges_lehmann(ratios)
     half = (hi - lo) / 2
-    r_arr = np.asarray(ratios)
-    cpu_ratios = [(y / x - 1) * 100 for x, y in zip(r["cpu"]["off"], r["cpu"]["on"]) if x > 0]
-    cpu_over, clo, chi = _median_ci(cpu_ratios, a.seed, 4000)
-    med_off = statistics.median(x for b in r["times"]["off"] for x in b)
-    med_on = statistics.median(x for b in r["times"]["on"] for x in b)
-    per_op_us = (wrapped_ns - bare_ns) / 1e3
+    med, mlo, mhi = median_bootstrap(ratios, a.seed)
+    cpu_over, clo, chi = hodges_lehmann(cpu_ratios)
+    med_off = statistics.median(x[0] for x in times["off"]) / 1e6
+    med_on = statistics.median(x[0] for x in times["on"]) / 1e6
+    per_op_us, insitu_us, async_us = cost["hook"] / 1e3, cost["sync"] / 1e3, cost["async"] / 1e3
     ops = r["ops_per_step"]
-    print(f"{'arm':<12}{'median step ms':>16}{'blocks':>8}")
-    print(f"{'logger off':<12}{med_off * 1e3:>16.3f}{len(off):>8}")
-    print(f"{'logger on':<12}{med_on * 1e3:>16.3f}{len(on):>8}")
-    print("paired block overheads % (first 30): " + " ".join(f"{x:+.2f}" for x in ratios[:30]))
-    print(f"isolated (thread CPU time): bare no-op {bare_ns:.0f} ns, wrapped+logged no-op {wrapped_ns:.0f} ns "
-          f"-> {per_op_us:.2f} us per op; {ops} ops/step -> bound {ops * per_op_us / (med_off * 1e6) * 100:.3f}% "
-          f"of a {med_off * 1e3:.1f} ms step")
-    print(f"rows logged on rank 0: {r['rows']}")
-    print(f"pooled-median overhead: {(med_on / med_off - 1) * 100:+.3f}%; paired-block median {overhead:+.3f}% "
-          f"(spread of paired blocks {min(ratios):+.1f}..{max(ratios):+.1f}%, IQR "
-          f"{np.percentile(r_arr, 25):+.2f}..{np.percentile(r_arr, 75):+.2f}%); 95% interval {lo:+.3f}..{hi:+.3f}% "
-          f"(bootstrap of the median over {len(ratios)} pairs); load {os.getloadavg()[0]:.1f}")
-    print(f"rank 0 thread CPU time per step: overhead {cpu_over:+.3f}% (95% interval {clo:+.3f}..{chi:+.3f}%)")
-    print(f"overhead_pct={overhead:.3f} overhead_ci95_pct={half:.3f} cpu_overhead_pct={cpu_over:.3f} "
-          f"cpu_overhead_ci95_pct={(chi - clo) / 2:.3f} per_op_us={per_op_us:.2f} ops_per_step={ops} "
-          f"step_ms_off={med_off * 1e3:.3f} step_ms_on={med_on * 1e3:.3f} ranks={a.ranks} pairs={len(ratios)} "
-          f"steps_per_block={a.steps} live={int(a.live)}")
+    bound = (ops - r["n_async"]) * insitu_us + r["n_async"] * async_us
+    lag1 = float(np.corrcoef(ratios[:-1], ratios[1:])[0, 1]) if len(ratios) > 2 else float("nan")
+    print(f"{'arm':<12}{'median step ms':>16}{'steps':>8}")
+    print(f"{'logger off':<12}{med_off:>16.3f}{len(times['off']):>8}")
+    print(f"{'logger on':<12}{med_on:>16.3f}{len(times['on']):>8}")
+    print(f"{len(ratios)} pairs in {r['elapsed_s']:.0f} s; paired overheads %: IQR {np.percentile(ratios, 25):+.2f}.."
+          f"{np.percentile(ratios, 75):+.2f}, spread {ratios.min():+.1f}..{ratios.max():+.1f}, lag-1 correlation "
+          f"{lag1:+.3f}; rows logged on rank 0: {r['rows']}")
+    print(f"overhead (Hodges-Lehmann, signed-rank 95% interval): {overhead:+.3f}% ({lo:+.3f}..{hi:+.3f}); "
+          f"median {med:+.3f}% (bootstrap {mlo:+.3f}..{mhi:+.3f})")
+    print(f"rank 0 thread CPU time per step: overhead {cpu_over:+.3f}% ({clo:+.3f}..{chi:+.3f})")
+    print(f"per operator (thread CPU time): the hook alone {per_op_us:.2f} us (bare no-op {cost['hook_bare']:.0f} ns); "
+          f"in situ {insitu_us:.2f} us synchronous, {async_us:.1f} us asynchronous -> {ops} ops/step "
+          f"({r['n_async']} asynchronous) {bound:.0f} us, {bound / (med_off * 1e3) * 100:.3f}% of a {med_off:.1f} ms step")
+    print(f"load (1-min average) {load0[0]:.1f} at the start, {load1[0]:.1f} at the end; pinned: {a.pin}")
+    print(f"overhead_pct={overhead:.3f} overhead_ci95_pct={half:.3f} per_op_us={per_op_us:.2f} "
+          f"per_op_insitu_us={insitu_us:.2f} per_async_op_us={async_us:.1f} "
+          f"cpu_overhead_pct={cpu_over:.3f} cpu_overhead_ci95_pct={(chi - clo) / 2:.3f} ops_per_step={ops} "
+          f"step_ms_off={med_off:.3f} step_ms_on={med_on:.3f} ranks={a.ranks} pairs={len(ratios)} "
+          f"load={load1[0]:.1f} live={int(a.live)}")
     return 0
 
 
