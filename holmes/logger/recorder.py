@@ -129,7 +129,7 @@ class CommOpsRecorder:
         Recorded in the sidecar so :func:`~holmes.logger.finalize_job` can check completeness.
     flush_every : int, default 8192
         Buffer capacity in rows; a full buffer is appended to the rank file as one row group.
-        Memory stays bounded by about ``flush_every * 60`` bytes plus the open operators.
+        Memory stays bounded by about ``flush_every * 300`` bytes plus the open operators.
     start_iteration : int, default 0
         Iteration number of operators recorded before the first :meth:`step`.
     overwrite : bool, default False
