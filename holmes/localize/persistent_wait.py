@@ -188,19 +188,28 @@ def operator_types(info: list[tuple], communicators: Mapping[str, Any], inst_slo
         else:
             k = ("c", i[1], len(i[2]))
         scode[s] = skey.setdefault(k, len(skey))
-    nbq = np.clip(np.round(np.log2(nb.astype(np.float64) + 1.0) * 4), 0, 255).astype(np.int64)
-    key = (scode[inst_slot] * 256 + inst_op.astype(np.int64)) * 256 + nbq
+    key = scode[inst_slot]
+    key <<= 8
+    key += inst_op
+    key <<= 8
+    if nb.any():
+        key += np.clip(np.round(np.log2(nb.astype(np.float64) + 1.0) * 4), 0, 255).astype(np.int64)
     span = (len(skey) or 1) << 16
     if span <= 1 << 24:  # few slot kinds (always, in practice): a dense look-up, no sort
         seen = np.zeros(span, np.bool_)
         seen[key] = True
-        typ = (np.cumsum(seen) - 1).astype(np.int32)[key]
+        lut = np.cumsum(seen) - 1
+        typ = lut.astype(np.int16 if lut[-1] < 1 << 15 else np.int32)[key]
     else:
         typ = np.unique(key, return_inverse=True)[1].astype(np.int32).ravel()
+    del key
     n = int(typ.max()) + 1 if len(typ) else 0
-    med = _group_median(typ[full], x[full], n)
-    med_any = _group_median(typ[has], x[has], n)
-    return typ, np.nan_to_num(np.where(np.isnan(med), med_any, med))
+    med = _group_median(typ[full] if not full.all() else typ, x[full] if not full.all() else x, n)
+    lack = np.isnan(med)
+    if lack.any():  # types none of whose instances every member logged: over those any member logged
+        m = has & lack[typ]
+        med[lack] = _group_median(typ[m], x[m], n)[lack]
+    return typ, np.nan_to_num(med)
 
 
 def _group_median(g: np.ndarray, v: np.ndarray, n: int, cap: int = 1 << 20) -> np.ndarray:
@@ -219,7 +228,7 @@ def _group_median(g: np.ndarray, v: np.ndarray, n: int, cap: int = 1 << 20) -> n
         pick[::k] = True
         pick |= (np.bincount(g, minlength=n) < 64 * k)[g]
         g, v = g[pick], v[pick]
-    o = np.argsort(g.astype(np.int16) if n < 1 << 15 else g, kind="stable")  # radix sort of small ints
+    o = np.argsort(g, kind="stable")  # a radix sort when g is int16
     vs = v[o]
     bounds = np.r_[0, np.cumsum(np.bincount(g, minlength=n))]
     for t in np.flatnonzero(np.diff(bounds)).tolist():
