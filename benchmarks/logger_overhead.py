@@ -11,20 +11,19 @@ pair to pair), so both arms see the same machine load and drift cancels within a
 
 Reported, on rank 0:
 
-* the overhead: the Hodges-Lehmann estimate (median of the Walsh averages) of the paired ratios
-  ``on/off - 1`` with its 95% interval from the Wilcoxon signed-rank test (distribution-free, for
-  differences symmetric about the shift, which alternating the order within pairs gives); pairs are
-  added, 50 at a time after ``--min-pairs``, until the interval is ``+-target`` or the time budget
-  is spent. The median of the ratios with a bootstrap interval is printed too;
+* the overhead: the Hodges-Lehmann estimate (median of the Walsh averages) of the paired log
+  ratios ``log(on/off)``, with its 95% interval from the Wilcoxon signed-rank test, both shown as
+  percentages. Distribution-free: it assumes only that the paired log ratios are symmetric about
+  the effect, which exchangeable arms in alternating order give. Pairs are added, 50 at a time
+  after ``--min-pairs``, until the interval is ``+-target`` or the time budget is spent. The median
+  with a bootstrap interval is printed too;
 * the same in the rank's thread CPU time (what the logger costs the training thread, without the
-  waiting for a core of a loaded machine);
+  waiting for a core of a loaded machine), and that cost per operator;
 * ``per_op_us``: the logging path of one synchronous collective in isolation, a wrapped and
   logged no-op against the bare no-op, in thread CPU time, interleaved rounds, median (flushes to
   parquet included). The no-op is declared a ``torch.distributed`` function so that it takes the
-  path torch's collectives take. Its caches are warm: in a step, between real collectives, the
-  same path costs more, printed as ``per_op_insitu_us`` (a logged real gloo all_reduce on a
-  1-rank group against the same unlogged, a small matmul between calls) and ``per_async_op_us``
-  (the same, asynchronous: a completion callback runs on gloo's thread).
+  path torch's collectives take. Its caches are warm: between real collectives the same path costs
+  more (the CPU-time overhead per operator above says how much, asynchronous ones included).
 
     python benchmarks/logger_overhead.py [--ranks 2] [--budget-s 540] [--target-ci 0.5] [--live]
 
@@ -47,35 +46,25 @@ from datetime import timedelta
 import numpy as np
 
 
-def _interleaved(fns: dict, n: int, rounds: int, between=None) -> dict:
+def _interleaved(fns: dict, n: int, rounds: int) -> dict:
     """ns of thread CPU time per call of each function, rounds interleaved (order alternating), medians."""
     out: dict = {k: [] for k in fns}
     for r in range(rounds):
         for k in (list(fns) if r % 2 else list(fns)[::-1]):
             f = fns[k]
             t0 = time.thread_time_ns()
-            if between is None:
-                for _ in range(n):
-                    f()
-            else:
-                for _ in range(n):
-                    between()
-                    f()
+            for _ in range(n):
+                f()
             out[k].append((time.thread_time_ns() - t0) / n)
     return {k: statistics.median(v) for k, v in out.items()}
 
 
-def _per_op_cost(n: int = 20000, rounds: int = 15) -> dict:
-    """The logging path's cost per operator in one process, in thread CPU time (interleaved
-    rounds, medians; flushes to parquet included), in ns:
-
-    * ``hook``: a wrapped and logged no-op against the bare no-op (the hook alone, warm caches);
-    * ``sync``/``async``: a real gloo all_reduce of 16 KB on a 1-rank group (synchronous, and
-      asynchronous then waited for), each after a small matmul as in a step, logged against not.
-    """
+def _per_op_cost(n: int = 20000, rounds: int = 15) -> tuple[float, float]:
+    """(ns per bare no-op call, ns per wrapped and logged no-op call) in one process: thread CPU
+    time, the two interleaved round by round, medians (flushes to parquet included). The no-op is
+    declared a ``torch.distributed`` function so that it takes the path of torch's collectives."""
     import torch
     import torch.distributed as dist
-    from torch.distributed import distributed_c10d as c10d
 
     import holmes.logger
     from holmes.logger import torch_hooks as th
@@ -86,26 +75,17 @@ def _per_op_cost(n: int = 20000, rounds: int = 15) -> dict:
             def noop(tensor, op=None, group=None, async_op=False):
                 return None
 
-            noop.__module__ = "torch.distributed.distributed_c10d"  # the path of torch's collectives
+            noop.__module__ = "torch.distributed.distributed_c10d"
             wrapped = th._collective_wrapper(noop, "all_reduce")
-            real = th._collective_wrapper(c10d.all_reduce, "all_reduce")
             t = torch.ones(1024)
-            grp = dist.new_group([0])
-            w = torch.randn(128, 128)
             lg = holmes.logger.CommOpsLogger(os.path.join(tmp, "job"), flush_every=8192).enable()
             try:
-                hook = _interleaved({"bare": lambda: noop(t), "logged": lambda: wrapped(t)}, n, rounds)
-                insitu = _interleaved({"bare": lambda: c10d.all_reduce(t, group=grp),
-                                       "logged": lambda: real(t, group=grp),
-                                       "bare_async": lambda: c10d.all_reduce(t, group=grp, async_op=True).wait(),
-                                       "logged_async": lambda: real(t, group=grp, async_op=True).wait()},
-                                      400, 9, between=lambda: w @ w)
+                cost = _interleaved({"bare": lambda: noop(t), "logged": lambda: wrapped(t)}, n, rounds)
             finally:
                 lg.close(finalize=False)
         finally:
             dist.destroy_process_group()
-    return {"hook_bare": hook["bare"], "hook": hook["logged"] - hook["bare"], "sync": insitu["logged"] - insitu["bare"],
-            "async": insitu["logged_async"] - insitu["bare_async"]}
+    return cost["bare"], cost["logged"]
 
 
 def hodges_lehmann(x, conf: float = 0.95) -> tuple[float, float, float]:
@@ -136,11 +116,18 @@ def median_bootstrap(x, seed: int = 0, n_boot: int = 2000) -> tuple[float, float
     return float(np.median(r)), float(lo), float(hi)
 
 
-def _ratios(times: dict, i: int) -> np.ndarray:
+def _log_ratios(times: dict, i: int) -> np.ndarray:
+    """``log(on / off)`` of each pair (column ``i``: 0 wall, 1 thread CPU): exchanging the two
+    arms flips its sign, so without an effect it is symmetric about 0, as the signed-rank
+    interval assumes (a plain ratio ``on/off - 1`` is not)."""
     off = np.array([x[i] for x in times["off"]], dtype=float)
     on = np.array([x[i] for x in times["on"]], dtype=float)
     n = min(len(off), len(on))
-    return (on[:n] / off[:n] - 1) * 100
+    return np.log(on[:n] / off[:n])
+
+
+def _pct(x: float) -> float:
+    return float(np.expm1(x) * 100)
 
 
 def worker(rank: int, world: int, init_file: str, out_dir: str, a: argparse.Namespace, result_file: str) -> None:
@@ -178,8 +165,8 @@ def worker(rank: int, world: int, init_file: str, out_dir: str, a: argparse.Name
         done_pairs = rep - a.warmup
         if done_pairs >= a.min_pairs and done_pairs % 50 == 0:  # rank 0 decides: narrow enough or out of time
             if rank == 0:
-                _, lo, hi = hodges_lehmann(_ratios(times, 0))
-                stop[0] = float((hi - lo) / 2 <= a.target_ci or time.monotonic() - t_begin > a.budget_s)
+                _, lo, hi = hodges_lehmann(_log_ratios(times, 0))
+                stop[0] = float((_pct(hi) - _pct(lo)) / 2 <= a.target_ci or time.monotonic() - t_begin > a.budget_s)
             dist.broadcast(stop, 0)
             if stop[0]:
                 break
@@ -231,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     load0 = os.getloadavg()
-    cost = _per_op_cost()
+    bare_ns, wrapped_ns = _per_op_cost()
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     with tempfile.TemporaryDirectory() as tmp:
         res = os.path.join(tmp, "result.json")
@@ -244,16 +231,17 @@ def main(argv: list[str] | None = None) -> int:
         with open(a.save, "w") as f:
             json.dump(r, f)
     times = r["times"]
-    ratios, cpu_ratios = _ratios(times, 0), _ratios(times, 1)
-    overhead, lo, hi = hodges_lehmann(ratios)
+    logs, cpu_logs = _log_ratios(times, 0), _log_ratios(times, 1)
+    ratios = np.expm1(logs) * 100
+    overhead, lo, hi = (_pct(v) for v in hodges_lehmann(logs))
     half = (hi - lo) / 2
-    med, mlo, mhi = median_bootstrap(ratios, a.seed)
-    cpu_over, clo, chi = hodges_lehmann(cpu_ratios)
+    med, mlo, mhi = (_pct(v) for v in median_bootstrap(logs, a.seed))
+    cpu_over, clo, chi = (_pct(v) for v in hodges_lehmann(cpu_logs))
     med_off = statistics.median(x[0] for x in times["off"]) / 1e6
     med_on = statistics.median(x[0] for x in times["on"]) / 1e6
-    per_op_us, insitu_us, async_us = cost["hook"] / 1e3, cost["sync"] / 1e3, cost["async"] / 1e3
+    cpu_off = statistics.median(x[1] for x in times["off"]) / 1e6
+    per_op_us = (wrapped_ns - bare_ns) / 1e3
     ops = r["ops_per_step"]
-    bound = (ops - r["n_async"]) * insitu_us + r["n_async"] * async_us
     lag1 = float(np.corrcoef(ratios[:-1], ratios[1:])[0, 1]) if len(ratios) > 2 else float("nan")
     print(f"{'arm':<12}{'median step ms':>16}{'steps':>8}")
     print(f"{'logger off':<12}{med_off:>16.3f}{len(times['off']):>8}")
@@ -261,15 +249,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(ratios)} pairs in {r['elapsed_s']:.0f} s; paired overheads %: IQR {np.percentile(ratios, 25):+.2f}.."
           f"{np.percentile(ratios, 75):+.2f}, spread {ratios.min():+.1f}..{ratios.max():+.1f}, lag-1 correlation "
           f"{lag1:+.3f}; rows logged on rank 0: {r['rows']}")
-    print(f"overhead (Hodges-Lehmann, signed-rank 95% interval): {overhead:+.3f}% ({lo:+.3f}..{hi:+.3f}); "
-          f"median {med:+.3f}% (bootstrap {mlo:+.3f}..{mhi:+.3f})")
-    print(f"rank 0 thread CPU time per step: overhead {cpu_over:+.3f}% ({clo:+.3f}..{chi:+.3f})")
-    print(f"per operator (thread CPU time): the hook alone {per_op_us:.2f} us (bare no-op {cost['hook_bare']:.0f} ns); "
-          f"in situ {insitu_us:.2f} us synchronous, {async_us:.1f} us asynchronous -> {ops} ops/step "
-          f"({r['n_async']} asynchronous) {bound:.0f} us, {bound / (med_off * 1e3) * 100:.3f}% of a {med_off:.1f} ms step")
+    print(f"overhead (Hodges-Lehmann of the log ratios, signed-rank 95% interval): {overhead:+.3f}% "
+          f"({lo:+.3f}..{hi:+.3f}); median {med:+.3f}% (bootstrap {mlo:+.3f}..{mhi:+.3f})")
+    print(f"rank 0 thread CPU time per step ({cpu_off:.1f} ms off): overhead {cpu_over:+.3f}% ({clo:+.3f}..{chi:+.3f}), "
+          f"about {cpu_over / 100 * cpu_off * 1e3 / ops:.1f} us per operator ({r['n_async']} of {ops} asynchronous)")
+    print(f"the hook alone (thread CPU time): bare no-op {bare_ns:.0f} ns, wrapped+logged no-op {wrapped_ns:.0f} ns "
+          f"-> {per_op_us:.2f} us per op, {ops * per_op_us / (med_off * 1e3) * 100:.3f}% of a {med_off:.1f} ms step")
     print(f"load (1-min average) {load0[0]:.1f} at the start, {load1[0]:.1f} at the end; pinned: {a.pin}")
     print(f"overhead_pct={overhead:.3f} overhead_ci95_pct={half:.3f} per_op_us={per_op_us:.2f} "
-          f"per_op_insitu_us={insitu_us:.2f} per_async_op_us={async_us:.1f} "
           f"cpu_overhead_pct={cpu_over:.3f} cpu_overhead_ci95_pct={(chi - clo) / 2:.3f} ops_per_step={ops} "
           f"step_ms_off={med_off:.3f} step_ms_on={med_on:.3f} ranks={a.ranks} pairs={len(ratios)} "
           f"load={load1[0]:.1f} live={int(a.live)}")

@@ -4,7 +4,7 @@
 started (:meth:`CommOpsRecorder.begin`) and finished (:meth:`PendingOp.finish`) or hands it a
 finished operator (:meth:`CommOpsRecorder.record`); the recorder numbers the operators (``seq``
 per communicator, ``op_index`` per iteration, as ``DESIGN.md`` defines them), keeps at most
-``flush_every`` rows in numpy arrays and appends them as a row group to
+``flush_every`` rows (packed int tuples, converted with numpy) and appends them as a row group to
 ``JOB/ranks/rank-XXXXX.parquet`` whenever the buffer fills. Step marks
 (:meth:`CommOpsRecorder.step`) give iteration boundaries, written to
 ``JOB/iterations/rank-XXXXX.parquet``. Each rank also writes ``JOB/comms/rank-XXXXX.json``, the
