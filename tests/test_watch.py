@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import queue
 import shutil
 import threading
 import time
+from collections import deque
 
+import pyarrow as pa
 import pytest
 
 import holmes
@@ -179,3 +183,49 @@ def test_ctrl_c_stops_the_cli_cleanly(spiky):
     out, err = p.communicate(timeout=60)
     assert json.loads(first)["event"] == "irregular"
     assert p.returncode == 130 and "Traceback" not in err and err.strip() == "holmes: interrupted"
+
+
+def _retained(w):
+    """How many elements the watcher's, its follower's and its monitor's containers hold (one
+    level deep: a dict of lists counts the lists' elements)."""
+    out = {}
+    for name, obj in (("watcher", w), ("follower", w._follower), ("monitor", w.monitor)):
+        for k, v in vars(obj).items():
+            if isinstance(v, queue.SimpleQueue):
+                out[f"{name}.{k}"] = v.qsize()
+            elif isinstance(v, (dict, list, deque, set)):
+                inner = v.values() if isinstance(v, dict) else v
+                out[f"{name}.{k}"] = len(v) + sum(len(x) for x in inner if isinstance(x, (dict, list, deque, set)))
+    return out
+
+
+def test_retained_state_is_bounded(tmp_path):
+    # 300 iterations in parts of one: the watcher's containers, and the Arrow memory held once an
+    # analysis is done, must not grow with the parts read nor with the analyses run
+    res = run_simulation(tp=2, pp=1, dp=2, iterations=300, seed=3,
+                         faults=["gpu:1@spike:70*3", "gpu:2@spike:150*3", "gpu:3@spike:230*3", "gpu:0@spike:280*3"])
+    d = write_result(res, tmp_path / "job", parts=1)
+    w = Watcher(d, once=True, detector="robust", straggler_check=False, window=10, use_watchdog=False)
+    seen, arrow = [], []
+    gc.collect()
+    gc.disable()  # what an analysis leaves behind must be freed by reference counting alone
+    try:
+        for ev in w:
+            seen.append((ev.event, ev.iteration, w.last_iteration, _retained(w)))
+            if ev.event == "irregular":
+                arrow.append(pa.total_allocated_bytes())
+    finally:
+        gc.enable()
+    irregular = [i for e, i, _, _ in seen if e == "irregular"]
+    assert {70, 230, 280} <= set(irregular) and len(arrow) >= 4, irregular  # analyses did run
+    assert w.last_iteration == 299
+    early = [r for _, _, last, r in seen if last < 150]  # the first half of the parts, then the second
+    late = [r for _, _, last, r in seen if last >= 150]
+    assert early and late
+    top = {k: max(r.get(k, 0) for r in early) for r in late for k in r}
+    grown = {k: (top[k], n) for r in late for k, n in r.items() if n > top[k] and k != "watcher._ready"}
+    assert not grown, f"watcher state grew with the parts read: {grown}"
+    assert 0 < len(w._parts_seen) <= 2 * 10 + 64  # a ring of the parts read, not all 300
+    assert not w._ready and not w._pending  # the events' queue (one loop's events) was drained
+    # one part's worth of slack: no window's tables outlive its analysis
+    assert max(arrow) - arrow[0] < 64 * 1024, [a - arrow[0] for a in arrow]
