@@ -55,7 +55,9 @@ def test_report_json_has_design_keys_and_round_trips():
     assert len(d["devices"]) <= 3
     rc = d["root_causes"][0]
     assert rc["cause"] in ("compute", "network") and isinstance(rc["op"], str) and rc["ranks"]
-    assert rc["evidence"][0]["rank"] == 0
+    assert rc["evidence"] and rc["evidence"][0]["rank"] in rc["ranks"]  # a job read whole: the cell's own op
+    searched = localize(job, detector="label", full_read=0).to_json()["root_causes"][0]
+    assert searched["evidence"][0]["rank"] == 0  # Algorithm 1: the path starts at the pivot
     assert d["world_size"] == 32 and d["fetched_ranks"] == len(r.fetched)
     assert isinstance(d["assumptions"], list) and d["assumptions"]
     plain = localize(synth_job(tp=2, pp=2, dp=2, iters=12), detector="robust")  # no topology

@@ -1,7 +1,10 @@
-"""Verdicts on real multi-process PyTorch runs (``fixtures/real``, development split only).
+"""Verdicts on real multi-process PyTorch runs (development splits only).
 
-These runs were captured on a loaded CPU machine (gloo), so many iterations are irregular for no
-device's fault: a slow rank must still be named, and a healthy run must name nothing.
+``fixtures/real`` was captured on an otherwise idle 2-core machine (its 8-16 gloo ranks keep the
+load at 4-5): jobs this small are read whole and compared cell by cell (:mod:`holmes.localize.cells`).
+``fixtures/real-loaded`` was captured while other work kept the load at 6-16: its jobs are mostly
+too noisy for the cells, and Algorithm 1 from the pivot with the compute-straggler and transfer
+rules runs instead. A slow device must be named, and a healthy run must name nothing.
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ from holmes.localize.pipeline import Localizer
 from holmes.localize.transfer import TransferTimes
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
+LOADED = REAL.parent / "real-loaded"
 
 
-def _run(name: str) -> Path:
-    p = REAL / name
+def _run(name: str, root: Path = REAL) -> Path:
+    p = root / name
     if not p.is_dir():
         pytest.skip(f"{p} missing (python scripts/real_runs.py corpus --out fixtures/real)")
     return p
@@ -28,24 +32,33 @@ def _run(name: str) -> Path:
 @pytest.mark.parametrize("run,device", [
     ("r024-gpu-spike-tp2-pp4-dp2", "gpu:4"),          # one iteration, 1.76x more work on rank 4
     ("r037-gpu-fluctuation-tp2-pp4-dp2", "gpu:5"),
-    ("r028-host-fluctuation-tp2-pp2-dp2-sp-do", "host:0"),
+    ("r015-host-spike-tp2-pp2-dp3-do", "host:1"),     # one iteration, every rank of host 1
 ])
 def test_compute_fault_is_named_first(run, device):
     r = localize(_run(run))
     assert r.verdict == "culprit" and r.devices[0].id == device, [(d.id, d.confidence) for d in r.all_devices[:4]]
+    assert any("compared with the job's own noise" in a for a in r.assumptions)
 
 
-def test_slow_nic_is_in_the_top_two():
-    r = localize(_run("r043-nic-fluctuation-tp2-pp2-dp3-do"))
+@pytest.mark.parametrize("run,nic", [("r043-nic-fluctuation-tp2-pp2-dp3-do", 0), ("r030-nic-spike-tp2-pp2-dp4-ep2-sp", 1)])
+def test_slow_nic_is_in_the_top_two(run, nic):
+    r = localize(_run(run))
     assert r.verdict == "culprit"
-    assert any(d.id in ("nic:0", "link:nic:0|switch:leaf-0") for d in r.devices[:2]), [d.id for d in r.devices]
+    assert any(d.id in (f"nic:{nic}", f"link:nic:{nic}|switch:leaf-{nic // 4}") for d in r.devices[:2]), \
+        [d.id for d in r.devices]
 
 
 @pytest.mark.parametrize("run", ["r061-healthy-tp2-pp2-dp3-do", "r067-healthy-tp2-pp2-dp4",
                                  "r072-healthy-tp2-pp2-dp4", "r074-healthy-tp2-pp2-dp2-sp-do"])
 def test_healthy_run_names_nothing(run):
     r = localize(_run(run))
-    assert r.devices == [] and r.verdict in ("healthy", "inconclusive"), [(d.id, d.confidence) for d in r.devices]
+    assert r.devices == [] and r.verdict == "healthy", [(d.id, d.confidence) for d in r.all_devices[:4]]
+
+
+def test_a_noisy_job_falls_back_to_the_search():
+    # captured at load 6-16: the ranks' compute varies by far more than the cells' tail model allows
+    r = localize(_run("r037-gpu-fluctuation-tp2-pp4-dp2", LOADED))
+    assert any("not compared cell by cell" in a for a in r.assumptions), r.assumptions
 
 
 def test_transfer_times_find_the_slow_pair():
@@ -65,8 +78,8 @@ def test_transfer_times_find_the_slow_pair():
 
 def test_common_mode_iterations_are_not_blamed_on_a_device():
     # a loaded machine slows ranks of every host together: such iterations explain no device
-    job = read_job(_run("r024-gpu-spike-tp2-pp4-dp2"))
-    loc = Localizer(analysis="irregular")
+    job = read_job(_run("r024-gpu-spike-tp2-pp4-dp2", LOADED))
+    loc = Localizer(analysis="irregular", cell_noise=0.0)
     run = loc.prepare(job)
     a = IrregularAnalysis()
     sel = a.select(run)

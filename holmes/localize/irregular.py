@@ -28,6 +28,7 @@ import numpy as np
 
 from holmes.detect.monitor import IrregularityRule
 from holmes.errors import JobError
+from holmes.localize.cells import CellEvidence, Event, device_pvalues
 from holmes.localize.confidence import confidences, iteration_weights, network_opportunity, weighted_hits
 from holmes.localize.healthy import HealthyPaths
 from holmes.localize.host_probe import HostProbe
@@ -69,6 +70,9 @@ class Evidence:
     #: irregular iterations in which ranks of several hosts computed longer together (a
     #: common-mode slowdown: no device explains them)
     common: list[int] = field(default_factory=list)
+    #: a job read whole: every device's cells against the job's noise, and what stood out
+    cells: CellEvidence | None = None
+    events: list[Event] = field(default_factory=list)
 
 
 class IrregularAnalysis:
@@ -117,6 +121,17 @@ class IrregularAnalysis:
             for r in range(run.source.world_size):
                 search.rank_ops(r)
             transfers = TransferTimes(search.graph.ranks, search.graph.members)
+            cells = None if run.source.missing else \
+                CellEvidence(search.graph.ranks, search.graph.members, topo.host_of, transfers)
+            if cells is not None and cells.noise <= p.cell_noise:
+                # the pivot's irregular iterations are not what is explained: every iteration is
+                sel.weights = {}
+                ref = IrregularityRule(p.delta).reference(sel.durations) if len(sel.durations) else 0.0
+                # a device explains an irregular iteration only if its own excess could make one
+                return _gather_cells(run, cells, (p.delta - 1.0) * float(ref))
+            run.assume(f"{len(run.source.missing)} rank(s) unreadable: the job is not compared cell by cell"
+                       if cells is None else f"the job's compute noise ({100 * cells.noise:.1f}% of its compute) is "
+                       f"beyond cell_noise={p.cell_noise:g}: not compared cell by cell; Algorithm 1 from the pivot")
         for it in sel.chosen.tolist():
             found = explain_iteration(run, it, excess.get(it, 0.0), transfers)
             if found is None:
@@ -178,8 +193,11 @@ class IrregularAnalysis:
 
     def rank(self, run: Any, ev: Evidence, sel: Selection) -> list[DeviceScore]:
         """Every implicated device: MAP over the causes' rates with the topology decay, and its
-        confidence against how often chance would blame it; ordered by confidence, then score."""
+        confidence against how often chance would blame it; ordered by confidence, then score
+        (a job read whole: :func:`rank_cells`)."""
         p, topo = run.params, run.topology
+        if ev.cells is not None:
+            return rank_cells(ev, p.tail_calibration, self.name)
         ranking = DeviceRanking(method=p.method, prior=p.prior, alpha=p.alpha, decay=topo.decay)
         for c, devs in zip(ev.causes, ev.implicated):
             ranking.add(devs, c.rate)
@@ -443,3 +461,69 @@ def _iteration_times(src: Any, rank: int) -> tuple[np.ndarray, np.ndarray]:
     if got is None or len(got[0]) == 0:
         raise JobError(f"pivot rank {rank}: no iterations in its log")
     return np.asarray(got[0]), np.asarray(got[1])
+
+
+def _gather_cells(run: Any, cells: CellEvidence, min_cost_ns: float = 0.0) -> Evidence:
+    """A job read whole: the devices whose cells stood out of the job's noise
+    (:class:`~holmes.localize.cells.CellEvidence`) by at least ``min_cost_ns``, one root cause per
+    event."""
+    search, topo, transfers = run.search, run.topology, cells.transfers
+    events = cells.events(topo, min_cost_ns=min_cost_ns)
+    ev = Evidence(cells=cells, events=events)
+    for e in events:
+        c = _event_cause(search, transfers, e)
+        ev.causes.append(c)
+        ev.implicated.append(list(e.devices))
+    run.assume(f"the job was read whole ({run.source.world_size} ranks): each rank's compute and each "
+               f"channel's transfers in every iteration compared with the job's own noise")
+    return ev
+
+
+def _event_cause(search: GraphSearch, transfers: TransferTimes, e: Event) -> RootCause:
+    """The root cause an event of the cells stands for (its evidence: the cell's operator)."""
+    names = search.graph.comm_ids
+    if e.kind == "network":
+        rank, row = transfers.where(e.channels[0], e.iteration) or (e.ranks[0], 0)
+        ro = search.graph.ranks[rank]
+        step = ro.describe(row, names)
+        step["transfer_excess_ns"] = int(e.excess_ns)
+        cause = NETWORK
+    else:
+        rank = e.ranks[0]
+        ro = search.graph.ranks[rank]
+        row = ro.largest_gap_row(e.iteration)
+        row = 0 if row is None else row
+        step = ro.describe_compute(row, names)
+        cause = COMPUTE
+    step["z"] = round(e.z, 2)
+    step["pvalue"] = float(e.pvalue)
+    what = "compute" if cause == COMPUTE else "transfers"
+    note = (f"its {what} took {e.excess_ns / 1e6:.1f} ms longer than usual, {e.z:.1f} sigmas of the "
+            f"job's noise (family-wise p={e.pvalue:.1e})")
+    c = RootCause(e.iteration, cause, tuple(e.ranks), rank, row, step, [step], note, devices=list(e.devices))
+    c.rate = 1.0 - float(e.pvalue)
+    return c
+
+
+def rank_cells(ev: Evidence, calibration: float, name: str = "irregular") -> list[DeviceScore]:
+    """Devices of the cells' events: confidence ``1 - calibration * p`` (``p`` from
+    :func:`~holmes.localize.cells.device_pvalues`), coverage the share of the iterations with an
+    event that implicate the device, score from each event's order of its devices (the most
+    specific first)."""
+    cells = ev.cells
+    assert cells is not None
+    rows = {"gpu": len(cells.rank_ids), "host": len(cells.rank_ids), "network": max(len(cells.channels), 1)}
+    pv = device_pvalues(ev.events, rows, max(len(cells.iterations) - 1, 1))
+    score: dict[str, float] = {}
+    its: dict[str, set[int]] = {}
+    for e in ev.events:
+        for pos, d in enumerate(e.devices):
+            score[d] = score.get(d, 0.0) + 1.0 / (1.0 + pos)
+            its.setdefault(d, set()).add(e.iteration)
+    total = sum(score.values()) or 1.0
+    n_its = len({e.iteration for e in ev.events}) or 1
+    # a device whose cells chance explains (confidence 0) is no candidate either
+    out = [DeviceScore(d, device_kind(d), score[d] / total, score[d], len(its[d]),
+                       confidence=1.0 - calibration * pv[d], evidence=(name,),
+                       coverage=len(its[d]) / n_its) for d in score if calibration * pv[d] < 1.0]
+    return sorted(out, key=lambda x: (-round(x.confidence or 0.0, 2), -x.score))

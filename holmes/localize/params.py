@@ -130,8 +130,24 @@ class LocalizeParams(BaseModel):
         a common-mode slowdown no device explains (:mod:`holmes.localize.straggler`); 0 turns
         the rule off.
     full_read : int, default 64
-        Jobs of at most this many ranks are read whole before the search (every rank's compute
-        can then be compared); larger jobs compare the ranks the search reads.
+        Jobs of at most this many ranks are read whole: instead of following waits from the
+        pivot, every device's own time in every iteration (each rank's compute, each channel's
+        transfers) is compared with the job's own noise (:mod:`holmes.localize.cells`), a cell
+        counting when its excess alone could make an iteration delta-irregular; larger
+        jobs run Algorithm 1 and compare the ranks the search reads.
+    cell_noise : float, default 0.04
+        ... only when the job's compute noise (the pooled spread of the ranks' compute per
+        iteration over the usual compute) is at most this: on a noisier job (a loaded machine)
+        the cells' tail model no longer holds and Algorithm 1 from the pivot runs instead
+        (chosen on the development halves of two real-run corpora, one captured on an idle
+        machine, one at load 6-16).
+    tail_calibration : float, default 1e7
+        Jobs read whole: a device's confidence is ``1 - tail_calibration * p``, ``p`` the
+        family-wise p-value of its cells under the exponential tail fitted to the job's cells
+        (:func:`holmes.localize.cells.device_pvalues`). The exponential tail is lighter than the
+        real one: on the development half of the real-run corpus the healthy runs' smallest
+        p-value was 2e-6; the default names a device (confidence 0.9) from 1e-8, a margin of
+        two hundred below it.
     scan_reads : int, default 8
         Ranks not read before that the search's scan of one collective group (for the member that
         entered it last) may read: a scan that would read more is set aside until the iteration's
@@ -173,6 +189,8 @@ class LocalizeParams(BaseModel):
     null_iterations: int = Field(default=8, ge=0)
     straggler_share: float = Field(default=0.5, ge=0)
     full_read: int = Field(default=64, ge=0)
+    cell_noise: float = Field(default=0.04, ge=0)
+    tail_calibration: float = Field(default=1e7, ge=1)
     scan_reads: int = Field(default=8, ge=0)
     min_confidence: float = Field(default=0.9, ge=0, le=1)
     persistent_z: float = Field(default=4.0, gt=0)
@@ -188,7 +206,7 @@ class LocalizeParams(BaseModel):
             raise ConfigError(_one_line(exc)) from None
 
     @field_validator("delta", "alpha", "exonerate_bytes", "exonerate_speedup", "late_ratio", "noise_z",
-                     "min_confidence", "straggler_share", "persistent_z", "network_min_excess", "imbalance_pct")
+                     "min_confidence", "straggler_share", "tail_calibration", "cell_noise", "persistent_z", "network_min_excess", "imbalance_pct")
     @classmethod
     def _finite(cls, v: float) -> float:
         if not math.isfinite(v):

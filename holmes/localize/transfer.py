@@ -129,6 +129,17 @@ class TransferTimes:
         """The ranks a channel (its index in :attr:`channels`) connects."""
         return self._ranks[channel]
 
+    def table(self, iterations: np.ndarray) -> np.ndarray:
+        """``(channels, len(iterations))`` transfer times (ns; NaN where not every copy was read)."""
+        its = np.asarray(iterations, dtype=np.int64)
+        out = np.full((len(self.channels), its.size), np.nan)
+        if not self._its.size or not its.size:
+            return out
+        pos = np.minimum(np.searchsorted(self._its, its), self._its.size - 1)
+        ok = self._its[pos] == its
+        out[:, ok] = self._t[:, pos[ok]]
+        return out
+
     def excess(self, iteration: int, min_iterations: int = 5) -> tuple[dict[int, float], dict[int, float]]:
         """Per channel with at least ``min_iterations``: how much longer than usual (its first
         quartile) its transfers took in ``iteration``, and its healthy spread ``(q25 - q05) /

@@ -1,0 +1,380 @@
+"""Which device stood out of the job's own noise, iteration by iteration, on a job read whole.
+
+When every rank's log is read (a small job, ``full_read``), Holmes need not follow waits from a
+pivot: each device's own time can be measured in every iteration and compared with the job's own
+noise. Two matrices hold it:
+
+* **compute** ``C[rank, iteration]``: the sum of the rank's gaps between operators (its own
+  work, on its own clock; waiting happens *inside* operators and is not in it);
+* **transfer** ``T[channel, iteration]``: per channel (a communicator's collectives, or one
+  direction of a P2P pair) the summed duration of the copies of its operators that entered last
+  (:class:`~holmes.localize.transfer.TransferTimes`): the transfer itself, no waiting in it.
+
+Each cell becomes a z-score against the job's noise: minus the row's median (the device's usual
+level), minus what every device of the other hosts did in the same iteration (common mode: a
+loaded machine slows everyone), over a robust spread (the median absolute deviation, pooled over
+the ranks for compute, per channel for transfers, which differ in size). A fault stands out as a
+few cells far beyond the rest: a slow GPU is one rank's compute cell, a slow host its ranks'
+cells together, a slow NIC the transfer cells of the channels crossing it, a slow P2P direction
+its channel's cell.
+
+How far is "far" is measured against the job itself, not a fixed sigma: the cells' upper tail is
+modelled as exponential, fitted between their 90th and 99th percentiles (where a few fault cells
+weigh nothing), and an event's *family-wise* p-value is the chance that any of the job's cells
+would reach its z under that tail. A healthy job's strongest cell has a family-wise p-value near
+one half by construction; a 1.3x slower GPU's cell is many tail-lengths beyond it.
+
+Examples
+--------
+>>> import numpy as np
+>>> from holmes.localize.cells import tail_pvalue
+>>> rng = np.random.default_rng(0)
+>>> z = rng.standard_exponential(2000)
+>>> bool(tail_pvalue(z, float(z.max())) > 0.05), tail_pvalue(z, 40.0) < 1e-6
+(True, True)
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from holmes.localize.transfer import TransferTimes
+
+__all__ = ["Event", "CellEvidence", "tail_fit", "tail_pvalue", "device_pvalues"]
+
+log = logging.getLogger(__name__)
+
+_MAD = 1.4826  # a normal's sigma per median absolute deviation
+
+
+def tail_fit(cells: np.ndarray, *, lo: float = 0.90, hi: float = 0.99) -> tuple[float, float]:
+    """``(threshold, scale)`` of an exponential upper tail fitted to ``cells`` (finite values):
+    the ``lo`` quantile and the mean excess over it of the cells up to the ``hi`` quantile (a few
+    extreme cells, the faults, weigh nothing in it)."""
+    x = np.asarray(cells, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if x.size < 20:
+        return np.inf, 1.0
+    q_lo, q_hi = np.quantile(x, [lo, hi])
+    body = x[(x >= q_lo) & (x <= q_hi)]
+    return float(q_lo), max(float(body.mean() - q_lo) if body.size else 0.0, 0.25)
+
+
+def tail_pvalue(cells: np.ndarray, z: Any, *, n: int | None = None, lo: float = 0.90) -> Any:
+    """Family-wise p-value of a cell reaching ``z`` (a number or an array), the tail fitted to
+    ``cells`` (:func:`tail_fit`): the chance that one of ``n`` cells (default: as many as
+    ``cells``) does, ``1 - (1 - p)^n`` with ``p = (1 - lo) exp(-(z - q_lo) / scale)``."""
+    q_lo, beta = tail_fit(cells, lo=lo)
+    n = int(np.isfinite(np.asarray(cells, dtype=np.float64)).sum()) if n is None else n
+    zz = np.asarray(z, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        p = np.where(zz > q_lo, (1.0 - lo) * np.exp(-(zz - q_lo) / beta), 1.0)
+        fw = np.where(np.isfinite(zz), -np.expm1(n * np.log1p(-np.minimum(p, 1.0 - 1e-16))), 1.0)
+    return float(fw) if fw.ndim == 0 else fw
+
+
+def device_pvalues(events: list["Event"], rows: Mapping[str, int], iterations: int) -> dict[str, float]:
+    """Per device, the family-wise p-value of its events taken together.
+
+    A device with ``m`` events is as surprising as its ``m``-th strongest one happening ``m``
+    times to one row: ``rows * C(iterations, m) * p_m^m``, ``p_m`` the per-cell p-value of its
+    ``m``-th strongest event and ``rows`` how many rows of that kind (ranks, channels) could have
+    done so; the smallest over ``m`` (times the number of ``m`` tried). A fluctuating or
+    persistent fault repeats: its cells, each unremarkable alone, are not together.
+
+    >>> e = [Event(5, "gpu", (3,), 8.0, 1e-3, 1e7, devices=["gpu:3"]),
+    ...      Event(9, "gpu", (3,), 8.0, 2e-3, 1e7, devices=["gpu:3"])]
+    >>> p = device_pvalues(e, {"gpu": 16, "host": 16, "network": 40}, 40)
+    >>> p["gpu:3"] < 1e-3
+    True
+    """
+    from math import comb, log
+
+    per: dict[str, list[tuple[float, str]]] = {}
+    for e in events:
+        for d in e.devices:
+            per.setdefault(d, []).append((e.pvalue, e.kind))
+    out: dict[str, float] = {}
+    for d, lst in per.items():
+        lst.sort()
+        kind = lst[0][1]
+        n_rows = max(int(rows.get(kind, 1)), 1)
+        n = n_rows * max(iterations, 1)
+        best = 1.0
+        for m, (fw, _) in enumerate(lst, start=1):
+            if m > iterations:
+                break
+            cell = -np.expm1(np.log1p(-min(fw, 1.0 - 1e-16)) / n) if fw > 0 else 0.0
+            if cell <= 0:
+                best = 0.0
+                break
+            logp = log(n_rows) + log(comb(iterations, m)) + m * log(cell)
+            best = min(best, float(np.exp(min(logp, 0.0))))
+        out[d] = min(1.0, best * len(lst))
+    return out
+
+
+@dataclass
+class Event:
+    """A device that stood out in one iteration.
+
+    Attributes
+    ----------
+    iteration : int
+    kind : {"gpu", "host", "network"}
+    ranks : tuple of int
+        The straggling rank(s), or the ranks the slow channel(s) connect.
+    channels : tuple of int
+        The slow channels (indices of :attr:`CellEvidence.channels`), network events only.
+    z : float
+        The strongest cell's z-score.
+    pvalue : float
+        Its family-wise p-value (:func:`tail_pvalue`).
+    excess_ns : float
+        How much longer than usual that cell's compute or transfer was.
+    devices : list of str
+        The devices it implicates, most specific first.
+    """
+
+    iteration: int
+    kind: str
+    ranks: tuple[int, ...]
+    z: float
+    pvalue: float
+    excess_ns: float
+    channels: tuple[int, ...] = ()
+    devices: list[str] = field(default_factory=list)
+
+
+class CellEvidence:
+    """Compute and transfer cells of a job read whole, as z-scores against the job's own noise.
+
+    Parameters
+    ----------
+    ranks : mapping of int to RankOps
+        Every rank of the job (:attr:`holmes.cog.CommOpGraph.ranks`).
+    members : sequence
+        Per communicator code, its member ranks.
+    host_of : callable
+        Rank -> host index.
+    transfers : TransferTimes, optional
+        Built from ``ranks`` when omitted.
+    usual_q : float, default 0.25
+        A row's usual level is this quantile of its iterations.
+
+    Attributes
+    ----------
+    iterations : ndarray
+        The iterations every rank has.
+    compute_z, transfer_z : ndarray
+        ``(ranks, iterations)`` and ``(channels, iterations)`` z-scores (NaN where unmeasured).
+    compute_excess, transfer_excess : ndarray
+        The same cells in ns over the usual level (compute: common mode removed).
+    """
+
+    def __init__(self, ranks: Mapping[int, Any], members: Any, host_of: Callable[[int], int],
+                 transfers: TransferTimes | None = None, *, usual_q: float = 0.25) -> None:
+        self.rank_ids = sorted(ranks)
+        self.usual_q = float(usual_q)
+        self.host_of = host_of
+        per = [ranks[r].iteration_compute() for r in self.rank_ids]
+        its = per[0][0] if per else np.zeros(0, np.int64)
+        for i, _ in per[1:]:
+            its = np.intersect1d(its, i)
+        self.iterations = its
+        comp = np.full((len(per), its.size), np.nan)
+        for k, (i, c) in enumerate(per):
+            pos = np.searchsorted(i, its)
+            comp[k] = c[pos]
+        hosts = np.array([host_of(r) for r in self.rank_ids])
+        raw = comp - _usual(comp, self.usual_q)
+        self.compute_excess = _common_mode(raw, hosts)
+        spread = max(float(np.nanmedian(_mad(self.compute_excess, axis=1))) if len(per) else 1.0, 1.0)
+        #: the job's compute noise: the pooled spread over the median rank's usual compute
+        self.noise = spread / max(float(np.nanmedian(comp)) if comp.size else 1.0, 1.0)
+        self.compute_z = self.compute_excess / spread
+        self._raw_z = raw / spread  # the null of a host: its cells do not enter the others' common mode
+        tt = transfers if transfers is not None else TransferTimes(ranks, members)
+        self.transfers = tt
+        self._path_cache: list[list[str]] | None = None
+        self.channels = tt.channels
+        t = tt.table(its) if len(self.channels) else np.zeros((0, its.size))
+        base = _usual(t, self.usual_q) if t.size else np.zeros((0, 1))
+        tx = t - base
+        # every channel's cells relative to its own spread; the common mode is what the median
+        # channel did in the same iteration
+        with np.errstate(all="ignore"):
+            tz = tx / np.maximum(_low_spread(t)[:, None], np.maximum(0.02 * base, 1.0))
+            if tz.size:
+                tz = tz - np.maximum(np.nanmedian(tz, axis=0, keepdims=True), 0.0)
+        self.transfer_excess = tx
+        self.transfer_z = tz
+
+    def compute_pvalues(self, skip: int = 1) -> np.ndarray:
+        """Family-wise p-value of every compute cell, each rank's cells judged against the tail
+        of the cells of the ranks on *other* hosts (a slow host does not hide itself in its own
+        null); the first ``skip`` iterations (warm-up) are left out (p = 1)."""
+        z = self.compute_z[:, skip:]
+        raw = self._raw_z[:, skip:]
+        out = np.ones_like(self.compute_z)
+        n = int(np.isfinite(z).sum())
+        hosts = np.array([self.host_of(r) for r in self.rank_ids])
+        for h in np.unique(hosts):
+            mine = hosts == h
+            null = raw[~mine] if (~mine).any() else z
+            out[mine, skip:] = tail_pvalue(null, z[mine], n=n)
+        return out
+
+    def transfer_pvalues(self, skip: int = 1) -> np.ndarray:
+        """Family-wise p-value of every transfer cell, each channel's cells judged against the
+        tail of the channels that share no rank with it (a slow NIC slows every channel through
+        its rank: they are not its null)."""
+        z = self.transfer_z[:, skip:]
+        out = np.ones_like(self.transfer_z)
+        if not z.size:
+            return out
+        n = int(np.isfinite(z).sum())
+        sets = [set(self.transfers.ranks_of(c)) for c in range(len(self.channels))]
+        for c, mine in enumerate(sets):
+            other = np.array([not (mine & o) for o in sets])
+            null = z[other] if other.sum() >= 2 else np.delete(z, c, axis=0)
+            out[c, skip:] = tail_pvalue(null, z[c], n=n)
+        return out
+
+    def events(self, topology: Any, *, min_pvalue: float = 0.01, min_cost_ns: float = 0.0,
+               ratio: float = 0.5, skip: int = 1) -> list[Event]:
+        """The cells beyond the job's noise, at most one event per iteration and kind.
+
+        Parameters
+        ----------
+        topology : ClusterTopology
+        min_pvalue : float, default 0.01
+            A cell's family-wise p-value must be below it.
+        min_cost_ns : float, default 0
+            The strongest cell's excess (ns) must reach it (a device costing nothing is no
+            culprit).
+        ratio : float, default 0.5
+            Cells beyond the noise within ``ratio`` of the strongest one's z join its event:
+            the other ranks of a slow host, the other channels of a slow NIC.
+        skip : int, default 1
+            Leading iterations left out (warm-up).
+        """
+        out: list[Event] = []
+        pc = self.compute_pvalues(skip)
+        pt = self.transfer_pvalues(skip)
+        cz, tz = self.compute_z, self.transfer_z
+        mc, mt = pc < min_pvalue, pt < min_pvalue
+        for k, it in enumerate(self.iterations.tolist()):
+            if k < skip:
+                continue
+            sig = np.flatnonzero(mc[:, k])
+            if sig.size:
+                top = int(sig[np.argmax(cz[sig, k])])
+                if self.compute_excess[top, k] >= min_cost_ns:
+                    grew = [self.rank_ids[j] for j in sig if cz[j, k] >= ratio * cz[top, k]]
+                    out.append(self._compute_event(it, grew, self.rank_ids[top], float(cz[top, k]),
+                                                   float(pc[top, k]), float(self.compute_excess[top, k])))
+            sig = np.flatnonzero(mt[:, k]) if pt.size else np.zeros(0, np.int64)
+            if not sig.size:
+                continue
+            top = int(sig[np.argmax(tz[sig, k])])
+            if self.transfer_excess[top, k] < min_cost_ns:
+                continue
+            near = set(self.transfers.ranks_of(top))
+            slow = [int(c) for c in sig if tz[c, k] >= ratio * tz[top, k]
+                    and (c == top or near & set(self.transfers.ranks_of(int(c))))]
+            devices = self._network_devices(topology, k, slow)
+            ranks = tuple(sorted(set().union(*(self.transfers.ranks_of(c) for c in slow))))
+            out.append(Event(it, "network", ranks, float(tz[top, k]), float(pt[top, k]),
+                             float(self.transfer_excess[top, k]), tuple(slow), devices))
+        return out
+
+    def _network_devices(self, topology: Any, k: int, slow: list[int], low: float = 3.0) -> list[str]:
+        """The devices the slow channels of iteration ``k`` implicate, best first.
+
+        Candidates are the devices every slow channel crosses (else the strongest one's). A
+        faulty device slows every channel crossing it: candidates are ordered by how many of
+        the channels crossing them were slower than usual (z >= ``low``) in the iteration, then
+        by that count's share of the channels crossing them, then NICs and their cables first.
+        """
+        paths = self._paths(topology)
+        sets = [paths[c] for c in slow]
+        cand = [d for d in sets[0] if all(d in s for s in sets[1:])] or list(sets[0])
+        col = np.nan_to_num(self.transfer_z[:, k], nan=0.0)
+        crossing: dict[str, list[int]] = {}
+        for c, devs in enumerate(paths):
+            for d in devs:
+                crossing.setdefault(d, []).append(c)
+
+        def key(d: str) -> tuple[int, float, int]:
+            cs = crossing.get(d, [])
+            hot = sum(1 for c in cs if col[c] >= low)
+            return (-hot, -hot / max(len(cs), 1), _specificity(d))
+        return sorted(cand, key=key)
+
+    def _paths(self, topology: Any) -> list[list[str]]:
+        if self._path_cache is None:
+            from holmes.localize.ranking import network_devices
+            self._path_cache = [network_devices(self.transfers.ranks_of(c), topology)
+                                for c in range(len(self.channels))]
+        return self._path_cache
+
+    def _compute_event(self, it: int, grew: list[int], top: int, z: float, p: float, excess: float) -> Event:
+        """One GPU, or the host when at least half of its ranks (two or more) grew."""
+        by_host: dict[int, list[int]] = {}
+        for r in grew:
+            by_host.setdefault(self.host_of(r), []).append(r)
+        host, rs = max(by_host.items(), key=lambda kv: len(kv[1]))
+        size = sum(1 for r in self.rank_ids if self.host_of(r) == host)
+        if len(rs) >= 2 and 2 * len(rs) >= size:
+            return Event(it, "host", tuple(rs), z, p, excess, devices=[f"host:{host}"])
+        return Event(it, "gpu", (top,), z, p, excess, devices=[f"gpu:{top}"])
+
+
+def _mad(x: np.ndarray, axis: int) -> np.ndarray:
+    with np.errstate(all="ignore"):
+        med = np.nanmedian(x, axis=axis, keepdims=True)
+        return _MAD * np.nanmedian(np.abs(x - med), axis=axis)
+
+
+def _low_spread(x: np.ndarray) -> np.ndarray:
+    """Per row, a normal's sigma from its lower half, ``(q50 - q10) / 1.2816``: a slowdown of
+    up to half of the iterations (which only adds to the upper half) leaves it on the healthy
+    level."""
+    with np.errstate(all="ignore"):
+        q10, q50 = np.nanquantile(x, [0.10, 0.50], axis=1)
+    return (q50 - q10) / 1.2816
+
+
+def _common_mode(g: np.ndarray, hosts: np.ndarray) -> np.ndarray:
+    """``g`` minus, per iteration, the median of the ranks of the other hosts (of every rank on a
+    single-host job)."""
+    out = np.empty_like(g)
+    for h in np.unique(hosts):
+        mine = hosts == h
+        other = g[~mine] if (~mine).any() else g
+        out[mine] = g[mine] - np.maximum(np.nanmedian(other, axis=0), 0.0)
+    return out
+
+
+def _usual(x: np.ndarray, q: float) -> np.ndarray:
+    """Per row, its usual level: the ``q`` quantile over the iterations (a slowdown covering up
+    to ``1 - q`` of them leaves it on the healthy level)."""
+    with np.errstate(all="ignore"):
+        return np.nanquantile(x, q, axis=1, keepdims=True)
+
+
+def _specificity(d: str) -> int:
+    """NICs first, then their cables, other cables, then switches and NVSwitches."""
+    if d.startswith("nic:"):
+        return 0
+    if d.startswith("link:nic:") or "|nic:" in d:
+        return 1
+    if d.startswith("link:") or d.startswith("nvlink"):
+        return 2
+    return 3

@@ -1,0 +1,63 @@
+"""The cell-by-cell comparison of a job read whole (holmes.localize.cells)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import holmes
+from holmes.cog.graph import CommOpGraph
+from holmes.localize.cells import CellEvidence, Event, device_pvalues, tail_pvalue
+from holmes.simulate import simulate
+
+
+def _cells(path):
+    job = holmes.read_job(path)
+    g = CommOpGraph(job.communicators)
+    for r in range(job.world_size):
+        g.add_rank(r, job.ops(r))
+    return CellEvidence(g.ranks, g.members, job.topology.host_of), job.topology
+
+
+@given(st.lists(st.floats(0, 50, allow_nan=False), min_size=30, max_size=200), st.floats(0, 60), st.floats(0, 60))
+@settings(max_examples=60, deadline=None)
+def test_tail_pvalue_is_a_probability_falling_with_z(cells, a, b):
+    lo, hi = sorted((a, b))
+    p_lo, p_hi = tail_pvalue(np.array(cells), lo), tail_pvalue(np.array(cells), hi)
+    assert 0.0 <= p_hi <= p_lo <= 1.0
+
+
+def test_a_repeated_event_is_stronger_than_one():
+    one = [Event(5, "gpu", (3,), 8.0, 1e-3, 1e7, devices=["gpu:3"])]
+    two = one + [Event(9, "gpu", (3,), 8.0, 1e-3, 1e7, devices=["gpu:3"])]
+    rows = {"gpu": 16, "host": 16, "network": 40}
+    assert device_pvalues(two, rows, 40)["gpu:3"] < device_pvalues(one, rows, 40)["gpu:3"] / 100
+
+
+def test_a_spiking_gpu_is_the_only_event(tmp_path):
+    path = simulate(tmp_path / "job", tp=2, pp=2, dp=2, gpus_per_host=4, iterations=30, seed=3,
+                    faults=["gpu:5@spike:12*1.8"])
+    cells, topo = _cells(path)
+    events = cells.events(topo, min_cost_ns=0.0)
+    strong = [e for e in events if e.pvalue < 1e-6]
+    assert [(e.iteration, e.devices) for e in strong] == [(12, ["gpu:5"])], strong
+
+
+def test_a_slow_host_is_its_ranks_together(tmp_path):
+    path = simulate(tmp_path / "job", tp=2, pp=2, dp=2, gpus_per_host=4, iterations=30, seed=4,
+                    faults=["host:1@spike:15*1.8"])
+    cells, topo = _cells(path)
+    strong = [e for e in cells.events(topo) if e.pvalue < 1e-6]
+    assert strong and all(e.kind == "host" and e.devices == ["host:1"] and e.iteration == 15 for e in strong)
+    assert set(strong[0].ranks) == {4, 5, 6, 7}
+
+
+def test_localize_names_the_spiking_gpu_and_a_clean_job_is_healthy(tmp_path):
+    bad = simulate(tmp_path / "bad", tp=2, pp=2, dp=2, gpus_per_host=4, iterations=30, seed=3,
+                   faults=["gpu:5@spike:12*1.8"])
+    r = holmes.localize(bad)
+    assert r.verdict == "culprit" and r.devices[0].id == "gpu:5"
+    assert r.root_causes[0].iteration == 12 and "sigmas of the job's noise" in (r.root_causes[0].note or "")
+    clean = simulate(tmp_path / "clean", tp=2, pp=2, dp=2, gpus_per_host=4, iterations=30, seed=3)
+    assert holmes.localize(clean).verdict == "healthy"
