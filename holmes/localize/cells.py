@@ -247,7 +247,7 @@ class CellEvidence:
         return out
 
     def events(self, topology: Any, *, min_pvalue: float = 0.01, min_cost_ns: float = 0.0,
-               ratio: float = 0.5, skip: int = 1) -> list[Event]:
+               ratio: float = 0.5, skip: int = 1, irregular: Any = ()) -> list[Event]:
         """The cells beyond the job's noise, at most one event per iteration and kind.
 
         Parameters
@@ -257,7 +257,9 @@ class CellEvidence:
             A cell's family-wise p-value must be below it.
         min_cost_ns : float, default 0
             The strongest cell's excess (ns) must reach it (a device costing nothing is no
-            culprit).
+            culprit), except in the ``irregular`` iterations.
+        irregular : iterable of int
+            Iterations known to be irregular (the pivot's): any significant cell may explain them.
         ratio : float, default 0.5
             Cells beyond the noise within ``ratio`` of the strongest one's z join its event:
             the other ranks of a slow host, the other channels of a slow NIC.
@@ -269,13 +271,15 @@ class CellEvidence:
         pt = self.transfer_pvalues(skip)
         cz, tz = self.compute_z, self.transfer_z
         mc, mt = pc < min_pvalue, pt < min_pvalue
+        irr = {int(i) for i in irregular}
         for k, it in enumerate(self.iterations.tolist()):
             if k < skip:
                 continue
+            cost = 0.0 if it in irr else min_cost_ns
             sig = np.flatnonzero(mc[:, k])
             if sig.size:
                 top = int(sig[np.argmax(cz[sig, k])])
-                if self.compute_excess[top, k] >= min_cost_ns:
+                if self.compute_excess[top, k] >= cost:
                     grew = [self.rank_ids[j] for j in sig if cz[j, k] >= ratio * cz[top, k]]
                     out.append(self._compute_event(it, grew, self.rank_ids[top], float(cz[top, k]),
                                                    float(pc[top, k]), float(self.compute_excess[top, k])))
@@ -283,7 +287,7 @@ class CellEvidence:
             if not sig.size:
                 continue
             top = int(sig[np.argmax(tz[sig, k])])
-            if self.transfer_excess[top, k] < min_cost_ns:
+            if self.transfer_excess[top, k] < cost:
                 continue
             near = set(self.transfers.ranks_of(top))
             slow = [int(c) for c in sig if tz[c, k] >= ratio * tz[top, k]

@@ -127,8 +127,8 @@ class IrregularAnalysis:
                 # the pivot's irregular iterations are not what is explained: every iteration is
                 sel.weights = {}
                 ref = IrregularityRule(p.delta).reference(sel.durations) if len(sel.durations) else 0.0
-                # a device explains an irregular iteration only if its own excess could make one
-                return _gather_cells(run, cells, (p.delta - 1.0) * float(ref))
+                # a cell explains one of the pivot's irregular iterations, or its own excess could make one
+                return _gather_cells(run, cells, (p.delta - 1.0) * float(ref), sel.irregular)
             run.assume(f"{len(run.source.missing)} rank(s) unreadable: the job is not compared cell by cell"
                        if cells is None else f"the job's compute noise ({100 * cells.noise:.1f}% of its compute) is "
                        f"beyond cell_noise={p.cell_noise:g}: not compared cell by cell; Algorithm 1 from the pivot")
@@ -463,12 +463,12 @@ def _iteration_times(src: Any, rank: int) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(got[0]), np.asarray(got[1])
 
 
-def _gather_cells(run: Any, cells: CellEvidence, min_cost_ns: float = 0.0) -> Evidence:
+def _gather_cells(run: Any, cells: CellEvidence, min_cost_ns: float = 0.0, irregular: Any = ()) -> Evidence:
     """A job read whole: the devices whose cells stood out of the job's noise
     (:class:`~holmes.localize.cells.CellEvidence`) by at least ``min_cost_ns``, one root cause per
     event."""
     search, topo, transfers = run.search, run.topology, cells.transfers
-    events = cells.events(topo, min_cost_ns=min_cost_ns)
+    events = cells.events(topo, min_cost_ns=min_cost_ns, irregular=irregular)
     ev = Evidence(cells=cells, events=events)
     for e in events:
         c = _event_cause(search, transfers, e)
