@@ -131,7 +131,7 @@ def test_fixture_report_folds_and_costs():
                        "assumptions", "slowdown", "hang"}
     text = r.to_text()
     groups = [ln for ln in text.splitlines() if "x compute on rank(s) 21" in ln]
-    assert groups and sum(int(ln.split("x", 1)[0]) for ln in groups) == len(r.root_causes)
+    assert groups and sum(int(ln.split("x", 1)[0]) for ln in groups) == sum(c.ranks == (21,) for c in r.root_causes)
 
 
 def test_cli_all_and_healthy_text(capsys):

@@ -78,17 +78,19 @@ def test_fixture_physics_as_written_to_disk(name):
 
 def test_fixtures_each_at_most_1mb_and_regeneration_script_present():
     assert (REPO / "scripts" / "make_fixtures.py").is_file()
-    dirs = [p for p in FIXTURES.iterdir() if p.is_dir() and p.name != "real"]
+    corpora = ("real", "real-loaded")
+    dirs = [p for p in FIXTURES.iterdir() if p.is_dir() and p.name not in corpora]
     assert len(dirs) >= 2
     for p in dirs:
         size = sum(f.stat().st_size for f in p.rglob("*") if f.is_file())
         assert size <= 1 << 20, (p.name, size)
-    # the real-run corpus: many small runs (scripts/real_runs.py corpus), bounded as a whole
-    real = FIXTURES / "real"
-    if real.is_dir():
-        runs = [p for p in real.iterdir() if p.is_dir()]
-        sizes = {p.name: sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) for p in runs}
-        assert max(sizes.values()) <= 1 << 20 and sum(sizes.values()) <= 25 << 20
+    # the real-run corpora: many small runs (scripts/real_runs.py corpus), bounded as a whole
+    for name in corpora:
+        real = FIXTURES / name
+        if real.is_dir():
+            runs = [p for p in real.iterdir() if p.is_dir()]
+            sizes = {p.name: sum(f.stat().st_size for f in p.rglob("*") if f.is_file()) for p in runs}
+            assert max(sizes.values()) <= 1 << 20 and sum(sizes.values()) <= 25 << 20
 
 
 def _simulate(*args: str) -> subprocess.CompletedProcess:

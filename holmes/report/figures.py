@@ -156,7 +156,7 @@ def path_graph_svg(paths: list[list[tuple[int, str]]], *, layout: Any = None, cu
         p.append(el("rect", raw=el("title", label), x=x, y=y, width=bw, height=bh, rx=6.0, cls="group"))
     for text, x, y, anchor in heads:
         p.append(el("text", text, x=x, y=y, cls="axis", text_anchor=anchor))
-    top = max(e[0] for e in edges.values())
+    top = max((e[0] for e in edges.values()), default=1)  # single-step paths (a cell) have no edge
     for (a, b), (count, what) in sorted(edges.items()):
         if a == b or a not in pos or b not in pos:
             continue
