@@ -6,6 +6,7 @@ event clock. PyTorch is never imported here.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 from holmes.logger.recorder import PendingOp
 
 __all__ = ["arg", "nbytes_of", "nbytes_of_list", "is_cuda", "TimedWork", "CudaClock", "finish_on_completion",
-           "global_peer", "WRAPPED_FUNCTIONS"]
+           "async_issued", "global_peer", "WRAPPED_FUNCTIONS"]
 
 # name -> (CommOps op, position/name of the group, position/name of async_op,
 #          position/name of the sized tensor (argument), "one"|"list" sizing, position of the tensor
@@ -177,3 +178,30 @@ def is_cuda(t: Any) -> bool:
     if isinstance(t, (list, tuple)):
         t = t[0] if t else None
     return bool(getattr(t, "is_cuda", False))
+
+
+def _async_done(rec: Any, key: int, head: tuple[int, ...], _fut: Any = None) -> None:
+    """An asynchronous collective of the fast path completed (on the backend's thread)."""
+    end = time.time_ns()
+    if rec._inflight.pop(key, None) is not None:  # (None: dumped or closed meanwhile)
+        rec._done.append(head + ((end if end > head[4] else head[4]),))
+
+
+def async_issued(rec: Any, work: Any, key: int, head: tuple[int, ...]) -> Any:
+    """Finish an asynchronous collective held in flight under ``key`` when ``work`` completes: a
+    callback on its future (no PendingOp, no lock); without a future, the general path's
+    completion (a PendingOp finished at ``wait()``/``is_completed()``)."""
+    if work is not None:
+        try:
+            fut = work.get_future()
+        except (RuntimeError, AttributeError):
+            fut = None
+        if fut is not None:
+            fut.add_done_callback(functools.partial(_async_done, rec, key, head))
+            return work
+    if rec._inflight.pop(key, None) is None:
+        return work
+    h = PendingOp(rec, head)
+    with rec._lock:
+        rec._pending.append(h)
+    return finish_on_completion(work, [h], None)

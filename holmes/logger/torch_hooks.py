@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from holmes.errors import ConfigError
-from holmes.logger._work import (_COLL_SPECS, _P2P_SPECS, WRAPPED_FUNCTIONS, CudaClock, TimedWork, arg,
+from holmes.logger._work import (_COLL_SPECS, _P2P_SPECS, WRAPPED_FUNCTIONS, CudaClock, TimedWork, arg, async_issued,
                                   finish_on_completion, global_peer, is_cuda, nbytes_of, nbytes_of_list)
 from holmes.logger.recorder import _OP_CODE, CommOpsRecorder, _op_key
 
@@ -563,7 +563,7 @@ def _collective_wrapper(orig: Callable, name: str) -> Callable:
             seq = lg._seq_of.get(group)
         except TypeError:  # an unhashable group
             seq = None
-        if seq is None or is_async or cuda or foreign:
+        if seq is None or cuda or foreign:
             return _issue(lg, orig, args, kwargs, cuda, bool(is_async), [(lg.comm_of(group)[0], op, None, nbytes)])
         rec = lg._rec
         start = _time_ns()
@@ -572,6 +572,8 @@ def _collective_wrapper(orig: Callable, name: str) -> Callable:
         inflight = rec._inflight
         inflight[key] = head
         out = orig(*args, **kwargs)  # an exception leaves it in flight (close ends it, a dump shows it)
+        if is_async:
+            return async_issued(rec, out, key, head)
         end = _time_ns()
         if inflight.pop(key, None) is not None:  # (None: dumped meanwhile)
             done = rec._done
