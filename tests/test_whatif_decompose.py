@@ -51,3 +51,15 @@ def test_decomposition_charges_a_stage_with_the_transfers_of_its_own_operators()
                                              ok, t_ideal)
     # stage 0 as logged: its exchange at 2, its slow collective 4 -> 9; stage 1 as logged: 3 -> 4, 6 -> 7
     assert by_stage == {0: 9.0 / 6.0, 1: 7.0 / 6.0}
+
+
+def test_operator_type_medians_are_exact_when_types_alternate_in_a_large_job():
+    # a data-parallel communicator's all-gathers and reduce-scatters alternate instance by instance;
+    # any strided sample of millions of instances would see one kind only (the old sampled medians
+    # lost a type this way at 8,192 GPUs)
+    n = (1 << 21) + 4
+    op = np.tile(np.array([1, 2], np.int8), n // 2)
+    x = np.where(op == 1, 3.0, 7.0) + np.arange(n) % 5
+    typ, med = operator_types([("c", "dp", (0, 1), "dp0")], {}, np.zeros(n, np.int64), op, np.zeros(n, np.int64), x,
+                              np.ones(n, bool), np.ones(n, bool))
+    assert med[typ[0]] == np.median(x[op == 1]) and med[typ[1]] == np.median(x[op == 2])

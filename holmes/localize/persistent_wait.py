@@ -166,8 +166,7 @@ def operator_types(info: list[tuple], communicators: Mapping[str, Any], inst_slo
     factor of two) on communicators of the same kind and size -- or, for P2P, of the same kind and
     direction along the communicator's rank order (a pipeline's forward or backward sends): WIA's
     operator types (``grads-reduce-scatter``, ``forward-send``, ...) on communication logs. The
-    median is over the instances every member logged (``full``; else over those any member logged;
-    beyond 2^20 instances over an even sample of them).
+    median is over the instances every member logged (``full``; else over those any member logged).
 
     >>> info = [("c", "dp", (0, 1), "dp0"), ("c", "dp", (2, 3), "dp1"), ("p", "pp", (0, 2), "pp0")]
     >>> t, m = operator_types(info, {"pp0": ("pp", [0, 2])}, np.array([0, 0, 1, 2]), np.array([1, 2, 1, 7]),
@@ -212,9 +211,8 @@ def operator_types(info: list[tuple], communicators: Mapping[str, Any], inst_slo
     return typ, np.nan_to_num(med)
 
 
-def _group_median(g: np.ndarray, v: np.ndarray, n: int, cap: int = 1 << 20) -> np.ndarray:
-    """Per group ``0..n-1`` the median of its values (NaN for an empty group). Beyond ``cap``
-    values, of every ``len // cap``-th one (a group too small to be sampled so: of all its values).
+def _group_median(g: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
+    """Per group ``0..n-1`` the median of its values (NaN for an empty group).
 
     >>> _group_median(np.array([1, 0, 1, 1]), np.array([5.0, 2.0, 1.0, 3.0]), 3).tolist()
     [2.0, 3.0, nan]
@@ -222,12 +220,6 @@ def _group_median(g: np.ndarray, v: np.ndarray, n: int, cap: int = 1 << 20) -> n
     out = np.full(n, np.nan)
     if not len(g):
         return out
-    k = len(g) // cap
-    if k > 1:
-        pick = np.zeros(len(g), np.bool_)
-        pick[::k] = True
-        pick |= (np.bincount(g, minlength=n) < 64 * k)[g]
-        g, v = g[pick], v[pick]
     o = np.argsort(g, kind="stable")  # a radix sort when g is int16
     vs = v[o]
     bounds = np.r_[0, np.cumsum(np.bincount(g, minlength=n))]
