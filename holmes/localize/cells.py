@@ -248,7 +248,8 @@ class CellEvidence:
 
     def events(self, topology: Any, *, min_pvalue: float = 0.01, min_cost_ns: float = 0.0,
                ratio: float = 0.5, skip: int = 1, irregular: Any = ()) -> list[Event]:
-        """The cells beyond the job's noise, at most one event per iteration and kind.
+        """The cells beyond the job's noise, at most one event per iteration and kind (no
+        network event in an iteration whose compute event cost more).
 
         Parameters
         ----------
@@ -289,6 +290,8 @@ class CellEvidence:
             top = int(sig[np.argmax(tz[sig, k])])
             if self.transfer_excess[top, k] < cost:
                 continue
+            if out and out[-1].iteration == it and out[-1].excess_ns >= self.transfer_excess[top, k]:
+                continue  # a rank computed longer by more: the transfers waited on it, or it on them
             near = set(self.transfers.ranks_of(top))
             slow = [int(c) for c in sig if tz[c, k] >= ratio * tz[top, k]
                     and (c == top or near & set(self.transfers.ranks_of(int(c))))]
