@@ -12,12 +12,22 @@ short simulation; the faults then recur once per block.
 This process watches the job with :class:`holmes.watch.Watcher` (the shipped detector, no straggler
 check: it would read every rank) and measures, for each irregular event on a faulty iteration,
 the time from the moment the last rank's part holding that iteration landed (renamed into place,
-as the writer recorded it) to the event. Memory: this process's resident set (``/proc``) when the
-watcher passed iteration ``--rss-from`` (default 1,000) and at the end, and its peak.
+as the writer recorded it) to the event. Memory: this process's resident set (``/proc``), sampled
+in the event loop right after an analysis (one phase of the loop, so an analysis's transient
+window is not mistaken for growth): the first sample once the watcher passed iteration
+``--rss-from`` (default 1,000), then at the end of the run; and the peak (``VmHWM``). A line every
+``--rss-every`` iterations shows the trend (anonymous / file-backed RSS, Arrow bytes allocated,
+Python objects).
 
-    python benchmarks/watch_latency.py                       # 1,024 GPUs, 100 iterations, 3 faults
-    python benchmarks/watch_latency.py --tp 2 --pp 2 --dp 2 --iterations 10000 --block 200 \\
-        --part-iters 10 --speed 0                             # memory flatness (as fast as possible)
+The memory run (``--fast-writer``): no real-time pacing, the writer stays at most ``--lead``
+rounds (default 2) ahead of the watcher, which reads and analyses the parts exactly as it does
+live (filesystem events, settling on every rank's part); parts of 20 iterations, a 100-iteration
+block replayed, and the parts more than ``--keep-iters`` (1,000) iterations behind deleted by
+the writer so the disk holds ~1,000 iterations, not 10,000. Its ``watch_detect_s`` includes the
+competition with a writer running flat out: the latency figure is the real-time run's.
+
+    python benchmarks/watch_latency.py                       # 1,024 GPUs, 100 iterations, 3 faults, real time
+    python benchmarks/watch_latency.py --gpus 1024 --iterations 10000 --fast-writer   # memory flatness (~40 min)
 
 Last line: ``watch_detect_s=<median> watch_rss_mb=<peak> watch_rss_growth_pct=<%> ...``.
 """
