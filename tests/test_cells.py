@@ -61,3 +61,13 @@ def test_localize_names_the_spiking_gpu_and_a_clean_job_is_healthy(tmp_path):
     assert r.root_causes[0].iteration == 12 and "sigmas of the job's noise" in (r.root_causes[0].note or "")
     clean = simulate(tmp_path / "clean", tp=2, pp=2, dp=2, gpus_per_host=4, iterations=30, seed=3)
     assert holmes.localize(clean).verdict == "healthy"
+
+
+def test_on_a_single_host_each_rank_is_judged_against_the_others(tmp_path):
+    # no other host to take the null from: a rank slow in a quarter of the iterations must not
+    # hide in a null that holds its own cells
+    path = simulate(tmp_path / "job", tp=2, pp=2, dp=2, gpus_per_host=8, iterations=32, seed=5,
+                    faults=["gpu:5@spike:3,7,11,15,19,23,27,31*1.8"])
+    cells, topo = _cells(path)
+    strong = [e for e in cells.events(topo) if e.pvalue < 1e-6]
+    assert strong and {e.devices[0] for e in strong} == {"gpu:5"}

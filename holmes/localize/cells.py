@@ -218,16 +218,20 @@ class CellEvidence:
     def compute_pvalues(self, skip: int = 1) -> np.ndarray:
         """Family-wise p-value of every compute cell, each rank's cells judged against the tail
         of the cells of the ranks on *other* hosts (a slow host does not hide itself in its own
-        null); the first ``skip`` iterations (warm-up) are left out (p = 1)."""
+        null; on a single host, of the other ranks); the first ``skip`` iterations (warm-up) are
+        left out (p = 1)."""
         z = self.compute_z[:, skip:]
         raw = self._raw_z[:, skip:]
         out = np.ones_like(self.compute_z)
         n = int(np.isfinite(z).sum())
         hosts = np.array([self.host_of(r) for r in self.rank_ids])
+        if np.unique(hosts).size == 1:
+            for j in range(len(self.rank_ids)):
+                out[j, skip:] = tail_pvalue(np.delete(z, j, axis=0), z[j], n=n)
+            return out
         for h in np.unique(hosts):
             mine = hosts == h
-            null = raw[~mine] if (~mine).any() else z
-            out[mine, skip:] = tail_pvalue(null, z[mine], n=n)
+            out[mine, skip:] = tail_pvalue(raw[~mine], z[mine], n=n)
         return out
 
     def transfer_pvalues(self, skip: int = 1) -> np.ndarray:
