@@ -25,7 +25,7 @@ Reported, on rank 0:
   path torch's collectives take. Its caches are warm: between real collectives the same path costs
   more (the CPU-time overhead per operator above says how much, asynchronous ones included).
 
-    python benchmarks/logger_overhead.py [--ranks 2] [--budget-s 540] [--target-ci 0.5] [--live]
+    python benchmarks/logger_overhead.py [--ranks 2] [--budget-s 1100] [--target-ci 0.5] [--live]
 
 ``--live`` records in parts (``parts_every=10``) as a watched job would. Last line:
 ``overhead_pct=<%> overhead_ci95_pct=<half-width> per_op_us=<us> ...``. Timing on a shared machine
@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=384, help="matmul size of the compute before each TP op (default 384)")
     ap.add_argument("--target-ci", type=float, default=0.5,
                     help="stop once the overhead's 95%% interval is this narrow (+- %%, default 0.5)")
-    ap.add_argument("--budget-s", type=float, default=540.0, help="... or after this many seconds (default 540)")
+    ap.add_argument("--budget-s", type=float, default=1100.0, help="... or after this many seconds (default 1100)")
     ap.add_argument("--min-pairs", type=int, default=300, help="off/on step pairs before the first check (default 300)")
     ap.add_argument("--max-pairs", type=int, default=100000, help="at most this many pairs")
     ap.add_argument("--warmup", type=int, default=5, help="pairs run first and dropped (default 5)")
