@@ -44,12 +44,11 @@ from typing import Any
 import numpy as np
 
 from holmes.localize.transfer import TransferTimes
+from holmes.stats import MAD_SIGMA
 
 __all__ = ["Event", "CellEvidence", "tail_fit", "tail_pvalue", "device_pvalues"]
 
 log = logging.getLogger(__name__)
-
-_MAD = 1.4826  # a normal's sigma per median absolute deviation
 
 
 def tail_fit(cells: np.ndarray, *, lo: float = 0.90, hi: float = 0.99) -> tuple[float, float]:
@@ -191,7 +190,7 @@ class CellEvidence:
         for k, (i, c) in enumerate(per):
             pos = np.searchsorted(i, its)
             comp[k] = c[pos]
-        hosts = np.array([host_of(r) for r in self.rank_ids])
+        self._hosts = hosts = np.array([host_of(r) for r in self.rank_ids])
         raw = comp - _usual(comp, self.usual_q)
         self.compute_excess = _common_mode(raw, hosts)
         spread = max(float(np.nanmedian(_mad(self.compute_excess, axis=1))) if len(per) else 1.0, 1.0)
@@ -202,6 +201,7 @@ class CellEvidence:
         tt = transfers if transfers is not None else TransferTimes(ranks, members)
         self.transfers = tt
         self._path_cache: list[list[str]] | None = None
+        self._crossing: dict[str, list[int]] = {}
         self.channels = tt.channels
         t = tt.table(its) if len(self.channels) else np.zeros((0, its.size))
         base = _usual(t, self.usual_q) if t.size else np.zeros((0, 1))
@@ -224,7 +224,7 @@ class CellEvidence:
         raw = self._raw_z[:, skip:]
         out = np.ones_like(self.compute_z)
         n = int(np.isfinite(z).sum())
-        hosts = np.array([self.host_of(r) for r in self.rank_ids])
+        hosts = self._hosts
         if np.unique(hosts).size == 1:
             for j in range(len(self.rank_ids)):
                 out[j, skip:] = tail_pvalue(np.delete(z, j, axis=0), z[j], n=n)
@@ -317,10 +317,7 @@ class CellEvidence:
         sets = [paths[c] for c in slow]
         cand = [d for d in sets[0] if all(d in s for s in sets[1:])] or list(sets[0])
         col = np.nan_to_num(self.transfer_z[:, k], nan=0.0)
-        crossing: dict[str, list[int]] = {}
-        for c, devs in enumerate(paths):
-            for d in devs:
-                crossing.setdefault(d, []).append(c)
+        crossing = self._crossing
 
         def key(d: str) -> tuple[int, float, int]:
             cs = crossing.get(d, [])
@@ -329,10 +326,15 @@ class CellEvidence:
         return sorted(cand, key=key)
 
     def _paths(self, topology: Any) -> list[list[str]]:
+        """Per channel, the network devices on its path; also fills ``_crossing`` (device ->
+        the channels crossing it)."""
         if self._path_cache is None:
             from holmes.localize.ranking import network_devices
             self._path_cache = [network_devices(self.transfers.ranks_of(c), topology)
                                 for c in range(len(self.channels))]
+            for c, devs in enumerate(self._path_cache):
+                for d in devs:
+                    self._crossing.setdefault(d, []).append(c)
         return self._path_cache
 
     def _compute_event(self, it: int, grew: list[int], top: int, z: float, p: float, excess: float) -> Event:
@@ -341,7 +343,7 @@ class CellEvidence:
         for r in grew:
             by_host.setdefault(self.host_of(r), []).append(r)
         host, rs = max(by_host.items(), key=lambda kv: len(kv[1]))
-        size = sum(1 for r in self.rank_ids if self.host_of(r) == host)
+        size = int((self._hosts == host).sum())
         if len(rs) >= 2 and 2 * len(rs) >= size:
             return Event(it, "host", tuple(rs), z, p, excess, devices=[f"host:{host}"])
         return Event(it, "gpu", (top,), z, p, excess, devices=[f"gpu:{top}"])
@@ -350,7 +352,7 @@ class CellEvidence:
 def _mad(x: np.ndarray, axis: int) -> np.ndarray:
     with np.errstate(all="ignore"):
         med = np.nanmedian(x, axis=axis, keepdims=True)
-        return _MAD * np.nanmedian(np.abs(x - med), axis=axis)
+        return MAD_SIGMA * np.nanmedian(np.abs(x - med), axis=axis)
 
 
 def _low_spread(x: np.ndarray) -> np.ndarray:

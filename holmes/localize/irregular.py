@@ -126,7 +126,6 @@ class IrregularAnalysis:
             if cells is not None and cells.noise <= p.cell_noise:
                 # the pivot's irregular iterations are not what is explained: every iteration is
                 sel.weights = {}
-                ref = IrregularityRule(p.delta).reference(sel.durations) if len(sel.durations) else 0.0
                 # a cell explains one of the pivot's irregular iterations, or its own excess could make one
                 return _gather_cells(run, cells, (p.delta - 1.0) * float(ref), sel.irregular)
             run.assume(f"{len(run.source.missing)} rank(s) unreadable: the job is not compared cell by cell"
