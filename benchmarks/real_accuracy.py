@@ -68,6 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=5, help="devices asked of localize (table shows 3)")
     ap.add_argument("--detector", default=None,
                     help="detector for localize (default: localize's own; auto, robust, reconstruct, a model path)")
+    ap.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                    help="a localize parameter (holmes.LocalizeParams), repeatable: --param cell_noise=0.1")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     import holmes
@@ -80,6 +82,15 @@ def main(argv: list[str] | None = None) -> int:
               f"python scripts/real_runs.py corpus --out {root}", file=sys.stderr)
         return 2
     runs = [r for r in runs if a.split == "all" or r["split"] == a.split]
+    extra: dict[str, object] = {}
+    for kv in a.param:
+        k, sep, v = kv.partition("=")
+        if not sep:
+            print(f"real_accuracy: --param {kv!r}: expected NAME=VALUE", file=sys.stderr)
+            return 2
+        extra[k.strip()] = json.loads(v) if v.strip()[:1] in "0123456789-[{tfn" else v
+    if a.detector:
+        extra["detector"] = a.detector
     res: dict[str, list[bool]] = {"compute": [], "network": [], "healthy": []}
     by_kind: dict[str, list[bool]] = {}
     print(f"{'run':44s} {'truth':34s} {'top devices':60s} {'verdict':12s} hit")
@@ -88,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         d = root / r["name"]
         truth = json.loads((d / "truth.json").read_text())
         try:
-            rep = holmes.localize(str(d), top_k=a.top, **({"detector": a.detector} if a.detector else {}))
+            rep = holmes.localize(str(d), top_k=a.top, **extra)
             js = rep.to_json()
             ids = [x["id"] for x in js.get("devices", [])]
             verdict = js.get("verdict") or "-"

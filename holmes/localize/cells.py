@@ -46,7 +46,7 @@ import numpy as np
 from holmes.localize.transfer import TransferTimes
 from holmes.stats import MAD_SIGMA
 
-__all__ = ["Event", "CellEvidence", "tail_fit", "tail_pvalue", "device_pvalues"]
+__all__ = ["Event", "CellEvidence", "tail_fit", "tail_pvalue", "device_pvalues", "joint_pvalue"]
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,27 @@ def tail_pvalue(cells: np.ndarray, z: Any, *, n: int | None = None, lo: float = 
     return float(fw) if fw.ndim == 0 else fw
 
 
+def joint_pvalue(pvalues: list[float], size: int, min_k: int = 2) -> float:
+    """The chance that at least ``k`` of ``size`` independent cells are each as extreme as the
+    ``k``-th smallest of ``pvalues``, smallest over ``k >= min_k`` (times the number of ``k``
+    tried): the evidence of a host whose ranks stood out together.
+
+    >>> joint_pvalue([1e-4, 1e-4, 1e-4, 1e-4], 4) < 1e-14
+    True
+    """
+    from math import comb, log
+
+    ps = sorted(float(p) for p in pvalues)
+    best, tried = 1.0, 0
+    for k in range(min_k, len(ps) + 1):
+        tried += 1
+        pk = ps[k - 1]
+        if pk <= 0:
+            return 0.0
+        best = min(best, float(np.exp(min(log(comb(size, k)) + k * log(pk), 0.0))))
+    return min(1.0, best * max(tried, 1)) if tried else (ps[0] if ps else 1.0)
+
+
 def device_pvalues(events: list["Event"], rows: Mapping[str, int], iterations: int) -> dict[str, float]:
     """Per device, the family-wise p-value of its events taken together.
 
@@ -97,18 +118,21 @@ def device_pvalues(events: list["Event"], rows: Mapping[str, int], iterations: i
     per: dict[str, list[tuple[float, str]]] = {}
     for e in events:
         for d in e.devices:
-            per.setdefault(d, []).append((e.pvalue, e.kind))
+            per.setdefault(d, []).append((e.pvalue, e.kind, e.cell_pvalue))
     out: dict[str, float] = {}
     for d, lst in per.items():
-        lst.sort()
+        lst.sort(key=lambda x: (x[0], x[2] if x[2] is not None else x[0]))
         kind = lst[0][1]
         n_rows = max(int(rows.get(kind, 1)), 1)
         n = n_rows * max(iterations, 1)
         best = 1.0
-        for m, (fw, _) in enumerate(lst, start=1):
+        for m, (fw, _, own) in enumerate(lst, start=1):
             if m > iterations:
                 break
-            cell = -np.expm1(np.log1p(-min(fw, 1.0 - 1e-16)) / n) if fw > 0 else 0.0
+            if own is not None:
+                cell = own
+            else:
+                cell = -np.expm1(np.log1p(-min(fw, 1.0 - 1e-16)) / n) if fw > 0 else 0.0
             if cell <= 0:
                 best = 0.0
                 break
@@ -138,6 +162,8 @@ class Event:
         How much longer than usual that cell's compute or transfer was.
     devices : list of str
         The devices it implicates, most specific first.
+    cell_pvalue : float, optional
+        The strongest cell's own p-value (not family-wise); derived from ``pvalue`` when omitted.
     """
 
     iteration: int
@@ -148,6 +174,7 @@ class Event:
     excess_ns: float
     channels: tuple[int, ...] = ()
     devices: list[str] = field(default_factory=list)
+    cell_pvalue: float | None = None
 
 
 class CellEvidence:
@@ -177,9 +204,11 @@ class CellEvidence:
     """
 
     def __init__(self, ranks: Mapping[int, Any], members: Any, host_of: Callable[[int], int],
-                 transfers: TransferTimes | None = None, *, usual_q: float = 0.25) -> None:
+                 transfers: TransferTimes | None = None, *, usual_q: float = 0.25,
+                 common_q: float = 0.25) -> None:
         self.rank_ids = sorted(ranks)
         self.usual_q = float(usual_q)
+        self.common_q = float(common_q)
         self.host_of = host_of
         per = [ranks[r].iteration_compute() for r in self.rank_ids]
         its = per[0][0] if per else np.zeros(0, np.int64)
@@ -191,31 +220,36 @@ class CellEvidence:
             pos = np.searchsorted(i, its)
             comp[k] = c[pos]
         self._hosts = hosts = np.array([host_of(r) for r in self.rank_ids])
-        raw = comp - _usual(comp, self.usual_q)
-        self.compute_excess = _common_mode(raw, hosts)
-        spread = max(float(np.nanmedian(_mad(self.compute_excess, axis=1))) if len(per) else 1.0, 1.0)
+        base = _usual(comp, self.usual_q)
+        raw = comp - base
+        # common mode: what most ranks did in the same iteration (a loaded machine slows everyone;
+        # a low quantile over the ranks, so a slow host of half the job does not enter it)
+        self.compute_excess = raw - _common(raw, self.common_q)
+        scale = max(float(np.nanmedian(base)) if base.size else 1.0, 1.0)
+        spread = max(_pooled_spread(self.compute_excess), 1e-3 * scale, 1.0)
         #: the job's compute noise: the pooled spread over the median rank's usual compute
-        self.noise = spread / max(float(np.nanmedian(comp)) if comp.size else 1.0, 1.0)
+        self.noise = spread / scale
         self.compute_z = self.compute_excess / spread
-        self._raw_z = raw / spread  # the null of a host: its cells do not enter the others' common mode
+        self._raw_z = self.compute_z  # the null of a host: the other hosts' cells
         tt = transfers if transfers is not None else TransferTimes(ranks, members)
         self.transfers = tt
         self._path_cache: list[list[str]] | None = None
         self._crossing: dict[str, list[int]] = {}
         self.channels = tt.channels
         t = tt.table(its) if len(self.channels) else np.zeros((0, its.size))
-        base = _usual(t, self.usual_q) if t.size else np.zeros((0, 1))
-        tx = t - base
-        # every channel's cells relative to its own spread; the common mode is what the median
-        # channel did in the same iteration
+        tbase = _usual(t, self.usual_q) if t.size else np.zeros((0, 1))
+        tx = t - tbase
+        # every channel's cells relative to its own spread (channels differ in size; a spread
+        # that a slowdown of most iterations does not inflate); the common mode is what most
+        # channels did in the same iteration
         with np.errstate(all="ignore"):
-            tz = tx / np.maximum(_low_spread(t)[:, None], np.maximum(0.02 * base, 1.0))
+            tz = tx / np.maximum(_row_spread(t)[:, None], np.maximum(0.02 * tbase, 1.0))
             if tz.size:
-                tz = tz - np.maximum(np.nanmedian(tz, axis=0, keepdims=True), 0.0)
+                tz = tz - np.maximum(_common(tz, 0.5), 0.0)
         self.transfer_excess = tx
         self.transfer_z = tz
 
-    def compute_pvalues(self, skip: int = 1) -> np.ndarray:
+    def compute_pvalues(self, skip: int = 1, n: int | None = None) -> np.ndarray:
         """Family-wise p-value of every compute cell, each rank's cells judged against the tail
         of the cells of the ranks on *other* hosts (a slow host does not hide itself in its own
         null; on a single host, of the other ranks); the first ``skip`` iterations (warm-up) are
@@ -223,7 +257,7 @@ class CellEvidence:
         z = self.compute_z[:, skip:]
         raw = self._raw_z[:, skip:]
         out = np.ones_like(self.compute_z)
-        n = int(np.isfinite(z).sum())
+        n = int(np.isfinite(z).sum()) if n is None else n
         hosts = self._hosts
         if np.unique(hosts).size == 1:
             for j in range(len(self.rank_ids)):
@@ -234,7 +268,27 @@ class CellEvidence:
             out[mine, skip:] = tail_pvalue(raw[~mine], z[mine], n=n)
         return out
 
-    def transfer_pvalues(self, skip: int = 1) -> np.ndarray:
+    def host_pvalues(self, skip: int = 1) -> np.ndarray:
+        """Per host and iteration, the p-value (of one cell) of its ranks' median compute z, the
+        tail fitted to the other hosts' medians: ranks that stand out together (a stage's ranks
+        run the same work at the same moment and share its noise) are judged against other
+        groups of ranks doing so, not against single ranks."""
+        hosts = self._hosts
+        uh = np.unique(hosts)
+        self._host_index = {int(h): j for j, h in enumerate(uh)}
+        with np.errstate(all="ignore"):
+            med = np.stack([np.nanmedian(self.compute_z[hosts == h], axis=0) for h in uh]) if uh.size else \
+                np.zeros((0, self.compute_z.shape[1]))
+        out = np.ones_like(med)
+        if uh.size < 2:
+            return out
+        z = med[:, skip:]
+        for j in range(uh.size):
+            null = np.delete(z, j, axis=0)
+            out[j, skip:] = tail_pvalue(null, z[j], n=1)
+        return out
+
+    def transfer_pvalues(self, skip: int = 1, n: int | None = None) -> np.ndarray:
         """Family-wise p-value of every transfer cell, each channel's cells judged against the
         tail of the channels that share no rank with it (a slow NIC slows every channel through
         its rank: they are not its null)."""
@@ -242,7 +296,7 @@ class CellEvidence:
         out = np.ones_like(self.transfer_z)
         if not z.size:
             return out
-        n = int(np.isfinite(z).sum())
+        n = int(np.isfinite(z).sum()) if n is None else n
         sets = [set(self.transfers.ranks_of(c)) for c in range(len(self.channels))]
         for c, mine in enumerate(sets):
             other = np.array([not (mine & o) for o in sets])
@@ -272,10 +326,21 @@ class CellEvidence:
             Leading iterations left out (warm-up).
         """
         out: list[Event] = []
-        pc = self.compute_pvalues(skip)
-        pt = self.transfer_pvalues(skip)
+        # per-cell p-values; a cell is significant when it is beyond the noise for its iteration
+        # (family-wise over the rows of one iteration): a fault repeated over iterations is
+        # judged by its events together (device_pvalues), not each against the whole job
+        pc1 = self.compute_pvalues(skip, n=1)
+        pt1 = self.transfer_pvalues(skip, n=1)
+        n_c = max(int(np.isfinite(self.compute_z[:, skip:]).sum()), 1)
+        n_t = max(int(np.isfinite(self.transfer_z[:, skip:]).sum()), 1)
+        with np.errstate(all="ignore"):
+            pc = -np.expm1(n_c * np.log1p(-np.minimum(pc1, 1.0 - 1e-16)))
+            pt = -np.expm1(n_t * np.log1p(-np.minimum(pt1, 1.0 - 1e-16)))
+        hp1 = self.host_pvalues(skip)
+        n_h = max(int(np.isfinite(hp1[:, skip:]).sum()), 1)
         cz, tz = self.compute_z, self.transfer_z
-        mc, mt = pc < min_pvalue, pt < min_pvalue
+        mc = pc1 * max(len(self.rank_ids), 1) < min_pvalue
+        mt = pt1 * max(len(self.channels), 1) < min_pvalue
         irr = {int(i) for i in irregular}
         for k, it in enumerate(self.iterations.tolist()):
             if k < skip:
@@ -286,8 +351,13 @@ class CellEvidence:
                 top = int(sig[np.argmax(cz[sig, k])])
                 if self.compute_excess[top, k] >= cost:
                     grew = [self.rank_ids[j] for j in sig if cz[j, k] >= ratio * cz[top, k]]
-                    out.append(self._compute_event(it, grew, self.rank_ids[top], float(cz[top, k]),
-                                                   float(pc[top, k]), float(self.compute_excess[top, k])))
+                    e = self._compute_event(it, grew, self.rank_ids[top], float(cz[top, k]),
+                                            float(pc[top, k]), float(self.compute_excess[top, k]))
+                    e.cell_pvalue = float(pc1[top, k])
+                    if e.kind == "host":  # the host's ranks together, against the other hosts'
+                        e.cell_pvalue = float(hp1[self._host_index[self.host_of(e.ranks[0])], k])
+                        e.pvalue = float(-np.expm1(n_h * np.log1p(-min(e.cell_pvalue, 1.0 - 1e-16))))
+                    out.append(e)
             sig = np.flatnonzero(mt[:, k]) if pt.size else np.zeros(0, np.int64)
             if not sig.size:
                 continue
@@ -302,16 +372,18 @@ class CellEvidence:
             devices = self._network_devices(topology, k, slow)
             ranks = tuple(sorted(set().union(*(self.transfers.ranks_of(c) for c in slow))))
             out.append(Event(it, "network", ranks, float(tz[top, k]), float(pt[top, k]),
-                             float(self.transfer_excess[top, k]), tuple(slow), devices))
+                             float(self.transfer_excess[top, k]), tuple(slow), devices, float(pt1[top, k])))
         return out
 
     def _network_devices(self, topology: Any, k: int, slow: list[int], low: float = 3.0) -> list[str]:
         """The devices the slow channels of iteration ``k`` implicate, best first.
 
         Candidates are the devices every slow channel crosses (else the strongest one's). A
-        faulty device slows every channel crossing it: candidates are ordered by how many of
-        the channels crossing them were slower than usual (z >= ``low``) in the iteration, then
-        by that count's share of the channels crossing them, then NICs and their cables first.
+        faulty device slows every channel crossing it: candidates are ordered by the share of
+        the channels crossing them that were slower than usual (z >= ``low``) in the iteration
+        (a device on every path, a leaf or an NVSwitch, does not win by the volume it carries),
+        then by how many those are (a slow switch covers more than each NIC under it), then
+        NICs and their cables first.
         """
         paths = self._paths(topology)
         sets = [paths[c] for c in slow]
@@ -322,7 +394,7 @@ class CellEvidence:
         def key(d: str) -> tuple[int, float, int]:
             cs = crossing.get(d, [])
             hot = sum(1 for c in cs if col[c] >= low)
-            return (-hot, -hot / max(len(cs), 1), _specificity(d))
+            return (-round(hot / max(len(cs), 1), 6), -hot, _specificity(d))
         return sorted(cand, key=key)
 
     def _paths(self, topology: Any) -> list[list[str]]:
@@ -362,6 +434,39 @@ def _low_spread(x: np.ndarray) -> np.ndarray:
     with np.errstate(all="ignore"):
         q10, q50 = np.nanquantile(x, [0.10, 0.50], axis=1)
     return (q50 - q10) / 1.2816
+
+
+def _common(x: np.ndarray, q: float) -> np.ndarray:
+    """Per iteration (column), the ``q`` quantile over the rows: what most of them did together."""
+    with np.errstate(all="ignore"):
+        if not x.size:
+            return np.zeros((1, x.shape[1]))
+        cm = np.nanquantile(x, q, axis=0, keepdims=True)
+    return np.nan_to_num(cm, nan=0.0)
+
+
+def _pooled_spread(x: np.ndarray) -> float:
+    """A normal's sigma from the lower part of every cell of ``x`` together, ``(q40 - q10) /
+    1.0283``: faults only add to the upper part, and up to half of the cells may be slowed."""
+    v = x[np.isfinite(x)]
+    if v.size < 4:
+        return 0.0
+    q10, q40 = np.quantile(v, [0.10, 0.40])
+    return float(q40 - q10) / 1.0283
+
+
+def _row_spread(x: np.ndarray) -> np.ndarray:
+    """Per row, the smaller of two noise estimates that a slowdown inflates differently: the
+    lower half's (:func:`_low_spread`, a slowdown of under half of the iterations leaves it
+    alone) and the successive differences' (a slowdown from some iteration to the end -- one
+    step -- leaves it alone): ``MAD(diff) / sqrt(2)``."""
+    low = _low_spread(x)
+    if x.shape[1] < 3:
+        return low
+    with np.errstate(all="ignore"):
+        d = np.diff(x, axis=1)
+        dm = MAD_SIGMA * np.nanmedian(np.abs(d - np.nanmedian(d, axis=1, keepdims=True)), axis=1) / np.sqrt(2.0)
+    return np.fmin(low, dm)
 
 
 def _common_mode(g: np.ndarray, hosts: np.ndarray) -> np.ndarray:

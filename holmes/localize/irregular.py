@@ -122,12 +122,14 @@ class IrregularAnalysis:
                 search.rank_ops(r)
             transfers = TransferTimes(search.graph.ranks, search.graph.members)
             cells = None if run.source.missing else \
-                CellEvidence(search.graph.ranks, search.graph.members, topo.host_of, transfers)
+                CellEvidence(search.graph.ranks, search.graph.members, topo.host_of, transfers,
+                             usual_q=p.cell_usual_q)
             if cells is not None and cells.noise <= p.cell_noise:
                 # the pivot's irregular iterations are not what is explained: every iteration is
                 sel.weights = {}
                 # a cell explains one of the pivot's irregular iterations, or its own excess could make one
-                return _gather_cells(run, cells, (p.delta - 1.0) * float(ref), sel.irregular)
+                return _gather_cells(run, cells, p.cell_cost * (p.delta - 1.0) * float(ref), sel.irregular,
+                                     p.cell_event_p)
             run.assume(f"{len(run.source.missing)} rank(s) unreadable: the job is not compared cell by cell"
                        if cells is None else f"the job's compute noise ({100 * cells.noise:.1f}% of its compute) is "
                        f"beyond cell_noise={p.cell_noise:g}: not compared cell by cell; Algorithm 1 from the pivot")
@@ -462,12 +464,13 @@ def _iteration_times(src: Any, rank: int) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(got[0]), np.asarray(got[1])
 
 
-def _gather_cells(run: Any, cells: CellEvidence, min_cost_ns: float = 0.0, irregular: Any = ()) -> Evidence:
+def _gather_cells(run: Any, cells: CellEvidence, min_cost_ns: float = 0.0, irregular: Any = (),
+                  min_pvalue: float = 0.01) -> Evidence:
     """A job read whole: the devices whose cells stood out of the job's noise
     (:class:`~holmes.localize.cells.CellEvidence`) by at least ``min_cost_ns``, one root cause per
     event."""
     search, topo, transfers = run.search, run.topology, cells.transfers
-    events = cells.events(topo, min_cost_ns=min_cost_ns, irregular=irregular)
+    events = cells.events(topo, min_cost_ns=min_cost_ns, irregular=irregular, min_pvalue=min_pvalue)
     ev = Evidence(cells=cells, events=events)
     for e in events:
         c = _event_cause(search, transfers, e)
@@ -511,7 +514,8 @@ def rank_cells(ev: Evidence, calibration: float, name: str = "irregular") -> lis
     specific first)."""
     cells = ev.cells
     assert cells is not None
-    rows = {"gpu": len(cells.rank_ids), "host": len(cells.rank_ids), "network": max(len(cells.channels), 1)}
+    rows = {"gpu": len(cells.rank_ids), "host": max(len(set(cells.host_of(r) for r in cells.rank_ids)), 1),
+            "network": max(len(cells.channels), 1)}
     pv = device_pvalues(ev.events, rows, max(len(cells.iterations) - 1, 1))
     score: dict[str, float] = {}
     its: dict[str, set[int]] = {}

@@ -141,6 +141,17 @@ class LocalizeParams(BaseModel):
         the cells' tail model no longer holds and Algorithm 1 from the pivot runs instead
         (chosen on the development halves of two real-run corpora, one captured on an idle
         machine, one at load 6-16).
+    cell_usual_q : float, default 0.25
+        Jobs read whole: a row's (a rank's compute, a channel's transfers) usual level is this
+        quantile of its iterations, so a slowdown covering up to ``1 - cell_usual_q`` of them
+        (a fault that persists from a quarter of the run on) is measured against the healthy level.
+    cell_cost : float, default 1.0
+        Jobs read whole: outside the pivot's delta-irregular iterations a cell counts only when its
+        excess reaches ``cell_cost * (delta - 1)`` times the usual iteration (1: it alone could
+        make an iteration irregular; 0: any cell beyond the noise counts).
+    cell_event_p : float, default 0.01
+        Jobs read whole: a cell makes an event of its iteration when its p-value, times the rows
+        of its kind (ranks, channels), is below this; a device's events are then judged together.
     tail_calibration : float, default 1e7
         Jobs read whole: a device's confidence is ``1 - tail_calibration * p``, ``p`` the
         family-wise p-value of its cells under the exponential tail fitted to the job's cells
@@ -189,8 +200,11 @@ class LocalizeParams(BaseModel):
     null_iterations: int = Field(default=8, ge=0)
     straggler_share: float = Field(default=0.5, ge=0)
     full_read: int = Field(default=64, ge=0)
-    cell_noise: float = Field(default=0.04, ge=0)
-    tail_calibration: float = Field(default=1e7, ge=1)
+    cell_noise: float = Field(default=0.1, ge=0)
+    cell_usual_q: float = Field(default=0.1, gt=0, lt=0.5)
+    cell_cost: float = Field(default=1.0, ge=0)
+    cell_event_p: float = Field(default=0.3, gt=0, le=1)
+    tail_calibration: float = Field(default=1e8, ge=1)
     scan_reads: int = Field(default=8, ge=0)
     min_confidence: float = Field(default=0.9, ge=0, le=1)
     persistent_z: float = Field(default=4.0, gt=0)
