@@ -362,17 +362,19 @@ class CellEvidence:
             if not sig.size:
                 continue
             top = int(sig[np.argmax(tz[sig, k])])
-            if self.transfer_excess[top, k] < cost:
-                continue
-            if out and out[-1].iteration == it and out[-1].excess_ns >= self.transfer_excess[top, k]:
-                continue  # a rank computed longer by more: the transfers waited on it, or it on them
             near = set(self.transfers.ranks_of(top))
             slow = [int(c) for c in sig if tz[c, k] >= ratio * tz[top, k]
                     and (c == top or near & set(self.transfers.ranks_of(int(c))))]
+            # what the slow channels together cost the iteration (a NIC slows several at once)
+            spent = float(np.nansum(np.maximum(self.transfer_excess[slow, k], 0.0)))
+            if spent < cost:
+                continue
+            if out and out[-1].iteration == it and out[-1].excess_ns >= spent:
+                continue  # a rank computed longer by more: the transfers waited on it, or it on them
             devices = self._network_devices(topology, k, slow)
             ranks = tuple(sorted(set().union(*(self.transfers.ranks_of(c) for c in slow))))
             out.append(Event(it, "network", ranks, float(tz[top, k]), float(pt[top, k]),
-                             float(self.transfer_excess[top, k]), tuple(slow), devices, float(pt1[top, k])))
+                             spent, tuple(slow), devices, float(pt1[top, k])))
         return out
 
     def _network_devices(self, topology: Any, k: int, slow: list[int], low: float = 3.0) -> list[str]:
