@@ -120,6 +120,22 @@ NETWORK_KINDS = ("nic", "nvswitch", "switch", "link")
 MAX_EXCUSED_COST = 0.03
 
 
+def _params(pairs: list[str]) -> dict:
+    """``NAME=VALUE`` pairs as localize keyword arguments (numbers, booleans, JSON as such)."""
+    import json
+
+    out: dict = {}
+    for kv in pairs:
+        k, sep, v = kv.partition("=")
+        if not sep:
+            raise SystemExit(f"localize_accuracy: --param {kv!r}: expected NAME=VALUE")
+        try:
+            out[k.strip()] = json.loads(v)
+        except ValueError:
+            out[k.strip()] = v
+    return out
+
+
 def realistic(args: argparse.Namespace, cache: Path) -> int:
     """The ``--realistic`` benchmark (see the module docstring)."""
     n = args.jobs or (12 if args.quick else 36)
@@ -137,7 +153,7 @@ def realistic(args: argparse.Namespace, cache: Path) -> int:
         seed = seed0 + i
         name = f"real_{size}_{kind or 'healthy'}_{pattern}_s{seed}"
         path, dev, cost = realistic_fault_job(cache / name, cfg, kind, pattern, seed, iterations=ITERATIONS)
-        r = localize(path, detector=args.detector)
+        r = localize(path, detector=args.detector, **_params(args.param))
         top = [d.id for d in r.devices]
         if dev is None:
             ok = not top
@@ -175,6 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline-ranks", type=int, default=512,
                     help="ranks the RW and Seer-like baselines read per job (a random sample plus the pivot)")
     ap.add_argument("--sizes", default=None, help="comma-separated GPU counts (default 2048,4096,8192)")
+    ap.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
+                    help="a localize parameter of --realistic (holmes.LocalizeParams), repeatable")
     ap.add_argument("--realistic", action="store_true",
                     help="everyday fault strengths and healthy jobs, scored by verdict (see the docstring)")
     ap.add_argument("--split", choices=tuple(SPLIT_SEED), default="test",

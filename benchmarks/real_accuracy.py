@@ -15,13 +15,18 @@ Scoring (one fault per run):
 * healthy run: counted when the report names any device.
 
 Prints one row per run (run, truth, top devices, verdict when the report has one, hit) and, as the
-last line, ``real_compute_top1=<%> real_network_top2=<%> healthy_named_pct=<%>``.
+last line, ``real_compute_top1=<%> real_network_top2=<%> healthy_named_pct=<%>
+sim_realistic_top1=<%>``, the last figure from ``benchmarks/localize_accuracy.py --realistic
+--split test`` (everyday-strength simulated faults at 2,048 GPUs, run in a subprocess with the same
+``--param`` values; its jobs are cached, the first run builds them in ~15 min; ``--no-sim`` skips
+it and prints ``nan``).
 
 Usage::
 
     python benchmarks/real_accuracy.py                 # test split
     python benchmarks/real_accuracy.py --split dev
     python benchmarks/real_accuracy.py --detector reconstruct   # the label-free detector
+    python benchmarks/real_accuracy.py --split dev --no-sim --param tail_calibration=1e9
 """
 
 from __future__ import annotations
@@ -68,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--top", type=int, default=5, help="devices asked of localize (table shows 3)")
     ap.add_argument("--detector", default=None,
                     help="detector for localize (default: localize's own; auto, robust, reconstruct, a model path)")
+    ap.add_argument("--no-sim", action="store_true", help="skip the simulated --realistic figure")
+    ap.add_argument("--sim-jobs", type=int, default=None, help="faulted jobs of the simulated figure (default 36)")
     ap.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                     help="a localize parameter (holmes.LocalizeParams), repeatable: --param cell_noise=0.1")
     a = ap.parse_args(argv)
@@ -88,7 +95,10 @@ def main(argv: list[str] | None = None) -> int:
         if not sep:
             print(f"real_accuracy: --param {kv!r}: expected NAME=VALUE", file=sys.stderr)
             return 2
-        extra[k.strip()] = json.loads(v) if v.strip()[:1] in "0123456789-[{tfn" else v
+        try:
+            extra[k.strip()] = json.loads(v)
+        except ValueError:
+            extra[k.strip()] = v
     if a.detector:
         extra["detector"] = a.detector
     res: dict[str, list[bool]] = {"compute": [], "network": [], "healthy": []}
@@ -116,9 +126,29 @@ def main(argv: list[str] | None = None) -> int:
               f"{'yes' if hit else 'no'}")
     print(f"# {len(runs)} runs of split {a.split} in {time.perf_counter() - t0:.1f} s; per kind (hit %): " +
           " ".join(f"{k}={_pct(v)}(n={len(v)})" for k, v in sorted(by_kind.items())))
+    sim = "nan" if a.no_sim else _sim_realistic(a)
     print(f"real_compute_top1={_pct(res['compute'])} real_network_top2={_pct(res['network'])} "
-          f"healthy_named_pct={_pct(res['healthy'])}")
+          f"healthy_named_pct={_pct(res['healthy'])} sim_realistic_top1={sim}")
     return 0
+
+
+def _sim_realistic(a: argparse.Namespace) -> str:
+    """``realistic_top1`` of ``localize_accuracy.py --realistic --split test`` (its table goes to
+    stderr here, so stdout keeps one row per real run and the summary)."""
+    import subprocess
+
+    cmd = [sys.executable, str(REPO / "benchmarks" / "localize_accuracy.py"), "--realistic", "--split", "test"]
+    if a.sim_jobs:
+        cmd += ["--jobs", str(a.sim_jobs)]
+    for kv in a.param:
+        cmd += ["--param", kv]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    sys.stderr.write(proc.stdout)
+    for line in proc.stdout.splitlines()[::-1]:
+        if line.startswith("realistic_top1="):
+            return line.split()[0].split("=", 1)[1]
+    sys.stderr.write(proc.stderr[-2000:])
+    return "nan"
 
 
 if __name__ == "__main__":

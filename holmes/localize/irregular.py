@@ -123,7 +123,7 @@ class IrregularAnalysis:
             transfers = TransferTimes(search.graph.ranks, search.graph.members)
             cells = None if run.source.missing else \
                 CellEvidence(search.graph.ranks, search.graph.members, topo.host_of, transfers,
-                             usual_q=p.cell_usual_q)
+                             usual_q=p.cell_usual_q, tail=p.cell_tail)
             if cells is not None and cells.noise <= p.cell_noise:
                 # the pivot's irregular iterations are not what is explained: every iteration is
                 sel.weights = {}

@@ -152,6 +152,8 @@ class LocalizeParams(BaseModel):
     cell_event_p : float, default 0.01
         Jobs read whole: a cell makes an event of its iteration when its p-value, times the rows
         of its kind (ranks, channels), is below this; a device's events are then judged together.
+    cell_tail : {"exponential", "gpd"}, default "exponential"
+        Jobs read whole: the model of the null cells' upper tail (:func:`holmes.localize.cells.tail_pvalue`).
     tail_calibration : float, default 1e7
         Jobs read whole: a device's confidence is ``1 - tail_calibration * p``, ``p`` the
         family-wise p-value of its cells under the exponential tail fitted to the job's cells
@@ -204,6 +206,7 @@ class LocalizeParams(BaseModel):
     cell_usual_q: float = Field(default=0.1, gt=0, lt=0.5)
     cell_cost: float = Field(default=1.0, ge=0)
     cell_event_p: float = Field(default=0.3, gt=0, le=1)
+    cell_tail: Literal["exponential", "gpd"] = "exponential"
     tail_calibration: float = Field(default=1e8, ge=1)
     scan_reads: int = Field(default=8, ge=0)
     min_confidence: float = Field(default=0.9, ge=0, le=1)
