@@ -25,8 +25,10 @@ from GPU/host 1.2-2x and NIC/link/switch/NVSwitch 2-6x (any pattern, never ampli
 jobs, at 2,048 GPUs. A faulty job counts as right when the truth is first (compute) or in the top 2
 (network), or when the report names no device (``healthy``/``inconclusive``) and the fault truly cost
 under 3% of the pivot's step (measured against a fault-free twin with the same noise). A healthy
-job counts as right when it names no device. Seeds are split: ``--split dev`` (thresholds are
-chosen there) and ``--split test`` (only reported). Last line: ``realistic_top1=<%>
+job counts as right when it names no device. The jobs have the simulator's default micro-batches
+(``max(4, 4 x pp)``, Megatron's bubble; ``--micro-batches 4`` reproduces the first wave's
+bubble-dominated jobs, where a 1.8x GPU stretched the step by 6%). Seeds are split: ``--split dev``
+(thresholds are chosen there) and ``--split test`` (only reported). Last line: ``realistic_top1=<%>
 realistic_healthy_named_pct=<%> realistic_jobs=<n>``.
 
 Usage::
@@ -151,8 +153,9 @@ def realistic(args: argparse.Namespace, cache: Path) -> int:
         kind = KINDS[i % len(KINDS)] if i < n else None
         pattern = PATTERNS[(i // len(KINDS) + i) % len(PATTERNS)]
         seed = seed0 + i
-        name = f"real_{size}_{kind or 'healthy'}_{pattern}_s{seed}"
-        path, dev, cost = realistic_fault_job(cache / name, cfg, kind, pattern, seed, iterations=ITERATIONS)
+        name = f"real_{size}_{kind or 'healthy'}_{pattern}_s{seed}" + (f"_m{args.micro_batches}" if args.micro_batches else "_mdef")
+        path, dev, cost = realistic_fault_job(cache / name, cfg, kind, pattern, seed, iterations=ITERATIONS,
+                                              micro_batches=args.micro_batches)
         r = localize(path, detector=args.detector, **_params(args.param))
         top = [d.id for d in r.devices]
         if dev is None:
@@ -193,6 +196,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default=None, help="comma-separated GPU counts (default 2048,4096,8192)")
     ap.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                     help="a localize parameter of --realistic (holmes.LocalizeParams), repeatable")
+    ap.add_argument("--micro-batches", type=int, default=None,
+                    help="micro-batches of --realistic jobs (default: the simulator's, max(4, 4 x pp); "
+                         "the first wave used 4, a bubble-dominated pipeline at pp=8)")
     ap.add_argument("--realistic", action="store_true",
                     help="everyday fault strengths and healthy jobs, scored by verdict (see the docstring)")
     ap.add_argument("--split", choices=tuple(SPLIT_SEED), default="test",

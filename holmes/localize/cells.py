@@ -249,7 +249,7 @@ class CellEvidence:
 
     def __init__(self, ranks: Mapping[int, Any], members: Any, host_of: Callable[[int], int],
                  transfers: TransferTimes | None = None, *, usual_q: float = 0.25,
-                 common_q: float = 0.25, tail: str = "exponential") -> None:
+                 common_q: float = 0.25, tail: str = "exponential", per_op: bool = False) -> None:
         self.rank_ids = sorted(ranks)
         self.tail = tail
         self.usual_q = float(usual_q)
@@ -288,7 +288,12 @@ class CellEvidence:
         # that a slowdown of most iterations does not inflate); the common mode is what most
         # channels did in the same iteration
         with np.errstate(all="ignore"):
-            tz = tx / np.maximum(_row_spread(t)[:, None], np.maximum(0.02 * tbase, 1.0))
+            if per_op and t.size:
+                # the median operator's slowdown: a one-off stall of one transfer does not move it
+                r = tt.ratio_table(its, self.usual_q)
+                tz = r / np.maximum(_row_spread(r), 0.02)[:, None]
+            else:
+                tz = tx / np.maximum(_row_spread(t)[:, None], np.maximum(0.02 * tbase, 1.0))
             if tz.size:
                 tz = tz - np.maximum(_common(tz, 0.5), 0.0)
         self.transfer_excess = tx

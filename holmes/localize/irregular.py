@@ -89,11 +89,14 @@ class IrregularAnalysis:
         it_all, dur_all = _iteration_times(run.source, p.pivot)
         its, durs = it_all[-p.window:], dur_all[-p.window:].astype(float)
         rule = IrregularityRule(p.delta)
-        mask = rule.mask(durs)
-        irregular = its[mask]
         z = rule.z_scores(durs)
         if p.noise_window:
             z = np.minimum(z, rule.z_scores(durs, local=p.noise_window))
+        mask = rule.mask(durs)
+        if p.stretch_z > 0 and durs.size >= 5:
+            # beyond doubt though under delta: far out of the job's own noise and a real cost
+            mask |= (z >= p.stretch_z) & (durs > (1.0 + p.min_stretch) * rule.reference(durs))
+        irregular = its[mask]
         w = iteration_weights(z[mask], p.noise_z)
         weights = {int(i): float(x) for i, x in zip(irregular, w)}
         if len(its) < 5:
@@ -123,7 +126,7 @@ class IrregularAnalysis:
             transfers = TransferTimes(search.graph.ranks, search.graph.members)
             cells = None if run.source.missing else \
                 CellEvidence(search.graph.ranks, search.graph.members, topo.host_of, transfers,
-                             usual_q=p.cell_usual_q, tail=p.cell_tail)
+                             usual_q=p.cell_usual_q, tail=p.cell_tail, per_op=p.cell_per_op)
             if cells is not None and cells.noise <= p.cell_noise:
                 # the pivot's irregular iterations are not what is explained: every iteration is
                 sel.weights = {}

@@ -129,6 +129,14 @@ class LocalizeParams(BaseModel):
         that grew most, is a compute straggler of that iteration; stragglers on several hosts are
         a common-mode slowdown no device explains (:mod:`holmes.localize.straggler`); 0 turns
         the rule off.
+    stretch_z : float, default 8.0
+        An iteration under ``delta`` is irregular too when it lasts at least ``1 + min_stretch``
+        times the usual one *and* stands ``stretch_z`` of the job's own healthy sigmas above it
+        (:meth:`~holmes.detect.monitor.IrregularityRule.z_scores`): on a quiet job a device that
+        costs 3-10% of a step is beyond doubt, though not delta-irregular; 0 keeps the paper's
+        delta rule alone.
+    min_stretch : float, default 0.03
+        See ``stretch_z``: the smallest stretch it flags.
     full_read : int, default 64
         Jobs of at most this many ranks are read whole: instead of following waits from the
         pivot, every device's own time in every iteration (each rank's compute, each channel's
@@ -154,6 +162,10 @@ class LocalizeParams(BaseModel):
         of its kind (ranks, channels), is below this; a device's events are then judged together.
     cell_tail : {"exponential", "gpd"}, default "exponential"
         Jobs read whole: the model of the null cells' upper tail (:func:`holmes.localize.cells.tail_pvalue`).
+    cell_per_op : bool, default False
+        Jobs read whole: a channel's cell in an iteration is the median of its operators'
+        slowdowns (each against its own operator position's usual transfer) instead of its
+        summed transfer time (:meth:`holmes.localize.transfer.TransferTimes.ratio_table`).
     tail_calibration : float, default 1e7
         Jobs read whole: a device's confidence is ``1 - tail_calibration * p``, ``p`` the
         family-wise p-value of its cells under the exponential tail fitted to the job's cells
@@ -202,11 +214,14 @@ class LocalizeParams(BaseModel):
     null_iterations: int = Field(default=8, ge=0)
     straggler_share: float = Field(default=0.5, ge=0)
     full_read: int = Field(default=64, ge=0)
+    stretch_z: float = Field(default=8.0, ge=0)
+    min_stretch: float = Field(default=0.03, ge=0)
     cell_noise: float = Field(default=0.1, ge=0)
     cell_usual_q: float = Field(default=0.1, gt=0, lt=0.5)
     cell_cost: float = Field(default=1.0, ge=0)
     cell_event_p: float = Field(default=0.3, gt=0, le=1)
     cell_tail: Literal["exponential", "gpd"] = "exponential"
+    cell_per_op: bool = False
     tail_calibration: float = Field(default=1e8, ge=1)
     scan_reads: int = Field(default=8, ge=0)
     min_confidence: float = Field(default=0.9, ge=0, le=1)
@@ -223,7 +238,7 @@ class LocalizeParams(BaseModel):
             raise ConfigError(_one_line(exc)) from None
 
     @field_validator("delta", "alpha", "exonerate_bytes", "exonerate_speedup", "late_ratio", "noise_z",
-                     "min_confidence", "straggler_share", "tail_calibration", "cell_noise", "persistent_z", "network_min_excess", "imbalance_pct")
+                     "min_confidence", "straggler_share", "tail_calibration", "cell_noise", "stretch_z", "min_stretch", "persistent_z", "network_min_excess", "imbalance_pct")
     @classmethod
     def _finite(cls, v: float) -> float:
         if not math.isfinite(v):

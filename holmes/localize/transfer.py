@@ -109,6 +109,9 @@ class TransferTimes:
         seen[chan, itpos] = True
         t[~seen] = np.nan
         self._t = t
+        # kept for the per-operator view (:meth:`ratio_table`), computed only when asked
+        self._ops = (chan, itpos, a["seq"][starts][full], dur)
+        self._ratio: np.ndarray | None = None
         # per channel: iterations seen, and its usual level (q25) and healthy spread over them
         self._n = seen.sum(axis=1)
         with np.errstate(all="ignore"):
@@ -124,6 +127,40 @@ class TransferTimes:
         first = np.r_[True, (np.diff(chan[best]) != 0) | (np.diff(itpos[best]) != 0)]
         for b in best[first]:
             self._where[(int(chan[b]), int(itpos[b]))] = (int(rank[b]), int(row[b]))
+
+    def ratio_table(self, iterations: np.ndarray, usual_q: float = 0.10) -> np.ndarray:
+        """``(channels, len(iterations))``: per channel and iteration, the median over its
+        operators of each one's transfer over its usual transfer (the ``usual_q`` quantile of
+        that operator position -- the ``k``-th operator of the channel in an iteration -- over
+        the iterations), minus one.
+
+        Where :meth:`table` sums an iteration's transfers, this asks whether the channel's
+        operators were slower *as a rule* in that iteration: a slow device stretches every
+        transfer crossing it, while a one-off stall of one operator (the operating system, a
+        retransmission) moves the sum as much but not the median.
+        """
+        its = np.asarray(iterations, dtype=np.int64)
+        out = np.full((len(self.channels), its.size), np.nan)
+        if not self._its.size or not its.size:
+            return out
+        if self._ratio is None:
+            chan, itpos, seq, dur = self._ops
+            order = np.lexsort((seq, itpos, chan))
+            c, i, d = chan[order], itpos[order], dur[order].astype(float)
+            start = np.r_[True, (np.diff(c) != 0) | (np.diff(i) != 0)]
+            grp = np.cumsum(start) - 1
+            first = np.flatnonzero(start)
+            k = np.arange(c.size) - first[grp]
+            cube = np.full((len(self.channels), self._its.size, int(k.max()) + 1), np.nan)
+            cube[c, i, k] = d
+            with np.errstate(all="ignore"):
+                usual = np.nanquantile(cube, usual_q, axis=1, keepdims=True)
+                ratio = cube / np.where(usual > 0, usual, np.nan)
+                self._ratio = np.nanmedian(ratio, axis=2) - 1.0
+        pos = np.minimum(np.searchsorted(self._its, its), self._its.size - 1)
+        ok = self._its[pos] == its
+        out[:, ok] = self._ratio[:, pos[ok]]
+        return out
 
     def ranks_of(self, channel: int) -> tuple[int, ...]:
         """The ranks a channel (its index in :attr:`channels`) connects."""

@@ -127,13 +127,17 @@ REALISTIC_FACTOR = {"gpu": (1.2, 2.0), "host": (1.2, 2.0), "nic": (2.0, 6.0), "n
 
 
 def realistic_fault_job(out: str | os.PathLike[str], cfg: dict[str, Any], kind: str | None, pattern: str, seed: int,
-                        *, iterations: int = 30, micro_batches: int = 4, reuse: bool = True) -> tuple[Path, str | None, float]:
+                        *, iterations: int = 30, micro_batches: int | None = None,
+                        reuse: bool = True) -> tuple[Path, str | None, float]:
     """Simulate into ``out`` a job of shape ``cfg`` with one fault of everyday strength; return
     ``(path, device, cost)``.
 
     The factor is drawn log-uniformly from :data:`REALISTIC_FACTOR` for the kind and never raised,
     whether or not the fault makes an iteration irregular; ``kind=None`` simulates a healthy job
-    (device None). ``cost`` is what the fault cost the pivot's step: the mean, over the faulted
+    (device None). ``micro_batches`` defaults to the simulator's own (``max(4, 4 x pp)``, a
+    pipeline bubble near Megatron's: with fewer micro-batches than stages the bubble dominates
+    the step and a GPU at half speed stretches it by a few percent, which no real job does).
+    ``cost`` is what the fault cost the pivot's step: the mean, over the faulted
     iterations, of the step's duration over that of the fault-free twin (same seed, same noise),
     minus one (0.0 for a healthy job). The twin is written beside the job as ``out.twin``.
 
