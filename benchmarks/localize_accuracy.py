@@ -155,7 +155,7 @@ def realistic(args: argparse.Namespace, cache: Path) -> int:
         seed = seed0 + i
         name = f"real_{size}_{kind or 'healthy'}_{pattern}_s{seed}" + (f"_m{args.micro_batches}" if args.micro_batches else "_mdef")
         path, dev, cost = realistic_fault_job(cache / name, cfg, kind, pattern, seed, iterations=ITERATIONS,
-                                              micro_batches=args.micro_batches)
+                                              micro_batches=args.micro_batches, keep_twin=False)
         r = localize(path, detector=args.detector, **_params(args.param))
         top = [d.id for d in r.devices]
         if dev is None:

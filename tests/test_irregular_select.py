@@ -34,3 +34,4 @@ def test_a_stretch_under_delta_but_far_out_of_the_noise_is_irregular(tmp_path):
 def test_a_clean_job_has_no_stretched_iteration(tmp_path):
     path = simulate(tmp_path / "clean", tp=2, pp=2, dp=2, gpus_per_host=4, iterations=30, seed=8)
     assert _selection(path).irregular.size == 0
+

@@ -165,7 +165,10 @@ def test_clean_fixture_has_no_culprit():
     if not (path / "job.json").is_file():
         pytest.skip("fixture not present")
     r = localize(path)
-    assert r.devices == [] and r.irregular_iterations == []
+    assert r.devices == [] and r.verdict == "healthy", [(d.id, d.confidence) for d in r.all_devices[:3]]
+    # the paper's delta rule alone finds no irregular iteration; stretch_z may flag one heavy-tail
+    # blip of the simulator's noise (+7.5%), which the cells then explain by no device
+    assert localize(path, stretch_z=0).irregular_iterations == []
 
 
 def test_host_spike_is_told_from_a_gpu_by_its_host_mates():

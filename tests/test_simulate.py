@@ -329,3 +329,15 @@ def test_fat_tree_topology_and_cli_help(tmp_path, capsys):
     with pytest.raises(SystemExit):
         cli_main(["simulate", "--help"])
     assert "--fault" in capsys.readouterr().out
+
+
+def test_a_realistic_job_keeps_its_cost_without_its_twin(tmp_path):
+    from holmes.simulate.scenarios import realistic_fault_job
+
+    out = tmp_path / "job"
+    path, dev, cost = realistic_fault_job(out, dict(tp=2, pp=2, dp=2), "gpu", "persistent", seed=3,
+                                          iterations=8, keep_twin=False)
+    assert not out.with_name("job.twin").exists() and (out / "cost.json").is_file()
+    again = realistic_fault_job(out, dict(tp=2, pp=2, dp=2), "gpu", "persistent", seed=3, iterations=8)
+    assert again == (path, dev, cost) and dev.startswith("gpu:") and cost > 0
+    assert not out.with_name("job.twin").exists()  # reused from cost.json, nothing simulated again

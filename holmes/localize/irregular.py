@@ -131,7 +131,10 @@ class IrregularAnalysis:
                 # the pivot's irregular iterations are not what is explained: every iteration is
                 sel.weights = {}
                 # a cell explains one of the pivot's irregular iterations, or its own excess could make one
-                return _gather_cells(run, cells, p.cell_cost * (p.delta - 1.0) * float(ref), sel.irregular,
+                # (only the delta-irregular ones: a stretch under delta, flagged by stretch_z, is
+                # what the cells' own cost rule judges)
+                delta_irregular = sel.window[sel.durations > p.delta * float(ref)]
+                return _gather_cells(run, cells, p.cell_cost * (p.delta - 1.0) * float(ref), delta_irregular,
                                      p.cell_event_p)
             run.assume(f"{len(run.source.missing)} rank(s) unreadable: the job is not compared cell by cell"
                        if cells is None else f"the job's compute noise ({100 * cells.noise:.1f}% of its compute) is "

@@ -128,7 +128,7 @@ REALISTIC_FACTOR = {"gpu": (1.2, 2.0), "host": (1.2, 2.0), "nic": (2.0, 6.0), "n
 
 def realistic_fault_job(out: str | os.PathLike[str], cfg: dict[str, Any], kind: str | None, pattern: str, seed: int,
                         *, iterations: int = 30, micro_batches: int | None = None,
-                        reuse: bool = True) -> tuple[Path, str | None, float]:
+                        reuse: bool = True, keep_twin: bool = True) -> tuple[Path, str | None, float]:
     """Simulate into ``out`` a job of shape ``cfg`` with one fault of everyday strength; return
     ``(path, device, cost)``.
 
@@ -139,7 +139,9 @@ def realistic_fault_job(out: str | os.PathLike[str], cfg: dict[str, Any], kind: 
     the step and a GPU at half speed stretches it by a few percent, which no real job does).
     ``cost`` is what the fault cost the pivot's step: the mean, over the faulted
     iterations, of the step's duration over that of the fault-free twin (same seed, same noise),
-    minus one (0.0 for a healthy job). The twin is written beside the job as ``out.twin``.
+    minus one (0.0 for a healthy job). The twin is written beside the job as ``out.twin``; with
+    ``keep_twin=False`` it is removed once the cost is known, which ``out/cost.json`` keeps (a
+    reused job then needs no twin).
 
     >>> import tempfile
     >>> path, dev, cost = realistic_fault_job(tempfile.mkdtemp() + "/job", dict(tp=2, pp=2, dp=2),
@@ -152,16 +154,26 @@ def realistic_fault_job(out: str | os.PathLike[str], cfg: dict[str, Any], kind: 
 
     if pattern not in PATTERNS:
         raise ConfigError(f"fault pattern {pattern!r} must be one of {', '.join(PATTERNS)}")
+    import json
+    import shutil
+
     out = Path(out)
     twin = out.with_name(out.name + ".twin")
     world = int(cfg["tp"]) * int(cfg["pp"]) * int(cfg["dp"]) * int(cfg.get("cp", 1))
     kw = dict(micro_batches=micro_batches, iterations=iterations, seed=seed, overwrite=True, **cfg)
-    if not (reuse and (twin / "job.json").is_file()):
-        simulate(twin, **kw)
     if kind is None:
         if not (reuse and (out / "job.json").is_file()):
             simulate(out, **kw)
         return out, None, 0.0
+    known = out / "cost.json"
+    if reuse and known.is_file() and (out / "job.json").is_file():
+        try:
+            rec = json.loads(known.read_text())
+            return out, str(rec["device"]), float(rec["cost"])
+        except (ValueError, KeyError, TypeError):
+            pass  # simulated again below
+    if not (reuse and (twin / "job.json").is_file()):
+        simulate(twin, **kw)
     rng = np.random.default_rng([seed, 4242])
     lo, hi = REALISTIC_FACTOR[kind]
     factor = float(np.exp(rng.uniform(np.log(lo), np.log(hi))))
@@ -174,7 +186,11 @@ def realistic_fault_job(out: str | os.PathLike[str], cfg: dict[str, Any], kind: 
         crossing = read_job(out).truth.extra.get("transfer_groups_crossing", {})
         if kind in ("gpu", "host") or crossing.get(dev, 1) > 0:
             break
-    return out, dev, fault_cost(out, twin)
+    cost = fault_cost(out, twin)
+    known.write_text(json.dumps({"device": dev, "cost": cost}))
+    if not keep_twin:
+        shutil.rmtree(twin, ignore_errors=True)
+    return out, dev, cost
 
 
 def fault_cost(job_dir: str | os.PathLike[str], twin_dir: str | os.PathLike[str], pivot: int = 0) -> float:
