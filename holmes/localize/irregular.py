@@ -93,9 +93,15 @@ class IrregularAnalysis:
         if p.noise_window:
             z = np.minimum(z, rule.z_scores(durs, local=p.noise_window))
         mask = rule.mask(durs)
-        if p.stretch_z > 0 and durs.size >= 5:
-            # beyond doubt though under delta: far out of the job's own noise and a real cost
-            mask |= (z >= p.stretch_z) & (durs > (1.0 + p.min_stretch) * rule.reference(durs))
+        whole = bool(p.full_read) and run.source.world_size <= p.full_read
+        if p.stretch_z > 0 and durs.size >= 5 and not whole:
+            # beyond doubt though under delta: far out of the job's own noise and a real cost (a
+            # job read whole needs no such rule: the cells judge every iteration of every device)
+            # (not next to a delta-irregular one: a delay late in an iteration spills into the next)
+            near = np.zeros_like(mask)
+            near[1:] |= mask[:-1]
+            near[:-1] |= mask[1:]
+            mask |= _stretched(durs, rule.reference(durs), p.stretch_z, p.min_stretch) & ~near
         irregular = its[mask]
         w = iteration_weights(z[mask], p.noise_z)
         weights = {int(i): float(x) for i, x in zip(irregular, w)}
@@ -468,6 +474,25 @@ def _iteration_times(src: Any, rank: int) -> tuple[np.ndarray, np.ndarray]:
     if got is None or len(got[0]) == 0:
         raise JobError(f"pivot rank {rank}: no iterations in its log")
     return np.asarray(got[0]), np.asarray(got[1])
+
+
+def _stretched(durs: np.ndarray, ref: float, z_min: float, min_stretch: float) -> np.ndarray:
+    """Iterations at least ``1 + min_stretch`` times ``ref`` and ``z_min`` sigmas above it, the
+    sigma the larger of the fast side's (``(q20 - q02) / 1.212``, as
+    :meth:`~holmes.detect.monitor.IrregularityRule.z_scores`) and the whole window's MAD: on a
+    few dozen iterations the fast side alone is itself noisy, and a clean job's 4% blip stood
+    six of its sigmas out.
+
+    >>> d = np.r_[np.full(10, 100.0) + np.arange(10) * 0.1, 108.0, np.full(10, 100.5)]
+    >>> _stretched(d, 100.0, 6.0, 0.03).nonzero()[0].tolist()
+    [10]
+    """
+    from holmes.stats import MAD_SIGMA
+
+    q02, q20 = np.percentile(durs, [2.0, 20.0])
+    mad = MAD_SIGMA * float(np.median(np.abs(durs - np.median(durs))))
+    sigma = max((q20 - q02) / 1.212, mad, 0.002 * ref, 1e-12)
+    return ((durs - ref) / sigma >= z_min) & (durs > (1.0 + min_stretch) * ref)
 
 
 def _gather_cells(run: Any, cells: CellEvidence, min_cost_ns: float = 0.0, irregular: Any = (),

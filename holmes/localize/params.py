@@ -129,12 +129,14 @@ class LocalizeParams(BaseModel):
         that grew most, is a compute straggler of that iteration; stragglers on several hosts are
         a common-mode slowdown no device explains (:mod:`holmes.localize.straggler`); 0 turns
         the rule off.
-    stretch_z : float, default 6.0
+    stretch_z : float, default 5.0
         An iteration under ``delta`` is irregular too when it lasts at least ``1 + min_stretch``
         times the usual one *and* stands ``stretch_z`` of the job's own healthy sigmas above it
-        (:meth:`~holmes.detect.monitor.IrregularityRule.z_scores`): on a quiet job a device that
+        (the larger of the fast side's and the window's MAD; not next to a delta-irregular
+        iteration, whose delay spills into it): on a quiet job a device that
         costs 3-10% of a step is beyond doubt, though not delta-irregular; 0 keeps the paper's
-        delta rule alone.
+        delta rule alone. Jobs read whole (``full_read``) keep the delta rule: their cells judge
+        every iteration anyway.
     min_stretch : float, default 0.03
         See ``stretch_z``: the smallest stretch it flags.
     full_read : int, default 64
@@ -214,7 +216,7 @@ class LocalizeParams(BaseModel):
     null_iterations: int = Field(default=8, ge=0)
     straggler_share: float = Field(default=0.5, ge=0)
     full_read: int = Field(default=64, ge=0)
-    stretch_z: float = Field(default=6.0, ge=0)
+    stretch_z: float = Field(default=5.0, ge=0)
     min_stretch: float = Field(default=0.03, ge=0)
     cell_noise: float = Field(default=0.1, ge=0)
     cell_usual_q: float = Field(default=0.1, gt=0, lt=0.5)
