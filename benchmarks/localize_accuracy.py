@@ -130,7 +130,8 @@ def _params(pairs: list[str]) -> dict:
     for kv in pairs:
         k, sep, v = kv.partition("=")
         if not sep:
-            raise SystemExit(f"localize_accuracy: --param {kv!r}: expected NAME=VALUE")
+            print(f"{Path(sys.argv[0]).name}: --param {kv!r}: expected NAME=VALUE", file=sys.stderr)
+            raise SystemExit(2)
         try:
             out[k.strip()] = json.loads(v)
         except ValueError:

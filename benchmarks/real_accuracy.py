@@ -89,16 +89,9 @@ def main(argv: list[str] | None = None) -> int:
               f"python scripts/real_runs.py corpus --out {root}", file=sys.stderr)
         return 2
     runs = [r for r in runs if a.split == "all" or r["split"] == a.split]
-    extra: dict[str, object] = {}
-    for kv in a.param:
-        k, sep, v = kv.partition("=")
-        if not sep:
-            print(f"real_accuracy: --param {kv!r}: expected NAME=VALUE", file=sys.stderr)
-            return 2
-        try:
-            extra[k.strip()] = json.loads(v)
-        except ValueError:
-            extra[k.strip()] = v
+    from localize_accuracy import _params  # the same NAME=VALUE parsing as the simulated benchmark
+
+    extra: dict[str, object] = _params(a.param)
     if a.detector:
         extra["detector"] = a.detector
     res: dict[str, list[bool]] = {"compute": [], "network": [], "healthy": []}
