@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 import holmes
 from holmes.cog.graph import CommOpGraph
-from holmes.localize.cells import CellEvidence, Event, device_pvalues, tail_pvalue
+from holmes.localize.cells import CellEvidence, Event, device_pvalues
+from holmes.localize.tails import gpd_fit, tail_pvalue
 from holmes.simulate import simulate
 
 
@@ -93,3 +94,15 @@ def test_a_host_is_judged_against_the_other_hosts(tmp_path):
     col = int(np.searchsorted(cells.iterations, 14))
     assert hp[cells._host_index[2], col] < 1e-6
     assert np.delete(hp[:, col], cells._host_index[2]).min() > 1e-3
+
+
+def test_a_heavy_null_tail_makes_a_far_cell_less_surprising_under_the_gpd():
+    rng = np.random.default_rng(3)
+    light, heavy = rng.standard_exponential(3000), rng.pareto(2.5, 3000)
+    assert gpd_fit(light)[2] < 0.1 < gpd_fit(heavy)[2]
+    z = float(np.quantile(heavy, 0.999)) * 3
+    assert tail_pvalue(heavy, z, n=1, model="gpd") > 100 * tail_pvalue(heavy, z, n=1)
+    # on a light (exponential) null the two models agree within an order of magnitude
+    z = float(np.quantile(light, 0.999))
+    ratio = tail_pvalue(light, z, n=1, model="gpd") / tail_pvalue(light, z, n=1)
+    assert 0.1 < ratio < 10

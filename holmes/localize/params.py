@@ -163,7 +163,7 @@ class LocalizeParams(BaseModel):
         Jobs read whole: a cell makes an event of its iteration when its p-value, times the rows
         of its kind (ranks, channels), is below this; a device's events are then judged together.
     cell_tail : {"exponential", "gpd"}, default "exponential"
-        Jobs read whole: the model of the null cells' upper tail (:func:`holmes.localize.cells.tail_pvalue`).
+        Jobs read whole: the model of the null cells' upper tail (:func:`holmes.localize.tails.tail_pvalue`).
     cell_per_op : bool, default False
         Jobs read whole: a channel's cell in an iteration is the median of its operators'
         slowdowns (each against its own operator position's usual transfer) instead of its
