@@ -17,9 +17,9 @@ Scoring (one fault per run):
 Prints one row per run (run, truth, top devices, verdict when the report has one, hit) and, as the
 last line, ``real_compute_top1=<%> real_network_top2=<%> healthy_named_pct=<%>
 sim_realistic_top1=<%>``, the last figure from ``benchmarks/localize_accuracy.py --realistic
---split test`` (everyday-strength simulated faults at 2,048 GPUs, run in a subprocess with the same
-``--param`` values; its jobs are cached, the first run builds them in ~15 min; ``--no-sim`` skips
-it and prints ``nan``).
+--split test --jobs 18`` (everyday-strength simulated faults at 2,048 GPUs, run in a subprocess
+with the same ``--param`` values; its jobs are cached, ~4 GB, the first run builds them in ~45 min
+on 2 cores, later runs take ~5 min; ``--no-sim`` skips it and prints ``nan``).
 
 Usage::
 
@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--detector", default=None,
                     help="detector for localize (default: localize's own; auto, robust, reconstruct, a model path)")
     ap.add_argument("--no-sim", action="store_true", help="skip the simulated --realistic figure")
-    ap.add_argument("--sim-jobs", type=int, default=None, help="faulted jobs of the simulated figure (default 36)")
+    ap.add_argument("--sim-jobs", type=int, default=18,
+                    help="faulted jobs of the simulated figure (default 18: every kind x pattern once, and 4 healthy)")
     ap.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                     help="a localize parameter (holmes.LocalizeParams), repeatable: --param cell_noise=0.1")
     a = ap.parse_args(argv)
