@@ -106,3 +106,13 @@ def test_a_heavy_null_tail_makes_a_far_cell_less_surprising_under_the_gpd():
     z = float(np.quantile(light, 0.999))
     ratio = tail_pvalue(light, z, n=1, model="gpd") / tail_pvalue(light, z, n=1)
     assert 0.1 < ratio < 10
+
+
+def test_only_the_devices_that_best_explain_an_event_take_its_evidence():
+    # a slow DP all-reduce lists every NIC of the ring; only nic:0 (and its cable) had all of its
+    # channels slow: the other NICs are alternatives and gain nothing from the repetition
+    ring = ["nic:0", "link:nic:0|switch:leaf-0", "nic:6", "nic:4"]
+    events = [Event(i, "network", (0, 2, 4, 6), 30.0, 1e-6, 1e8, devices=ring, cell_pvalue=1e-9, best=2)
+              for i in (5, 6, 7)]
+    pv = device_pvalues(events, {"gpu": 16, "host": 4, "network": 40}, 40)
+    assert set(pv) == {"nic:0", "link:nic:0|switch:leaf-0"} and pv["nic:0"] < 1e-15

@@ -64,7 +64,7 @@ def device_pvalues(events: list["Event"], rows: Mapping[str, int], iterations: i
 
     per: dict[str, list[tuple[float, str]]] = {}
     for e in events:
-        for d in e.devices:
+        for d in (e.devices[:e.best] if e.best else e.devices):  # the devices that best explain it
             per.setdefault(d, []).append((e.pvalue, e.kind, e.cell_pvalue))
     out: dict[str, float] = {}
     for d, lst in per.items():
@@ -111,6 +111,9 @@ class Event:
         The devices it implicates, most specific first.
     cell_pvalue : float, optional
         The strongest cell's own p-value (not family-wise); derived from ``pvalue`` when omitted.
+    best : int
+        How many of ``devices`` explain the event equally well (a NIC and its cable); the
+        others are alternatives with less support. 0: all of them.
     """
 
     iteration: int
@@ -122,6 +125,7 @@ class Event:
     channels: tuple[int, ...] = ()
     devices: list[str] = field(default_factory=list)
     cell_pvalue: float | None = None
+    best: int = 0
 
 
 class CellEvidence:
@@ -327,14 +331,16 @@ class CellEvidence:
                 continue
             if out and out[-1].iteration == it and out[-1].excess_ns >= spent:
                 continue  # a rank computed longer by more: the transfers waited on it, or it on them
-            devices = self._network_devices(topology, k, slow)
+            devices, best = self._network_devices(topology, k, slow)
             ranks = tuple(sorted(set().union(*(self.transfers.ranks_of(c) for c in slow))))
             out.append(Event(it, "network", ranks, float(tz[top, k]), float(pt[top, k]),
-                             spent, tuple(slow), devices, float(pt1[top, k])))
+                             spent, tuple(slow), devices, float(pt1[top, k]), best))
         return out
 
-    def _network_devices(self, topology: Any, k: int, slow: list[int], low: float = 3.0) -> list[str]:
-        """The devices the slow channels of iteration ``k`` implicate, best first.
+    def _network_devices(self, topology: Any, k: int, slow: list[int],
+                         low: float = 3.0) -> tuple[list[str], int]:
+        """The devices the slow channels of iteration ``k`` implicate, best first, and how many of
+        them lead equally (same share and number of slow channels: a NIC and its cable).
 
         Candidates are the devices every slow channel crosses (else the strongest one's). A
         faulty device slows every channel crossing it: candidates are ordered by the share of
@@ -349,11 +355,12 @@ class CellEvidence:
         col = np.nan_to_num(self.transfer_z[:, k], nan=0.0)
         crossing = self._crossing
 
-        def key(d: str) -> tuple[int, float, int]:
+        def key(d: str) -> tuple[float, int, int]:
             cs = crossing.get(d, [])
             hot = sum(1 for c in cs if col[c] >= low)
             return (-round(hot / max(len(cs), 1), 6), -hot, _specificity(d))
-        return sorted(cand, key=key)
+        out = sorted(cand, key=key)
+        return out, (sum(1 for d in out if key(d)[:2] == key(out[0])[:2]) if out else 0)
 
     def _paths(self, topology: Any) -> list[list[str]]:
         """Per channel, the network devices on its path; also fills ``_crossing`` (device ->

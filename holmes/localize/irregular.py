@@ -540,24 +540,39 @@ def _event_cause(search: GraphSearch, transfers: TransferTimes, e: Event) -> Roo
 
 def rank_cells(ev: Evidence, calibration: float, name: str = "irregular") -> list[DeviceScore]:
     """Devices of the cells' events: confidence ``1 - calibration * p`` (``p`` from
-    :func:`~holmes.localize.cells.device_pvalues`), coverage the share of the iterations with an
-    event that implicate the device, score from each event's order of its devices (the most
-    specific first)."""
+    :func:`~holmes.localize.cells.device_pvalues`), coverage the device's share of the strongest
+    evidence, ``log p / log p_min`` (the strongest device 1.0), score from each event's order of
+    its devices (the most specific first); ordered as :func:`~holmes.localize.pipeline.device_order`.
+
+    Coverage weighs how improbable a device's events are by chance, not how many events named
+    it: equally confident devices (the confidence rounds every strong one to 1.00) are told apart
+    by it, and a NIC with eight weak events no longer outranks the NIC whose two events were 40
+    orders of magnitude less likely.
+    """
+    import math
+
+    from holmes.localize.pipeline import device_order
+
     cells = ev.cells
     assert cells is not None
     rows = {"gpu": len(cells.rank_ids), "host": max(len(set(cells.host_of(r) for r in cells.rank_ids)), 1),
             "network": max(len(cells.channels), 1)}
-    pv = device_pvalues(ev.events, rows, max(len(cells.iterations) - 1, 1))
+    # devices that best explained none of the events (alternatives only) have no p-value: p = 1
+    pv = {d: 1.0 for e in ev.events for d in e.devices}
+    pv.update(device_pvalues(ev.events, rows, max(len(cells.iterations) - 1, 1)))
     score: dict[str, float] = {}
-    its: dict[str, set[int]] = {}
     for e in ev.events:
         for pos, d in enumerate(e.devices):
             score[d] = score.get(d, 0.0) + 1.0 / (1.0 + pos)
-            its.setdefault(d, set()).add(e.iteration)
     total = sum(score.values()) or 1.0
-    n_its = len({e.iteration for e in ev.events}) or 1
+
+    def strength(d: str) -> float:  # -log10 p, p = 0 (underflow) as 1e-300
+        return -math.log10(max(pv[d], 1e-300))
+
+    top = max((strength(d) for d in score), default=1.0) or 1.0
+    causes = {d: sum(1 for e in ev.events if d in e.devices) for d in score}
     # a device whose cells chance explains (confidence 0) is no candidate either
-    out = [DeviceScore(d, device_kind(d), score[d] / total, score[d], len(its[d]),
+    out = [DeviceScore(d, device_kind(d), score[d] / total, score[d], causes[d],
                        confidence=1.0 - calibration * pv[d], evidence=(name,),
-                       coverage=len(its[d]) / n_its) for d in score if calibration * pv[d] < 1.0]
-    return sorted(out, key=lambda x: (-round(x.confidence or 0.0, 2), -x.score))
+                       coverage=max(strength(d), 0.0) / top) for d in score if calibration * pv[d] < 1.0]
+    return sorted(out, key=device_order)
