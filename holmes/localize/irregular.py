@@ -551,8 +551,6 @@ def rank_cells(ev: Evidence, calibration: float, name: str = "irregular") -> lis
     """
     import math
 
-    from holmes.localize.pipeline import device_order
-
     cells = ev.cells
     assert cells is not None
     rows = {"gpu": len(cells.rank_ids), "host": max(len(set(cells.host_of(r) for r in cells.rank_ids)), 1),
@@ -575,4 +573,5 @@ def rank_cells(ev: Evidence, calibration: float, name: str = "irregular") -> lis
     out = [DeviceScore(d, device_kind(d), score[d] / total, score[d], causes[d],
                        confidence=1.0 - calibration * pv[d], evidence=(name,),
                        coverage=max(strength(d), 0.0) / top) for d in score if calibration * pv[d] < 1.0]
-    return sorted(out, key=device_order)
+    # the same order as the pipeline's device_order (confidence, then coverage, then score)
+    return sorted(out, key=lambda x: (-round(x.confidence or 0.0, 2), -round(x.coverage or 0.0, 2), -x.score))
