@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from holmes.errors import ConfigError
+from holmes.stats import MAD_SIGMA
 
 __all__ = ["DEFAULT_DELTA", "IrregularityRule", "irregular_mask", "IterationMonitor", "irregular_iterations",
            "classify_episode", "episodes"]
@@ -97,7 +98,7 @@ class IrregularityRule:
         return bool(np.isfinite(ref) and duration > self.delta * ref)
 
     def z_scores(self, durations: Sequence[float] | np.ndarray, min_rel_sigma: float = 0.002,
-                 local: int | None = None) -> np.ndarray:
+                 local: int | None = None, mad_floor: bool = False) -> np.ndarray:
         """How many healthy sigmas each duration stands above the reference.
 
         The healthy sigma is the spread of the fast side, ``(q20 - q02) / 1.212`` (the normal
@@ -105,7 +106,9 @@ class IrregularityRule:
         slows, so while it covers under ~4/5 of the window the fast side is the job's own noise.
         With ``local=k`` the reference of each iteration is the rule's percentile of the
         ``2k + 1`` iterations around it, so a slow drift of the whole job (load, thermals) is not
-        an irregularity; the z-scores are then of the ratios to that local reference.
+        an irregularity; the z-scores are then of the ratios to that local reference. With
+        ``mad_floor`` the sigma is at least the window's MAD sigma: on a few dozen iterations the
+        fast side alone is itself noisy (a clean job's 4% blip stood six of its sigmas out).
 
         >>> d = np.r_[np.random.default_rng(0).normal(100.0, 1.0, 200), [130.0]]
         >>> z = IrregularityRule().z_scores(d)
@@ -128,6 +131,8 @@ class IrregularityRule:
         ref = self.reference(d)
         q02, q20 = np.percentile(d, [2.0, 20.0])
         sigma = max((q20 - q02) / _Q20_Q02, min_rel_sigma * ref, 1e-12)
+        if mad_floor:
+            sigma = max(sigma, MAD_SIGMA * float(np.median(np.abs(d - np.median(d)))))
         return (d - ref) / sigma
 
     def mask(self, durations: Sequence[float] | np.ndarray) -> np.ndarray:

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from holmes.localize.tails import tail_pvalue
+from holmes.localize.tails import familywise, tail_pvalue
 from holmes.localize.transfer import TransferTimes
 from holmes.stats import MAD_SIGMA
 
@@ -172,6 +172,8 @@ class CellEvidence:
             pos = np.searchsorted(i, its)
             comp[k] = c[pos]
         self._hosts = hosts = np.array([host_of(r) for r in self.rank_ids])
+        #: host -> its row in :meth:`host_pvalues`
+        self._host_index = {int(h): j for j, h in enumerate(np.unique(hosts))}
         base = _usual(comp, self.usual_q)
         raw = comp - base
         # common mode: what most ranks did in the same iteration (a loaded machine slows everyone;
@@ -182,7 +184,6 @@ class CellEvidence:
         #: the job's compute noise: the pooled spread over the median rank's usual compute
         self.noise = spread / scale
         self.compute_z = self.compute_excess / spread
-        self._raw_z = self.compute_z  # the null of a host: the other hosts' cells
         tt = transfers if transfers is not None else TransferTimes(ranks, members)
         self.transfers = tt
         self._path_cache: list[list[str]] | None = None
@@ -212,7 +213,6 @@ class CellEvidence:
         null; on a single host, of the other ranks); the first ``skip`` iterations (warm-up) are
         left out (p = 1)."""
         z = self.compute_z[:, skip:]
-        raw = self._raw_z[:, skip:]
         out = np.ones_like(self.compute_z)
         n = int(np.isfinite(z).sum()) if n is None else n
         hosts = self._hosts
@@ -222,7 +222,7 @@ class CellEvidence:
             return out
         for h in np.unique(hosts):
             mine = hosts == h
-            out[mine, skip:] = tail_pvalue(raw[~mine], z[mine], n=n, model=self.tail)
+            out[mine, skip:] = tail_pvalue(z[~mine], z[mine], n=n, model=self.tail)
         return out
 
     def host_pvalues(self, skip: int = 1) -> np.ndarray:
@@ -232,7 +232,6 @@ class CellEvidence:
         groups of ranks doing so, not against single ranks."""
         hosts = self._hosts
         uh = np.unique(hosts)
-        self._host_index = {int(h): j for j, h in enumerate(uh)}
         with np.errstate(all="ignore"):
             med = np.stack([np.nanmedian(self.compute_z[hosts == h], axis=0) for h in uh]) if uh.size else \
                 np.zeros((0, self.compute_z.shape[1]))
@@ -293,9 +292,7 @@ class CellEvidence:
         pt1 = self.transfer_pvalues(skip, n=1)
         n_c = max(int(np.isfinite(self.compute_z[:, skip:]).sum()), 1)
         n_t = max(int(np.isfinite(self.transfer_z[:, skip:]).sum()), 1)
-        with np.errstate(all="ignore"):
-            pc = -np.expm1(n_c * np.log1p(-np.minimum(pc1, 1.0 - 1e-16)))
-            pt = -np.expm1(n_t * np.log1p(-np.minimum(pt1, 1.0 - 1e-16)))
+        pc, pt = familywise(pc1, n_c), familywise(pt1, n_t)
         hp1 = self.host_pvalues(skip)
         n_h = max(int(np.isfinite(hp1[:, skip:]).sum()), 1)
         cz, tz = self.compute_z, self.transfer_z
@@ -316,7 +313,7 @@ class CellEvidence:
                     e.cell_pvalue = float(pc1[top, k])
                     if e.kind == "host":  # the host's ranks together, against the other hosts'
                         e.cell_pvalue = float(hp1[self._host_index[self.host_of(e.ranks[0])], k])
-                        e.pvalue = float(-np.expm1(n_h * np.log1p(-min(e.cell_pvalue, 1.0 - 1e-16))))
+                        e.pvalue = familywise(e.cell_pvalue, n_h)
                     out.append(e)
             sig = np.flatnonzero(mt[:, k]) if pt.size else np.zeros(0, np.int64)
             if not sig.size:
@@ -386,12 +383,6 @@ class CellEvidence:
         return Event(it, "gpu", (top,), z, p, excess, devices=[f"gpu:{top}"])
 
 
-def _mad(x: np.ndarray, axis: int) -> np.ndarray:
-    with np.errstate(all="ignore"):
-        med = np.nanmedian(x, axis=axis, keepdims=True)
-        return MAD_SIGMA * np.nanmedian(np.abs(x - med), axis=axis)
-
-
 def _low_spread(x: np.ndarray) -> np.ndarray:
     """Per row, a normal's sigma from its lower half, ``(q50 - q10) / 1.2816``: a slowdown of
     up to half of the iterations (which only adds to the upper half) leaves it on the healthy
@@ -432,17 +423,6 @@ def _row_spread(x: np.ndarray) -> np.ndarray:
         d = np.diff(x, axis=1)
         dm = MAD_SIGMA * np.nanmedian(np.abs(d - np.nanmedian(d, axis=1, keepdims=True)), axis=1) / np.sqrt(2.0)
     return np.fmin(low, dm)
-
-
-def _common_mode(g: np.ndarray, hosts: np.ndarray) -> np.ndarray:
-    """``g`` minus, per iteration, the median of the ranks of the other hosts (of every rank on a
-    single-host job)."""
-    out = np.empty_like(g)
-    for h in np.unique(hosts):
-        mine = hosts == h
-        other = g[~mine] if (~mine).any() else g
-        out[mine] = g[mine] - np.maximum(np.nanmedian(other, axis=0), 0.0)
-    return out
 
 
 def _usual(x: np.ndarray, q: float) -> np.ndarray:

@@ -101,7 +101,9 @@ class IrregularAnalysis:
             near = np.zeros_like(mask)
             near[1:] |= mask[:-1]
             near[:-1] |= mask[1:]
-            mask |= _stretched(durs, rule.reference(durs), p.stretch_z, p.min_stretch) & ~near
+            stretched = (rule.z_scores(durs, mad_floor=True) >= p.stretch_z) & \
+                (durs > (1.0 + p.min_stretch) * rule.reference(durs))
+            mask |= stretched & ~near
         irregular = its[mask]
         w = iteration_weights(z[mask], p.noise_z)
         weights = {int(i): float(x) for i, x in zip(irregular, w)}
@@ -476,25 +478,6 @@ def _iteration_times(src: Any, rank: int) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(got[0]), np.asarray(got[1])
 
 
-def _stretched(durs: np.ndarray, ref: float, z_min: float, min_stretch: float) -> np.ndarray:
-    """Iterations at least ``1 + min_stretch`` times ``ref`` and ``z_min`` sigmas above it, the
-    sigma the larger of the fast side's (``(q20 - q02) / 1.212``, as
-    :meth:`~holmes.detect.monitor.IrregularityRule.z_scores`) and the whole window's MAD: on a
-    few dozen iterations the fast side alone is itself noisy, and a clean job's 4% blip stood
-    six of its sigmas out.
-
-    >>> d = np.r_[np.full(10, 100.0) + np.arange(10) * 0.1, 108.0, np.full(10, 100.5)]
-    >>> _stretched(d, 100.0, 6.0, 0.03).nonzero()[0].tolist()
-    [10]
-    """
-    from holmes.stats import MAD_SIGMA
-
-    q02, q20 = np.percentile(durs, [2.0, 20.0])
-    mad = MAD_SIGMA * float(np.median(np.abs(durs - np.median(durs))))
-    sigma = max((q20 - q02) / 1.212, mad, 0.002 * ref, 1e-12)
-    return ((durs - ref) / sigma >= z_min) & (durs > (1.0 + min_stretch) * ref)
-
-
 def _gather_cells(run: Any, cells: CellEvidence, min_cost_ns: float = 0.0, irregular: Any = (),
                   min_pvalue: float = 0.01) -> Evidence:
     """A job read whole: the devices whose cells stood out of the job's noise
@@ -559,16 +542,17 @@ def rank_cells(ev: Evidence, calibration: float, name: str = "irregular") -> lis
     pv = {d: 1.0 for e in ev.events for d in e.devices}
     pv.update(device_pvalues(ev.events, rows, max(len(cells.iterations) - 1, 1)))
     score: dict[str, float] = {}
+    causes: dict[str, int] = {}
     for e in ev.events:
         for pos, d in enumerate(e.devices):
             score[d] = score.get(d, 0.0) + 1.0 / (1.0 + pos)
+            causes[d] = causes.get(d, 0) + 1
     total = sum(score.values()) or 1.0
 
     def strength(d: str) -> float:  # -log10 p, p = 0 (underflow) as 1e-300
         return -math.log10(max(pv[d], 1e-300))
 
     top = max((strength(d) for d in score), default=1.0) or 1.0
-    causes = {d: sum(1 for e in ev.events if d in e.devices) for d in score}
     # a device whose cells chance explains (confidence 0) is no candidate either
     out = [DeviceScore(d, device_kind(d), score[d] / total, score[d], causes[d],
                        confidence=1.0 - calibration * pv[d], evidence=(name,),

@@ -145,13 +145,13 @@ class LocalizeParams(BaseModel):
         transfers) is compared with the job's own noise (:mod:`holmes.localize.cells`), a cell
         counting when its excess alone could make an iteration delta-irregular; larger
         jobs run Algorithm 1 and compare the ranks the search reads.
-    cell_noise : float, default 0.04
+    cell_noise : float, default 0.1
         ... only when the job's compute noise (the pooled spread of the ranks' compute per
         iteration over the usual compute) is at most this: on a noisier job (a loaded machine)
         the cells' tail model no longer holds and Algorithm 1 from the pivot runs instead
         (chosen on the development halves of two real-run corpora, one captured on an idle
         machine, one at load 6-16).
-    cell_usual_q : float, default 0.25
+    cell_usual_q : float, default 0.1
         Jobs read whole: a row's (a rank's compute, a channel's transfers) usual level is this
         quantile of its iterations, so a slowdown covering up to ``1 - cell_usual_q`` of them
         (a fault that persists from a quarter of the run on) is measured against the healthy level.
@@ -159,7 +159,7 @@ class LocalizeParams(BaseModel):
         Jobs read whole: outside the pivot's delta-irregular iterations a cell counts only when its
         excess reaches ``cell_cost * (delta - 1)`` times the usual iteration (1: it alone could
         make an iteration irregular; 0: any cell beyond the noise counts).
-    cell_event_p : float, default 0.01
+    cell_event_p : float, default 0.3
         Jobs read whole: a cell makes an event of its iteration when its p-value, times the rows
         of its kind (ranks, channels), is below this; a device's events are then judged together.
     cell_tail : {"exponential", "gpd"}, default "exponential"
@@ -168,13 +168,13 @@ class LocalizeParams(BaseModel):
         Jobs read whole: a channel's cell in an iteration is the median of its operators'
         slowdowns (each against its own operator position's usual transfer) instead of its
         summed transfer time (:meth:`holmes.localize.transfer.TransferTimes.ratio_table`).
-    tail_calibration : float, default 1e7
+    tail_calibration : float, default 1e8
         Jobs read whole: a device's confidence is ``1 - tail_calibration * p``, ``p`` the
         family-wise p-value of its cells under the exponential tail fitted to the job's cells
         (:func:`holmes.localize.cells.device_pvalues`). The exponential tail is lighter than the
-        real one: on the development half of the real-run corpus the healthy runs' smallest
-        p-value was 2e-6; the default names a device (confidence 0.9) from 1e-8, a margin of
-        two hundred below it.
+        real one, so the default names a device (confidence 0.9) only from ``p = 1e-9``: on the
+        development half of the idle real-run corpus no healthy run was then named (sweep 1e7-1e11;
+        docs/real-runs.md).
     scan_reads : int, default 8
         Ranks not read before that the search's scan of one collective group (for the member that
         entered it last) may read: a scan that would read more is set aside until the iteration's

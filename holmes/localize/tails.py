@@ -28,7 +28,19 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["tail_fit", "gpd_fit", "tail_pvalue"]
+__all__ = ["tail_fit", "gpd_fit", "tail_pvalue", "familywise"]
+
+
+def familywise(p: Any, n: int) -> Any:
+    """The chance that one of ``n`` independent cells, each reaching a level with probability
+    ``p``, does: ``1 - (1 - p)^n`` (computed without loss for tiny ``p``).
+
+    >>> round(familywise(0.01, 10), 4)
+    0.0956
+    """
+    with np.errstate(all="ignore"):
+        fw = -np.expm1(n * np.log1p(-np.minimum(np.asarray(p, dtype=np.float64), 1.0 - 1e-16)))
+    return float(fw) if np.ndim(fw) == 0 else fw
 
 
 def tail_fit(cells: np.ndarray, *, lo: float = 0.90, hi: float = 0.99) -> tuple[float, float]:
@@ -97,5 +109,5 @@ def tail_pvalue(cells: np.ndarray, z: Any, *, n: int | None = None, lo: float = 
         t = np.maximum(zz - q_lo, 0.0) / beta
         tail = np.exp(-t) if xi <= 1e-9 else np.power(1.0 + xi * t, -1.0 / xi)
         p = np.where(zz > q_lo, (1.0 - lo) * tail, 1.0)
-        fw = np.where(np.isfinite(zz), -np.expm1(n * np.log1p(-np.minimum(p, 1.0 - 1e-16))), 1.0)
+        fw = np.where(np.isfinite(zz), familywise(p, n), 1.0)
     return float(fw) if fw.ndim == 0 else fw
