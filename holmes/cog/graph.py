@@ -100,7 +100,7 @@ class RankOps:
         peer = table.column("peer")
         self.peer = peer.fill_null(-1).to_numpy().astype(np.int32, copy=False) if n else np.zeros(0, np.int32)
         self.abnormal: np.ndarray | None = None
-        self._excess: tuple[np.ndarray, np.ndarray] | None = None
+        self._excess: tuple[float, np.ndarray, np.ndarray] | None = None
         self._compute: tuple[np.ndarray, np.ndarray] | None = None
         self._iters, first = np.unique(self.iteration, return_index=True)
         self._iter_lo = first
@@ -197,11 +197,11 @@ class RankOps:
         -------
         gap_excess, duration_excess : int64 arrays, >= 0
         """
-        if self._excess is None:
+        if self._excess is None or self._excess[0] != quantile:
             gap = self.gap
-            self._excess = (excess_over_low(gap, self.op_index, quantile),
+            self._excess = (quantile, excess_over_low(gap, self.op_index, quantile),
                             excess_over_low(self.duration, self.op_index, quantile))
-        return self._excess
+        return self._excess[1], self._excess[2]
 
     def describe_compute(self, row: int, comm_ids: list[str]) -> dict[str, Any]:
         """:meth:`describe` of ``row`` with the compute gap before it and that gap's excess over

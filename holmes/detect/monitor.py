@@ -128,12 +128,25 @@ class IrregularityRule:
             q02, q20 = np.percentile(ratio, [2.0, 20.0])
             sigma = max((q20 - q02) / _Q20_Q02, min_rel_sigma)
             return (ratio - 1.0) / sigma
-        ref = self.reference(d)
+        return (d - self.reference(d)) / self.sigma(d, min_rel_sigma, mad_floor=mad_floor)
+
+    def sigma(self, durations: Sequence[float] | np.ndarray, min_rel_sigma: float = 0.002,
+              mad_floor: bool = False) -> float:
+        """The healthy sigma of ``durations`` that :meth:`z_scores` divides by (same units).
+
+        >>> rule = IrregularityRule()
+        >>> d = np.random.default_rng(1).normal(100.0, 2.0, 500)
+        >>> 1.5 < rule.sigma(d) < 2.5
+        True
+        """
+        d = np.asarray(durations, dtype=np.float64)
+        if d.size == 0:
+            return float("nan")
         q02, q20 = np.percentile(d, [2.0, 20.0])
-        sigma = max((q20 - q02) / _Q20_Q02, min_rel_sigma * ref, 1e-12)
+        sigma = max((q20 - q02) / _Q20_Q02, min_rel_sigma * self.reference(d), 1e-12)
         if mad_floor:
             sigma = max(sigma, MAD_SIGMA * float(np.median(np.abs(d - np.median(d)))))
-        return (d - ref) / sigma
+        return float(sigma)
 
     def mask(self, durations: Sequence[float] | np.ndarray) -> np.ndarray:
         """Flags of ``durations`` against their own reference (the window is its own reference)."""

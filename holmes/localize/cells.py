@@ -158,6 +158,9 @@ class CellEvidence:
                  transfers: TransferTimes | None = None, *, usual_q: float = 0.25,
                  common_q: float = 0.25, tail: str = "exponential", per_op: bool = False) -> None:
         self.rank_ids = sorted(ranks)
+        self._ranks = ranks
+        #: GPU cells the last :meth:`events` judged one-off stalls of one kernel
+        self.transients: list[Event] = []
         self.tail = tail
         self.usual_q = float(usual_q)
         self.common_q = float(common_q)
@@ -264,7 +267,7 @@ class CellEvidence:
         return out
 
     def events(self, topology: Any, *, min_pvalue: float = 0.01, min_cost_ns: float = 0.0,
-               ratio: float = 0.5, skip: int = 1, irregular: Any = ()) -> list[Event]:
+               ratio: float = 0.5, skip: int = 1, irregular: Any = (), transient: float = 0.0) -> list[Event]:
         """The cells beyond the job's noise, at most one event per iteration and kind (no
         network event in an iteration whose compute event cost more).
 
@@ -283,8 +286,12 @@ class CellEvidence:
             the other ranks of a slow host, the other channels of a slow NIC.
         skip : int, default 1
             Leading iterations left out (warm-up).
+        transient : float, default 0
+            A GPU event whose :meth:`spread_ratio` is under it is a one-off stall of one kernel,
+            not a slower GPU: kept in :attr:`transients`, not returned.
         """
         out: list[Event] = []
+        self.transients = []
         # per-cell p-values; a cell is significant when it is beyond the noise for its iteration
         # (family-wise over the rows of one iteration): a fault repeated over iterations is
         # judged by its events together (device_pvalues), not each against the whole job
@@ -314,7 +321,10 @@ class CellEvidence:
                     if e.kind == "host":  # the host's ranks together, against the other hosts'
                         e.cell_pvalue = float(hp1[self._host_index[self.host_of(e.ranks[0])], k])
                         e.pvalue = familywise(e.cell_pvalue, n_h)
-                    out.append(e)
+                    if transient > 0 and self.spread_ratio(e) < transient:
+                        self.transients.append(e)
+                    else:
+                        out.append(e)
             sig = np.flatnonzero(mt[:, k]) if pt.size else np.zeros(0, np.int64)
             if not sig.size:
                 continue
@@ -333,6 +343,34 @@ class CellEvidence:
             out.append(Event(it, "network", ranks, float(tz[top, k]), float(pt[top, k]),
                              spent, tuple(slow), devices, float(pt1[top, k]), best))
         return out
+
+    def spread_ratio(self, e: Event) -> float:
+        """How evenly a GPU event's excess spread over the rank's compute gaps of the iteration:
+        the rate at which the gaps other than the most grown one grew (their excess over their
+        usual length), over the most grown one's rate.
+
+        A slower GPU stretches all of its work (every gap by about the same rate: near 1); a
+        stall of one kernel while the others ran as usual (the operating system, a heavy-tailed
+        kernel) leaves the rest at the noise (near 0). NaN for other events and for ranks with
+        under three gaps in the iteration (a channel may hold one operator per iteration, and a
+        slow pair direction touches only its own transfers: a one-operator network stall cannot
+        be told from a device fault this way).
+        """
+        if e.kind != "gpu":
+            return float("nan")
+        ro = self._ranks[e.ranks[0]]
+        lo, hi = ro.iteration_rows(e.iteration)
+        if hi - lo < 3:
+            return float("nan")
+        ex = ro.excess(self.usual_q)[0][lo:hi].astype(float)
+        usual = np.maximum(ro.gap[lo:hi].astype(float) - ex, 0.0)
+        t = int(np.argmax(ex))
+        if ex[t] <= 0 or usual[t] <= 0:
+            return float("nan")
+        rest_usual = float(usual.sum() - usual[t])
+        if rest_usual <= 0:
+            return float("nan")
+        return float((ex.sum() - ex[t]) / rest_usual) / float(ex[t] / usual[t])
 
     def _network_devices(self, topology: Any, k: int, slow: list[int],
                          low: float = 3.0) -> tuple[list[str], int]:

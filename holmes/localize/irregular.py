@@ -142,8 +142,8 @@ class IrregularAnalysis:
                 # (only the delta-irregular ones: a stretch under delta, flagged by stretch_z, is
                 # what the cells' own cost rule judges)
                 delta_irregular = sel.window[sel.durations > p.delta * float(ref)]
-                return _gather_cells(run, cells, p.cell_cost * (p.delta - 1.0) * float(ref), delta_irregular,
-                                     p.cell_event_p)
+                return _gather_cells(run, cells, cell_min_cost(p, sel.durations), delta_irregular, p.cell_event_p,
+                                     p.cell_transient)
             run.assume(f"{len(run.source.missing)} rank(s) unreadable: the job is not compared cell by cell"
                        if cells is None else f"the job's compute noise ({100 * cells.noise:.1f}% of its compute) is "
                        f"beyond cell_noise={p.cell_noise:g}: not compared cell by cell; Algorithm 1 from the pivot")
@@ -478,13 +478,41 @@ def _iteration_times(src: Any, rank: int) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(got[0]), np.asarray(got[1])
 
 
+def cell_min_cost(p: Any, durations: np.ndarray) -> float:
+    """The excess (ns) a cell needs outside the pivot's delta-irregular iterations: what alone
+    could make an iteration irregular (``cell_cost * (delta - 1)`` x the usual step), or on a
+    quiet job less: ``cell_cost_z`` of the step's own sigmas, at least ``min_stretch`` of the step
+    (a NIC costing 6% of a step whose noise is 1.5% is beyond doubt, as the stretch rule says
+    of larger jobs).
+
+    >>> from holmes.localize.params import LocalizeParams
+    >>> d = np.r_[np.full(10, 100.0), np.full(10, 101.0)]
+    >>> round(cell_min_cost(LocalizeParams(), d), 1), round(cell_min_cost(LocalizeParams(cell_cost_z=0), d), 1)
+    (3.0, 10.0)
+    """
+    rule = IrregularityRule(p.delta)
+    ref = rule.reference(durations)
+    cost = p.cell_cost * (p.delta - 1.0) * ref
+    if p.cell_cost_z > 0 and durations.size >= 5:
+        quiet = max(p.cell_cost_z * rule.sigma(durations, mad_floor=True), p.min_stretch * ref)
+        cost = min(cost, quiet)
+    return float(cost)
+
+
 def _gather_cells(run: Any, cells: CellEvidence, min_cost_ns: float = 0.0, irregular: Any = (),
-                  min_pvalue: float = 0.01) -> Evidence:
+                  min_pvalue: float = 0.01, transient: float = 0.0) -> Evidence:
     """A job read whole: the devices whose cells stood out of the job's noise
     (:class:`~holmes.localize.cells.CellEvidence`) by at least ``min_cost_ns``, one root cause per
-    event."""
+    event; one-off stalls of one kernel (``transient``) are said, not counted."""
     search, topo, transfers = run.search, run.topology, cells.transfers
-    events = cells.events(topo, min_cost_ns=min_cost_ns, irregular=irregular, min_pvalue=min_pvalue)
+    events = cells.events(topo, min_cost_ns=min_cost_ns, irregular=irregular, min_pvalue=min_pvalue,
+                          transient=transient)
+    if cells.transients:
+        said = ", ".join(f"{e.devices[0]} in iteration {e.iteration} (+{e.excess_ns / 1e6:.1f} ms)"
+                         for e in sorted(cells.transients, key=lambda e: -e.excess_ns)[:3])
+        more = f" and {len(cells.transients) - 3} more" if len(cells.transients) > 3 else ""
+        run.assume(f"{len(cells.transients)} one-off stall(s) of a single kernel, the GPU's other work as usual, "
+                   f"not counted as a slower GPU: {said}{more}")
     ev = Evidence(cells=cells, events=events)
     for e in events:
         c = _event_cause(search, transfers, e)

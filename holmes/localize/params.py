@@ -159,6 +159,15 @@ class LocalizeParams(BaseModel):
         Jobs read whole: outside the pivot's delta-irregular iterations a cell counts only when its
         excess reaches ``cell_cost * (delta - 1)`` times the usual iteration (1: it alone could
         make an iteration irregular; 0: any cell beyond the noise counts).
+    cell_cost_z : float, default 3.0
+        Jobs read whole: on a quiet job the cost a cell needs is lower, ``cell_cost_z`` sigmas of
+        the pivot's iterations (the stretch rule's sigma), at least ``min_stretch`` of the step,
+        when that is under ``cell_cost``'s; 0 keeps ``cell_cost`` alone.
+    cell_transient : float, default 0.15
+        Jobs read whole: a GPU's cell whose excess is one kernel's stall -- its other compute grew
+        at under this fraction of that kernel's rate (:meth:`holmes.localize.cells.CellEvidence.spread_ratio`;
+        a slower GPU stretches all of its work alike, near 1) -- is reported as a one-off stall,
+        not counted as evidence against the GPU; 0 counts every cell.
     cell_event_p : float, default 0.3
         Jobs read whole: a cell makes an event of its iteration when its p-value, times the rows
         of its kind (ranks, channels), is below this; a device's events are then judged together.
@@ -221,6 +230,8 @@ class LocalizeParams(BaseModel):
     cell_noise: float = Field(default=0.1, ge=0)
     cell_usual_q: float = Field(default=0.1, gt=0, lt=0.5)
     cell_cost: float = Field(default=1.0, ge=0)
+    cell_cost_z: float = Field(default=3.0, ge=0)
+    cell_transient: float = Field(default=0.15, ge=0, le=1)
     cell_event_p: float = Field(default=0.3, gt=0, le=1)
     cell_tail: Literal["exponential", "gpd"] = "exponential"
     cell_per_op: bool = False
@@ -240,7 +251,7 @@ class LocalizeParams(BaseModel):
             raise ConfigError(_one_line(exc)) from None
 
     @field_validator("delta", "alpha", "exonerate_bytes", "exonerate_speedup", "late_ratio", "noise_z",
-                     "min_confidence", "straggler_share", "tail_calibration", "cell_noise", "stretch_z", "min_stretch", "persistent_z", "network_min_excess", "imbalance_pct")
+                     "min_confidence", "straggler_share", "tail_calibration", "cell_noise", "stretch_z", "min_stretch", "cell_cost_z", "persistent_z", "network_min_excess", "imbalance_pct")
     @classmethod
     def _finite(cls, v: float) -> float:
         if not math.isfinite(v):

@@ -78,6 +78,7 @@ class TransferTimes:
             cols["row"].append(np.arange(n, dtype=np.int64))
         self.channels: list[tuple[int, int, int]] = []
         self._ranks: list[tuple[int, ...]] = []
+        self._cube: tuple[float, np.ndarray, np.ndarray] | None = None
         if not cols["comm"]:
             self._t = np.zeros((0, 0))
             self._its = np.zeros(0, np.int64)
@@ -111,7 +112,6 @@ class TransferTimes:
         self._t = t
         # kept for the per-operator view (:meth:`ratio_table`), computed only when asked
         self._ops = (chan, itpos, a["seq"][starts][full], dur)
-        self._ratio: np.ndarray | None = None
         # per channel: iterations seen, and its usual level (q25) and healthy spread over them
         self._n = seen.sum(axis=1)
         with np.errstate(all="ignore"):
@@ -128,6 +128,25 @@ class TransferTimes:
         for b in best[first]:
             self._where[(int(chan[b]), int(itpos[b]))] = (int(rank[b]), int(row[b]))
 
+    def _op_cube(self, usual_q: float) -> tuple[np.ndarray, np.ndarray]:
+        """``(cube, usual)``: per channel, iteration (of :attr:`_its`) and operator position (the
+        ``k``-th operator of the channel in an iteration) its transfer (NaN where absent), and per
+        channel and position the ``usual_q`` quantile of it over the iterations."""
+        if self._cube is None or self._cube[0] != usual_q:
+            chan, itpos, seq, dur = self._ops
+            order = np.lexsort((seq, itpos, chan))
+            c, i, d = chan[order], itpos[order], dur[order].astype(float)
+            start = np.r_[True, (np.diff(c) != 0) | (np.diff(i) != 0)]
+            grp = np.cumsum(start) - 1
+            first = np.flatnonzero(start)
+            k = np.arange(c.size) - first[grp]
+            cube = np.full((len(self.channels), self._its.size, int(k.max()) + 1), np.nan)
+            cube[c, i, k] = d
+            with np.errstate(all="ignore"):
+                usual = np.nanquantile(cube, usual_q, axis=1, keepdims=True)
+            self._cube = (usual_q, cube, usual)
+        return self._cube[1], self._cube[2]
+
     def ratio_table(self, iterations: np.ndarray, usual_q: float = 0.10) -> np.ndarray:
         """``(channels, len(iterations))``: per channel and iteration, the median over its
         operators of each one's transfer over its usual transfer (the ``usual_q`` quantile of
@@ -143,24 +162,30 @@ class TransferTimes:
         out = np.full((len(self.channels), its.size), np.nan)
         if not self._its.size or not its.size:
             return out
-        if self._ratio is None:
-            chan, itpos, seq, dur = self._ops
-            order = np.lexsort((seq, itpos, chan))
-            c, i, d = chan[order], itpos[order], dur[order].astype(float)
-            start = np.r_[True, (np.diff(c) != 0) | (np.diff(i) != 0)]
-            grp = np.cumsum(start) - 1
-            first = np.flatnonzero(start)
-            k = np.arange(c.size) - first[grp]
-            cube = np.full((len(self.channels), self._its.size, int(k.max()) + 1), np.nan)
-            cube[c, i, k] = d
-            with np.errstate(all="ignore"):
-                usual = np.nanquantile(cube, usual_q, axis=1, keepdims=True)
-                ratio = cube / np.where(usual > 0, usual, np.nan)
-                self._ratio = np.nanmedian(ratio, axis=2) - 1.0
+        cube, usual = self._op_cube(usual_q)
+        with np.errstate(all="ignore"):
+            ratio = np.nanmedian(cube / np.where(usual > 0, usual, np.nan), axis=2) - 1.0
         pos = np.minimum(np.searchsorted(self._its, its), self._its.size - 1)
         ok = self._its[pos] == its
-        out[:, ok] = self._ratio[:, pos[ok]]
+        out[:, ok] = ratio[:, pos[ok]]
         return out
+
+    def op_excess(self, channels: Any, iteration: int, usual_q: float = 0.10) -> np.ndarray:
+        """How much longer than usual (ns, >= 0) each operator of ``channels`` took in
+        ``iteration`` (its position's ``usual_q`` quantile over the iterations), one entry per
+        operator: whether a cell's excess is one operator's stall or all of them slower.
+
+        >>> tt = TransferTimes({}, [])
+        >>> tt.op_excess([0], 3).size
+        0
+        """
+        i = int(np.searchsorted(self._its, iteration)) if self._its.size else 0
+        if not self._its.size or i >= self._its.size or self._its[i] != iteration:
+            return np.zeros(0)
+        cube, usual = self._op_cube(usual_q)
+        rows = [int(c) for c in channels]
+        x = cube[rows, i, :] - usual[rows, 0, :]
+        return np.maximum(x[np.isfinite(x)], 0.0)
 
     def ranks_of(self, channel: int) -> tuple[int, ...]:
         """The ranks a channel (its index in :attr:`channels`) connects."""
