@@ -117,7 +117,7 @@ def test_cli_json_output(job_dir, capsys):
     # at most --top devices; the host is cleared by its healthy GPUs, so gpu:9 may stand alone
     assert d["devices"][0]["id"] == "gpu:9" and 1 <= len(d["devices"]) <= 2
     assert all(x["id"] != "host:1" for x in d["devices"])
-    assert d["world_size"] == 32 and d["fetched_ranks"] == 32  # a job of <= full_read (64) ranks is read whole
+    assert d["world_size"] == 32 and d["fetched_ranks"] == 32  # a job of <= full_read (128) ranks is read whole
     assert not any("default rail-optimized" in a for a in d["assumptions"])  # topology.json was used
 
 

@@ -159,7 +159,7 @@ class CellEvidence:
                  common_q: float = 0.25, tail: str = "exponential", per_op: bool = False) -> None:
         self.rank_ids = sorted(ranks)
         self._ranks = ranks
-        #: GPU cells the last :meth:`events` judged one-off stalls of one kernel
+        #: events the last :meth:`events` judged one-off stalls of one operator
         self.transients: list[Event] = []
         self.tail = tail
         self.usual_q = float(usual_q)
@@ -287,8 +287,8 @@ class CellEvidence:
         skip : int, default 1
             Leading iterations left out (warm-up).
         transient : float, default 0
-            A GPU event whose :meth:`spread_ratio` is under it is a one-off stall of one kernel,
-            not a slower GPU: kept in :attr:`transients`, not returned.
+            An event whose :meth:`spread_ratio` is under it is a one-off stall of one operator,
+            not a slower device: kept in :attr:`transients`, not returned.
         """
         out: list[Event] = []
         self.transients = []
@@ -340,37 +340,43 @@ class CellEvidence:
                 continue  # a rank computed longer by more: the transfers waited on it, or it on them
             devices, best = self._network_devices(topology, k, slow)
             ranks = tuple(sorted(set().union(*(self.transfers.ranks_of(c) for c in slow))))
-            out.append(Event(it, "network", ranks, float(tz[top, k]), float(pt[top, k]),
-                             spent, tuple(slow), devices, float(pt1[top, k]), best))
+            e = Event(it, "network", ranks, float(tz[top, k]), float(pt[top, k]),
+                      spent, tuple(slow), devices, float(pt1[top, k]), best)
+            if transient > 0 and self.spread_ratio(e) < transient:
+                self.transients.append(e)
+            else:
+                out.append(e)
         return out
 
     def spread_ratio(self, e: Event) -> float:
-        """How evenly a GPU event's excess spread over the rank's compute gaps of the iteration:
-        the rate at which the gaps other than the most grown one grew (their excess over their
-        usual length), over the most grown one's rate.
+        """How evenly an event's excess spread over the work of the device it implicates: the
+        rate at which the device's other operators grew (their excess over their usual length),
+        over the rate of the one that grew most.
 
-        A slower GPU stretches all of its work (every gap by about the same rate: near 1); a
-        stall of one kernel while the others ran as usual (the operating system, a heavy-tailed
-        kernel) leaves the rest at the noise (near 0). NaN for other events and for ranks with
-        under three gaps in the iteration (a channel may hold one operator per iteration, and a
-        slow pair direction touches only its own transfers: a one-operator network stall cannot
-        be told from a device fault this way).
+        A faulty device slows everything it carries alike (near 1 or above); a stall of one
+        operator while the device's other work ran as usual (the operating system, a
+        heavy-tailed kernel, a TCP retransmission) leaves the rest at the noise (near 0).
+
+        * a GPU: the rank's compute gaps of the iteration;
+        * a network event whose slow channels held a single operator in the iteration: the
+          operators of every channel crossing each of its best devices (the largest ratio
+          over them). A slow channel of several operators is not judged (a slow pair direction
+          touches only its own transfers: its device's other channels run as usual).
+
+        NaN when not judged or with under three operators.
         """
-        if e.kind != "gpu":
+        if e.kind == "gpu":
+            ro = self._ranks[e.ranks[0]]
+            lo, hi = ro.iteration_rows(e.iteration)
+            ex = ro.excess(self.usual_q)[0][lo:hi].astype(float)
+            return _rest_over_top(ex, ro.gap[lo:hi].astype(float) - ex)
+        if e.kind != "network" or self.transfers.op_excess(e.channels, e.iteration, self.usual_q).size != 1:
             return float("nan")
-        ro = self._ranks[e.ranks[0]]
-        lo, hi = ro.iteration_rows(e.iteration)
-        if hi - lo < 3:
-            return float("nan")
-        ex = ro.excess(self.usual_q)[0][lo:hi].astype(float)
-        usual = np.maximum(ro.gap[lo:hi].astype(float) - ex, 0.0)
-        t = int(np.argmax(ex))
-        if ex[t] <= 0 or usual[t] <= 0:
-            return float("nan")
-        rest_usual = float(usual.sum() - usual[t])
-        if rest_usual <= 0:
-            return float("nan")
-        return float((ex.sum() - ex[t]) / rest_usual) / float(ex[t] / usual[t])
+        best = e.devices[:e.best] if e.best else e.devices
+        ratios = [_rest_over_top(*self.transfers.op_times(self._crossing.get(d, []), e.iteration, self.usual_q))
+                  for d in best]
+        ratios = [r for r in ratios if np.isfinite(r)]
+        return max(ratios) if len(ratios) == len(best) and ratios else float("nan")
 
     def _network_devices(self, topology: Any, k: int, slow: list[int],
                          low: float = 3.0) -> tuple[list[str], int]:
@@ -419,6 +425,20 @@ class CellEvidence:
         if len(rs) >= 2 and 2 * len(rs) >= size:
             return Event(it, "host", tuple(rs), z, p, excess, devices=[f"host:{host}"])
         return Event(it, "gpu", (top,), z, p, excess, devices=[f"gpu:{top}"])
+
+
+def _rest_over_top(excess: np.ndarray, usual: np.ndarray) -> float:
+    """The rate at which the operators other than the most grown one grew (summed excess over
+    summed usual length), over that one's rate (NaN under three operators or nothing grown)."""
+    ok = np.isfinite(excess) & np.isfinite(usual)
+    ex, us = np.maximum(excess[ok], 0.0), np.maximum(usual[ok], 0.0)
+    if ex.size < 3:
+        return float("nan")
+    t = int(np.argmax(ex))
+    rest = float(us.sum() - us[t])
+    if ex[t] <= 0 or us[t] <= 0 or rest <= 0:
+        return float("nan")
+    return float((ex.sum() - ex[t]) / rest) / float(ex[t] / us[t])
 
 
 def _low_spread(x: np.ndarray) -> np.ndarray:

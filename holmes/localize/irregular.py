@@ -503,7 +503,7 @@ def _gather_cells(run: Any, cells: CellEvidence, min_cost_ns: float = 0.0, irreg
                   min_pvalue: float = 0.01, transient: float = 0.0) -> Evidence:
     """A job read whole: the devices whose cells stood out of the job's noise
     (:class:`~holmes.localize.cells.CellEvidence`) by at least ``min_cost_ns``, one root cause per
-    event; one-off stalls of one kernel (``transient``) are said, not counted."""
+    event; one-off stalls of one operator (``transient``) are said, not counted."""
     search, topo, transfers = run.search, run.topology, cells.transfers
     events = cells.events(topo, min_cost_ns=min_cost_ns, irregular=irregular, min_pvalue=min_pvalue,
                           transient=transient)
@@ -511,8 +511,8 @@ def _gather_cells(run: Any, cells: CellEvidence, min_cost_ns: float = 0.0, irreg
         said = ", ".join(f"{e.devices[0]} in iteration {e.iteration} (+{e.excess_ns / 1e6:.1f} ms)"
                          for e in sorted(cells.transients, key=lambda e: -e.excess_ns)[:3])
         more = f" and {len(cells.transients) - 3} more" if len(cells.transients) > 3 else ""
-        run.assume(f"{len(cells.transients)} one-off stall(s) of a single kernel, the GPU's other work as usual, "
-                   f"not counted as a slower GPU: {said}{more}")
+        run.assume(f"{len(cells.transients)} one-off stall(s) of a single operator while the device's other work "
+                   f"ran as usual, not counted as a device fault: {said}{more}")
     ev = Evidence(cells=cells, events=events)
     for e in events:
         c = _event_cause(search, transfers, e)

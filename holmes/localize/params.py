@@ -139,7 +139,7 @@ class LocalizeParams(BaseModel):
         every iteration anyway.
     min_stretch : float, default 0.03
         See ``stretch_z``: the smallest stretch it flags.
-    full_read : int, default 64
+    full_read : int, default 128
         Jobs of at most this many ranks are read whole: instead of following waits from the
         pivot, every device's own time in every iteration (each rank's compute, each channel's
         transfers) is compared with the job's own noise (:mod:`holmes.localize.cells`), a cell
@@ -163,11 +163,13 @@ class LocalizeParams(BaseModel):
         Jobs read whole: on a quiet job the cost a cell needs is lower, ``cell_cost_z`` sigmas of
         the pivot's iterations (the stretch rule's sigma), at least ``min_stretch`` of the step,
         when that is under ``cell_cost``'s; 0 keeps ``cell_cost`` alone.
-    cell_transient : float, default 0.15
-        Jobs read whole: a GPU's cell whose excess is one kernel's stall -- its other compute grew
-        at under this fraction of that kernel's rate (:meth:`holmes.localize.cells.CellEvidence.spread_ratio`;
-        a slower GPU stretches all of its work alike, near 1) -- is reported as a one-off stall,
-        not counted as evidence against the GPU; 0 counts every cell.
+    cell_transient : float, default 0.25
+        Jobs read whole: an event that is one operator's stall -- the device's other work grew at
+        under this fraction of that operator's rate (a GPU's other kernels; for a channel holding
+        one operator in the iteration, the other transfers through its device;
+        :meth:`holmes.localize.cells.CellEvidence.spread_ratio`; a slower device stretches all of
+        its work alike, near 1) -- is reported as a one-off stall, not counted as evidence
+        against the device; 0 counts every cell.
     cell_event_p : float, default 0.3
         Jobs read whole: a cell makes an event of its iteration when its p-value, times the rows
         of its kind (ranks, channels), is below this; a device's events are then judged together.
@@ -224,14 +226,14 @@ class LocalizeParams(BaseModel):
     noise_window: int = Field(default=10, ge=0)
     null_iterations: int = Field(default=8, ge=0)
     straggler_share: float = Field(default=0.5, ge=0)
-    full_read: int = Field(default=64, ge=0)
+    full_read: int = Field(default=128, ge=0)
     stretch_z: float = Field(default=5.0, ge=0)
     min_stretch: float = Field(default=0.03, ge=0)
     cell_noise: float = Field(default=0.1, ge=0)
     cell_usual_q: float = Field(default=0.1, gt=0, lt=0.5)
     cell_cost: float = Field(default=1.0, ge=0)
     cell_cost_z: float = Field(default=3.0, ge=0)
-    cell_transient: float = Field(default=0.15, ge=0, le=1)
+    cell_transient: float = Field(default=0.25, ge=0, le=1)
     cell_event_p: float = Field(default=0.3, gt=0, le=1)
     cell_tail: Literal["exponential", "gpd"] = "exponential"
     cell_per_op: bool = False

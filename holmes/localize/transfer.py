@@ -170,22 +170,28 @@ class TransferTimes:
         out[:, ok] = ratio[:, pos[ok]]
         return out
 
-    def op_excess(self, channels: Any, iteration: int, usual_q: float = 0.10) -> np.ndarray:
-        """How much longer than usual (ns, >= 0) each operator of ``channels`` took in
-        ``iteration`` (its position's ``usual_q`` quantile over the iterations), one entry per
-        operator: whether a cell's excess is one operator's stall or all of them slower.
+    def op_times(self, channels: Any, iteration: int, usual_q: float = 0.10) -> tuple[np.ndarray, np.ndarray]:
+        """``(excess, usual)`` of each operator of ``channels`` in ``iteration`` (ns, one entry per
+        operator): how much longer than usual it took (may be negative) and its usual transfer
+        (its position's ``usual_q`` quantile over the iterations).
 
-        >>> tt = TransferTimes({}, [])
-        >>> tt.op_excess([0], 3).size
+        >>> TransferTimes({}, []).op_times([0], 3)[0].size
         0
         """
         i = int(np.searchsorted(self._its, iteration)) if self._its.size else 0
-        if not self._its.size or i >= self._its.size or self._its[i] != iteration:
-            return np.zeros(0)
-        cube, usual = self._op_cube(usual_q)
         rows = [int(c) for c in channels]
-        x = cube[rows, i, :] - usual[rows, 0, :]
-        return np.maximum(x[np.isfinite(x)], 0.0)
+        if not rows or not self._its.size or i >= self._its.size or self._its[i] != iteration:
+            return np.zeros(0), np.zeros(0)
+        cube, usual = self._op_cube(usual_q)
+        x, u = cube[rows, i, :], usual[rows, 0, :]
+        ok = np.isfinite(x) & np.isfinite(u)
+        return (x - u)[ok], u[ok]
+
+    def op_excess(self, channels: Any, iteration: int, usual_q: float = 0.10) -> np.ndarray:
+        """How much longer than usual (ns, >= 0) each operator of ``channels`` took in
+        ``iteration`` (:meth:`op_times`): whether a cell's excess is one operator's stall or all of
+        them slower."""
+        return np.maximum(self.op_times(channels, iteration, usual_q)[0], 0.0)
 
     def ranks_of(self, channel: int) -> tuple[int, ...]:
         """The ranks a channel (its index in :attr:`channels`) connects."""
