@@ -29,13 +29,16 @@ job counts as right when it names no device. The jobs have the simulator's defau
 (``max(4, 4 x pp)``, Megatron's bubble; ``--micro-batches 4`` reproduces the first wave's
 bubble-dominated jobs, where a 1.8x GPU stretched the step by 6%). Seeds are split: ``--split dev``
 (thresholds are chosen there) and ``--split test`` (only reported). Last line: ``realistic_top1=<%>
-realistic_healthy_named_pct=<%> realistic_jobs=<n>``.
+realistic_healthy_named_pct=<%> realistic_jobs=<n>``. ``--realistic --small`` does the same on
+jobs of 64-128 GPUs and 20 iterations (layouts tp x pp x dp from 2x4x8 to 8x4x4, the jobs a user
+simulates first; those of at most ``full_read`` ranks are read whole).
 
 Usage::
 
     python benchmarks/localize_accuracy.py            # full: 20 jobs per point (long: simulations)
     python benchmarks/localize_accuracy.py --quick    # 6 jobs per point, fewer sweeps
     python benchmarks/localize_accuracy.py --realistic [--split dev|test] [--jobs N]
+    python benchmarks/localize_accuracy.py --realistic --small [--split dev|test]   # 2 min
 """
 
 from __future__ import annotations
@@ -118,6 +121,11 @@ def per_iteration_accuracy(jobs, monitors: int, seed: int) -> float:
 
 #: first seed of each split of the realistic benchmark (thresholds are chosen on dev only)
 SPLIT_SEED = {"dev": 70_000, "test": 80_000}
+#: ``--small``: the layouts of 64-128 GPUs a user simulates first (``holmes simulate``'s own 20
+#: iterations), each job's layout cycling over them; seeds per split (dev 4000, test 5000)
+SMALL_LAYOUTS = (dict(tp=2, pp=4, dp=8), dict(tp=4, pp=4, dp=4), dict(tp=8, pp=4, dp=4), dict(tp=2, pp=8, dp=4),
+                 dict(tp=4, pp=2, dp=8), dict(tp=8, pp=2, dp=4))
+SMALL_SPLIT_SEED = {"dev": 4_000, "test": 5_000}
 NETWORK_KINDS = ("nic", "nvswitch", "switch", "link")
 MAX_EXCUSED_COST = 0.03
 
@@ -145,8 +153,10 @@ def realistic(args: argparse.Namespace, cache: Path) -> int:
     n_healthy = max(2, n // 4)
     size = int(args.sizes.split(",")[0]) if args.sizes else 2048
     cfg = SIZES.get(size) or dict(tp=8, pp=8, dp=size // 64)
-    seed0 = SPLIT_SEED[args.split]
-    print(f"# realistic: {n} faulty + {n_healthy} healthy jobs, {size} GPUs, split {args.split}, "
+    seed0 = (SMALL_SPLIT_SEED if args.small else SPLIT_SEED)[args.split]
+    iterations = 20 if args.small else ITERATIONS
+    where = "64-128 GPUs (layouts cycling)" if args.small else f"{size} GPUs"
+    print(f"# realistic: {n} faulty + {n_healthy} healthy jobs, {where}, split {args.split}, "
           f"factors {REALISTIC_FACTOR}; detector: {args.detector}")
     print(f"{'job':<34} {'truth':<26} {'cost%':>6} {'verdict':<13} {'top devices':<44} ok")
     rows = []
@@ -154,8 +164,11 @@ def realistic(args: argparse.Namespace, cache: Path) -> int:
         kind = KINDS[i % len(KINDS)] if i < n else None
         pattern = PATTERNS[(i // len(KINDS) + i) % len(PATTERNS)]
         seed = seed0 + i
+        if args.small:
+            cfg = SMALL_LAYOUTS[(i * 5 + seed0) % len(SMALL_LAYOUTS)]
+            size = cfg["tp"] * cfg["pp"] * cfg["dp"]
         name = f"real_{size}_{kind or 'healthy'}_{pattern}_s{seed}" + (f"_m{args.micro_batches}" if args.micro_batches else "_mdef")
-        path, dev, cost = realistic_fault_job(cache / name, cfg, kind, pattern, seed, iterations=ITERATIONS,
+        path, dev, cost = realistic_fault_job(cache / name, cfg, kind, pattern, seed, iterations=iterations,
                                               micro_batches=args.micro_batches, keep_twin=False)
         r = localize(path, detector=args.detector, **_params(args.param))
         top = [d.id for d in r.devices]
@@ -202,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
                          "the first wave used 4, a bubble-dominated pipeline at pp=8)")
     ap.add_argument("--realistic", action="store_true",
                     help="everyday fault strengths and healthy jobs, scored by verdict (see the docstring)")
+    ap.add_argument("--small", action="store_true",
+                    help="with --realistic: 64-128 GPU jobs of 20 iterations, layouts 2x4x8 .. 8x2x4 (tp x pp x dp)")
     ap.add_argument("--split", choices=tuple(SPLIT_SEED), default="test",
                     help="seed split of --realistic: dev (choose thresholds) or test (report)")
     args = ap.parse_args(argv)
