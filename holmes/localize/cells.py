@@ -358,20 +358,24 @@ class CellEvidence:
         heavy-tailed kernel, a TCP retransmission) leaves the rest at the noise (near 0).
 
         * a GPU: the rank's compute gaps of the iteration;
-        * a network event whose slow channels held a single operator in the iteration: the
-          operators of every channel crossing each of its best devices (the largest ratio
-          over them). A slow channel of several operators is not judged (a slow pair direction
-          touches only its own transfers: its device's other channels run as usual).
+        * a network event: the operators of its slow channels in the iteration (a slow pair
+          direction or NIC slows every transfer of the channel, not one); when they held a single
+          operator, the operators of every channel crossing each of the event's best devices
+          (the largest ratio over them: an NVSwitch whose other transfers ran as usual did not
+          stall one all-reduce).
 
-        NaN when not judged or with under three operators.
+        NaN when not judged (host events) or with under three operators.
         """
         if e.kind == "gpu":
             ro = self._ranks[e.ranks[0]]
             lo, hi = ro.iteration_rows(e.iteration)
             ex = ro.excess(self.usual_q)[0][lo:hi].astype(float)
             return _rest_over_top(ex, ro.gap[lo:hi].astype(float) - ex)
-        if e.kind != "network" or self.transfers.op_excess(e.channels, e.iteration, self.usual_q).size != 1:
+        if e.kind != "network":
             return float("nan")
+        ex, usual = self.transfers.op_times(e.channels, e.iteration, self.usual_q)
+        if ex.size != 1:
+            return _rest_over_top(ex, usual)
         best = e.devices[:e.best] if e.best else e.devices
         ratios = [_rest_over_top(*self.transfers.op_times(self._crossing.get(d, []), e.iteration, self.usual_q))
                   for d in best]
