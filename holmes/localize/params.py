@@ -138,7 +138,15 @@ class LocalizeParams(BaseModel):
         delta rule alone. Jobs read whole (``full_read``) keep the delta rule: their cells judge
         every iteration anyway.
     min_stretch : float, default 0.03
-        See ``stretch_z``: the smallest stretch it flags.
+        See ``stretch_z``: the smallest stretch it flags (and the smallest step ``shift_z`` flags).
+    shift_z : float, default 6.0
+        Iterations after a step up of the pivot's iterations that lasts to the end of the window
+        are irregular too when the step stands ``shift_z`` standard errors out (medians before
+        and after, the sigma of the successive differences:
+        :meth:`holmes.detect.IrregularityRule.level_shift`) and is at least ``min_stretch`` of the
+        step: a device slow from some iteration on, costing 5% of each step, is beyond doubt
+        though no single iteration is (the window's spread grows with the step). Not on jobs
+        read whole; 0 turns it off.
     full_read : int, default 128
         Jobs of at most this many ranks are read whole: instead of following waits from the
         pivot, every device's own time in every iteration (each rank's compute, each channel's
@@ -229,6 +237,7 @@ class LocalizeParams(BaseModel):
     full_read: int = Field(default=128, ge=0)
     stretch_z: float = Field(default=5.0, ge=0)
     min_stretch: float = Field(default=0.03, ge=0)
+    shift_z: float = Field(default=6.0, ge=0)
     cell_noise: float = Field(default=0.1, ge=0)
     cell_usual_q: float = Field(default=0.1, gt=0, lt=0.5)
     cell_cost: float = Field(default=1.0, ge=0)
@@ -253,7 +262,7 @@ class LocalizeParams(BaseModel):
             raise ConfigError(_one_line(exc)) from None
 
     @field_validator("delta", "alpha", "exonerate_bytes", "exonerate_speedup", "late_ratio", "noise_z",
-                     "min_confidence", "straggler_share", "tail_calibration", "cell_noise", "stretch_z", "min_stretch", "cell_cost_z", "persistent_z", "network_min_excess", "imbalance_pct")
+                     "min_confidence", "straggler_share", "tail_calibration", "cell_noise", "stretch_z", "min_stretch", "shift_z", "cell_cost_z", "persistent_z", "network_min_excess", "imbalance_pct")
     @classmethod
     def _finite(cls, v: float) -> float:
         if not math.isfinite(v):
