@@ -48,6 +48,22 @@ def test_a_spiking_gpu_is_the_only_event(tmp_path):
     assert max(events, key=lambda e: e.z).devices == ["gpu:5"]
 
 
+def test_a_one_off_stall_of_one_kernel_is_said_not_counted(tmp_path):
+    # the simulator's heavy-tailed kernels: rank 7 spent 6.5 ms more in one gap of iteration 20
+    # (p ~ 1e-10) while its other work ran as usual; the 1.8x GPU stretched all of its work
+    path = simulate(tmp_path / "job", tp=2, pp=2, dp=2, gpus_per_host=4, iterations=30, seed=3,
+                    faults=["gpu:5@spike:12*1.8"])
+    cells, topo = _cells(path)
+    events = cells.events(topo, min_cost_ns=0.0, transient=0.25)
+    assert [(e.iteration, e.devices) for e in events if e.pvalue < 1e-3] == [(12, ["gpu:5"])]
+    stalls = {(e.iteration, e.devices[0]) for e in cells.transients}
+    assert (20, "gpu:7") in stalls
+    fault = [e for e in events if e.iteration == 12][0]
+    assert cells.spread_ratio(fault) > 0.5 > 0.25 > max(cells.spread_ratio(e) for e in cells.transients)
+    # without the rule the stall is an event of its own
+    assert (20, ["gpu:7"]) in [(e.iteration, e.devices) for e in cells.events(topo, min_cost_ns=0.0)]
+
+
 def test_a_slow_host_is_its_ranks_together(tmp_path):
     path = simulate(tmp_path / "job", tp=2, pp=2, dp=2, gpus_per_host=4, iterations=30, seed=4,
                     faults=["host:1@spike:15*1.8"])

@@ -47,3 +47,27 @@ def test_a_job_read_whole_keeps_the_delta_rule(tmp_path):
     path = simulate(tmp_path / "job", tp=2, pp=2, dp=2, gpus_per_host=4, iterations=30, seed=7,
                     faults=["gpu:5@spike:12*1.12"])
     assert 12 not in _selection(path, full_read=64).irregular.tolist()
+
+
+def test_a_device_slow_from_some_iteration_on_is_a_step_of_the_pivots_iterations(tmp_path):
+    # a 1.1x GPU from iteration 15 on: each step only a few percent longer (under delta, and a
+    # few of the window's own sigmas, which the step widens); the step itself stands far out
+    path = simulate(tmp_path / "job", tp=2, pp=2, dp=2, gpus_per_host=4, iterations=30, seed=5,
+                    faults=["gpu:5@persistent:15*1.1"])
+    sel = _selection(path)
+    assert set(range(17, 30)) <= set(sel.irregular.tolist()), sel.irregular
+    assert not set(sel.irregular.tolist()) & set(range(1, 14))
+    assert set(sel.chosen.tolist()) & set(range(15, 30))      # searched, not left as noise
+    off = _selection(path, shift_z=0)
+    assert len(off.irregular) < 5, off.irregular                # without the step rule: at most a blip or two
+    r = holmes.localize(path, full_read=0)
+    assert r.devices and r.devices[0].id == "gpu:5", [(d.id, d.confidence) for d in r.all_devices[:3]]
+
+
+def test_level_shift_finds_no_step_in_clean_jobs(tmp_path):
+    from holmes.detect import IrregularityRule
+
+    for seed in (8, 12, 21):
+        path = simulate(tmp_path / f"clean{seed}", tp=2, pp=2, dp=2, gpus_per_host=4, iterations=30, seed=seed)
+        d = _selection(path).durations
+        assert IrregularityRule().level_shift(d)[1] < 6

@@ -104,3 +104,13 @@ def test_a_persistent_pair_fault_is_on_the_pairs_path():
     r = localize(_run("r023-p2p-persistent-tp2-pp2-dp2-sp-do"))
     path = {"nic:1", "link:nic:1|switch:leaf-1", "switch:leaf-1", "link:nic:5|switch:leaf-1", "nic:5"}
     assert r.verdict == "culprit" and {d.id for d in r.devices[:2]} & path, [d.id for d in r.devices]
+
+
+def test_a_single_stalled_all_reduce_is_not_an_nvswitch_fault():
+    # r041 (development split, a 1.74x host from iteration 6): in iteration 6 one intra-host
+    # all-reduce of ranks 1 and 3 took 90 ms instead of 2 ms while every other transfer through
+    # nvswitch:0 ran as usual -- a one-off stall of gloo's TCP, seen in healthy runs too; it used
+    # to be named second
+    r = localize(REAL / "r041-host-persistent-tp2-pp2-dp2")
+    assert [d.id for d in r.devices] == ["host:0"]
+    assert any("one-off stall" in a and "nvswitch:0" in a for a in r.assumptions), r.assumptions
