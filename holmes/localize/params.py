@@ -167,7 +167,7 @@ class LocalizeParams(BaseModel):
         Jobs read whole: outside the pivot's delta-irregular iterations a cell counts only when its
         excess reaches ``cell_cost * (delta - 1)`` times the usual iteration (1: it alone could
         make an iteration irregular; 0: any cell beyond the noise counts).
-    cell_cost_z : float, default 3.0
+    cell_cost_z : float, default 2.5
         Jobs read whole: on a quiet job the cost a cell needs is lower, ``cell_cost_z`` sigmas of
         the pivot's iterations (the stretch rule's sigma), at least ``min_stretch`` of the step,
         when that is under ``cell_cost``'s; 0 keeps ``cell_cost`` alone.
@@ -241,7 +241,7 @@ class LocalizeParams(BaseModel):
     cell_noise: float = Field(default=0.1, ge=0)
     cell_usual_q: float = Field(default=0.1, gt=0, lt=0.5)
     cell_cost: float = Field(default=1.0, ge=0)
-    cell_cost_z: float = Field(default=3.0, ge=0)
+    cell_cost_z: float = Field(default=2.5, ge=0)
     cell_transient: float = Field(default=0.25, ge=0, le=1)
     cell_event_p: float = Field(default=0.3, gt=0, le=1)
     cell_tail: Literal["exponential", "gpd"] = "exponential"
