@@ -71,3 +71,16 @@ def test_level_shift_finds_no_step_in_clean_jobs(tmp_path):
         path = simulate(tmp_path / f"clean{seed}", tp=2, pp=2, dp=2, gpus_per_host=4, iterations=30, seed=seed)
         d = _selection(path).durations
         assert IrregularityRule().level_shift(d)[1] < 6
+
+
+def test_a_slow_drift_of_the_whole_job_is_no_step(tmp_path):
+    # every rank's compute grows 0.4% per iteration (load, thermals): the later iterations are
+    # longer, but a straight line explains them better than a step; no device is accused
+    path = simulate(tmp_path / "job", tp=2, pp=2, dp=2, gpus_per_host=4, iterations=30, seed=1, drift=0.004)
+    sel = _selection(path)
+    from holmes.detect import IrregularityRule
+
+    assert IrregularityRule().level_shift(sel.durations) == (0, 0.0, 0.0)
+    assert len(sel.irregular) < 5, sel.irregular
+    r = holmes.localize(path, full_read=0)
+    assert r.devices == [], [(d.id, d.confidence) for d in r.all_devices[:3]]

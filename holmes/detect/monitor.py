@@ -157,7 +157,9 @@ class IrregularityRule:
         The sigma is that of the successive differences (``MAD(diff) / sqrt 2``): a step is one
         difference and leaves it alone, where the window's own spread would grow with the step
         (a device slow from some iteration on, costing 5% of the step, stood two MAD sigmas out
-        and no iteration was irregular). Both blocks hold at least ``min_block`` iterations;
+        and no iteration was irregular). Both blocks hold at least ``min_block`` iterations. A
+        slow drift (load, thermals) is no step: when a straight line (Theil-Sen) leaves smaller
+        residuals than the two medians (their median absolute residuals), there is no step.
         ``(0, 0.0, 0.0)`` without a step up.
 
         >>> rng = np.random.default_rng(0)
@@ -167,6 +169,8 @@ class IrregularityRule:
         (True, True, True)
         >>> bool(IrregularityRule().level_shift(rng.normal(100, 1, 30))[1] < 4)
         True
+        >>> IrregularityRule().level_shift(np.linspace(100, 110, 30) + rng.normal(0, 1, 30))  # a drift
+        (0, 0.0, 0.0)
         """
         d = np.asarray(durations, dtype=np.float64)
         n = d.size
@@ -181,6 +185,16 @@ class IrregularityRule:
             t = shift / (sigma * np.sqrt(np.pi / 2.0) * np.sqrt(1.0 / k + 1.0 / (n - k)))
             if t > best[1]:
                 best = (k, float(t), shift)
+        k = best[0]
+        if k:
+            from scipy.stats import theilslopes
+
+            i = np.arange(n, dtype=np.float64)
+            slope, icept = theilslopes(d, i)[:2]
+            step = np.abs(np.r_[d[:k] - np.median(d[:k]), d[k:] - np.median(d[k:])])
+            line = np.abs(d - (icept + slope * i))
+            if np.median(step) >= np.median(line):
+                return 0, 0.0, 0.0
         return best
 
     def mask(self, durations: Sequence[float] | np.ndarray) -> np.ndarray:
