@@ -145,8 +145,8 @@ class LocalizeParams(BaseModel):
         and after, the sigma of the successive differences:
         :meth:`holmes.detect.IrregularityRule.level_shift`) and is at least ``min_stretch`` of the
         step: a device slow from some iteration on, costing 5% of each step, is beyond doubt
-        though no single iteration is (the window's spread grows with the step). Not on jobs
-        read whole; 0 turns it off.
+        though no single iteration is (the window's spread grows with the step); a slow drift,
+        which a straight line fits better, is no step. Not on jobs read whole; 0 turns it off.
     full_read : int, default 128
         Jobs of at most this many ranks are read whole: instead of following waits from the
         pivot, every device's own time in every iteration (each rank's compute, each channel's
