@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from holmes.errors import ConfigError
-from holmes.stats import MAD_SIGMA
+from holmes.stats import robust_sigma
 
 __all__ = ["DEFAULT_DELTA", "IrregularityRule", "irregular_mask", "IterationMonitor", "irregular_iterations",
            "classify_episode", "episodes"]
@@ -145,7 +145,7 @@ class IrregularityRule:
         q02, q20 = np.percentile(d, [2.0, 20.0])
         sigma = max((q20 - q02) / _Q20_Q02, min_rel_sigma * self.reference(d), 1e-12)
         if mad_floor:
-            sigma = max(sigma, MAD_SIGMA * float(np.median(np.abs(d - np.median(d)))))
+            sigma = max(sigma, robust_sigma(d))
         return float(sigma)
 
     def level_shift(self, durations: Sequence[float] | np.ndarray, min_block: int = 4,
@@ -176,9 +176,7 @@ class IrregularityRule:
         n = d.size
         if n < 2 * min_block:
             return 0, 0.0, 0.0
-        dd = np.diff(d)
-        sigma = max(MAD_SIGMA * float(np.median(np.abs(dd - np.median(dd)))) / np.sqrt(2.0),
-                    min_rel_sigma * self.reference(d), 1e-12)
+        sigma = max(robust_sigma(np.diff(d)) / np.sqrt(2.0), min_rel_sigma * self.reference(d), 1e-12)
         best = (0, 0.0, 0.0)
         for k in range(min_block, n - min_block + 1):
             shift = float(np.median(d[k:]) - np.median(d[:k]))

@@ -292,6 +292,10 @@ class CellEvidence:
         """
         out: list[Event] = []
         self.transients = []
+
+        def keep(e: Event) -> None:
+            (self.transients if transient > 0 and self.spread_ratio(e) < transient else out).append(e)
+
         # per-cell p-values; a cell is significant when it is beyond the noise for its iteration
         # (family-wise over the rows of one iteration): a fault repeated over iterations is
         # judged by its events together (device_pvalues), not each against the whole job
@@ -321,10 +325,7 @@ class CellEvidence:
                     if e.kind == "host":  # the host's ranks together, against the other hosts'
                         e.cell_pvalue = float(hp1[self._host_index[self.host_of(e.ranks[0])], k])
                         e.pvalue = familywise(e.cell_pvalue, n_h)
-                    if transient > 0 and self.spread_ratio(e) < transient:
-                        self.transients.append(e)
-                    else:
-                        out.append(e)
+                    keep(e)
             sig = np.flatnonzero(mt[:, k]) if pt.size else np.zeros(0, np.int64)
             if not sig.size:
                 continue
@@ -340,12 +341,8 @@ class CellEvidence:
                 continue  # a rank computed longer by more: the transfers waited on it, or it on them
             devices, best = self._network_devices(topology, k, slow)
             ranks = tuple(sorted(set().union(*(self.transfers.ranks_of(c) for c in slow))))
-            e = Event(it, "network", ranks, float(tz[top, k]), float(pt[top, k]),
-                      spent, tuple(slow), devices, float(pt1[top, k]), best)
-            if transient > 0 and self.spread_ratio(e) < transient:
-                self.transients.append(e)
-            else:
-                out.append(e)
+            keep(Event(it, "network", ranks, float(tz[top, k]), float(pt[top, k]),
+                       spent, tuple(slow), devices, float(pt1[top, k]), best))
         return out
 
     def spread_ratio(self, e: Event) -> float:

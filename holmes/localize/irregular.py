@@ -92,6 +92,7 @@ class IrregularAnalysis:
         if p.noise_window:
             z = np.minimum(z, rule.z_scores(durs, local=p.noise_window))
         mask = rule.mask(durs)
+        ref = rule.reference(durs)
         whole = bool(p.full_read) and run.source.world_size <= p.full_read
         if p.stretch_z > 0 and durs.size >= 5 and not whole:
             # beyond doubt though under delta: far out of the job's own noise and a real cost (a
@@ -101,20 +102,20 @@ class IrregularAnalysis:
             near[1:] |= mask[:-1]
             near[:-1] |= mask[1:]
             stretched = (rule.z_scores(durs, mad_floor=True) >= p.stretch_z) & \
-                (durs > (1.0 + p.min_stretch) * rule.reference(durs))
+                (durs > (1.0 + p.min_stretch) * ref)
             mask |= stretched & ~near
         if p.shift_z > 0 and not whole:
             # a device slow from some iteration on: a step up lasting to the end, each iteration
             # after it only a few percent longer (its z over the window's spread, which the step
             # itself widens, stays small)
             k, t, shift = rule.level_shift(durs)
-            if t >= p.shift_z and shift >= p.min_stretch * rule.reference(durs):
+            if t >= p.shift_z and shift >= p.min_stretch * ref:
                 base = float(np.median(durs[:k]))
                 after = np.zeros_like(mask)
                 after[k:] = durs[k:] > base + shift / 2.0
                 z = np.where(after, np.maximum(z, t), z)  # weighed by the step's evidence
                 mask |= after
-                run.assume(f"the pivot's iterations stepped up by {100 * shift / rule.reference(durs):.1f}% from "
+                run.assume(f"the pivot's iterations stepped up by {100 * shift / ref:.1f}% from "
                            f"iteration {int(its[k])} on ({t:.1f} standard errors): those above half the step are irregular")
         irregular = its[mask]
         w = iteration_weights(z[mask], p.noise_z)

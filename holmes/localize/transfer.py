@@ -110,7 +110,7 @@ class TransferTimes:
         seen[chan, itpos] = True
         t[~seen] = np.nan
         self._t = t
-        # kept for the per-operator view (:meth:`ratio_table`), computed only when asked
+        # kept for the per-operator views (:meth:`ratio_table`, :meth:`op_times`), built only when asked
         self._ops = (chan, itpos, a["seq"][starts][full], dur)
         # per channel: iterations seen, and its usual level (q25) and healthy spread over them
         self._n = seen.sum(axis=1)
@@ -173,7 +173,8 @@ class TransferTimes:
     def op_times(self, channels: Any, iteration: int, usual_q: float = 0.10) -> tuple[np.ndarray, np.ndarray]:
         """``(excess, usual)`` of each operator of ``channels`` in ``iteration`` (ns, one entry per
         operator): how much longer than usual it took (may be negative) and its usual transfer
-        (its position's ``usual_q`` quantile over the iterations).
+        (its position's ``usual_q`` quantile over the iterations): whether a cell's excess is one
+        operator's stall or all of them slower.
 
         >>> TransferTimes({}, []).op_times([0], 3)[0].size
         0
@@ -186,12 +187,6 @@ class TransferTimes:
         x, u = cube[rows, i, :], usual[rows, 0, :]
         ok = np.isfinite(x) & np.isfinite(u)
         return (x - u)[ok], u[ok]
-
-    def op_excess(self, channels: Any, iteration: int, usual_q: float = 0.10) -> np.ndarray:
-        """How much longer than usual (ns, >= 0) each operator of ``channels`` took in
-        ``iteration`` (:meth:`op_times`): whether a cell's excess is one operator's stall or all of
-        them slower."""
-        return np.maximum(self.op_times(channels, iteration, usual_q)[0], 0.0)
 
     def ranks_of(self, channel: int) -> tuple[int, ...]:
         """The ranks a channel (its index in :attr:`channels`) connects."""
