@@ -120,12 +120,12 @@ def per_iteration_accuracy(jobs, monitors: int, seed: int) -> float:
 
 
 #: first seed of each split of the realistic benchmark (thresholds are chosen on dev only)
-SPLIT_SEED = {"dev": 70_000, "test": 80_000, "dev2": 90_000}
+SPLIT_SEED = {"dev": 70_000, "test": 80_000, "dev2": 90_000, "dev3": 60_000}
 #: ``--small``: the layouts of 64-128 GPUs a user simulates first (``holmes simulate``'s own 20
 #: iterations), each job's layout cycling over them; seeds per split (dev 4000, test 5000)
 SMALL_LAYOUTS = (dict(tp=2, pp=4, dp=8), dict(tp=4, pp=4, dp=4), dict(tp=8, pp=4, dp=4), dict(tp=2, pp=8, dp=4),
                  dict(tp=4, pp=2, dp=8), dict(tp=8, pp=2, dp=4))
-SMALL_SPLIT_SEED = {"dev": 4_000, "test": 5_000, "dev2": 3_000}
+SMALL_SPLIT_SEED = {"dev": 4_000, "test": 5_000, "dev2": 3_000, "dev3": 2_000}
 NETWORK_KINDS = ("nic", "nvswitch", "switch", "link")
 MAX_EXCUSED_COST = 0.03
 
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--small", action="store_true",
                     help="with --realistic: 64-128 GPU jobs of 20 iterations, layouts 2x4x8 .. 8x2x4 (tp x pp x dp)")
     ap.add_argument("--split", choices=tuple(SPLIT_SEED), default="test",
-                    help="seed split of --realistic: dev or dev2 (choose thresholds) or test (report)")
+                    help="seed split of --realistic: dev, dev2 or dev3 (choose thresholds) or test (report)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     n = args.jobs or (6 if args.quick else 20)

@@ -114,3 +114,30 @@ def test_a_single_stalled_all_reduce_is_not_an_nvswitch_fault():
     r = localize(REAL / "r041-host-persistent-tp2-pp2-dp2")
     assert [d.id for d in r.devices] == ["host:0"]
     assert any("one-off stall" in a and "nvswitch:0" in a for a in r.assumptions), r.assumptions
+
+
+def test_a_host_hiccup_is_a_stall_and_a_slower_host_is_not():
+    # r063 (development split, healthy): in iteration 23 the four ranks of host 0 each spent
+    # ~15 ms more at one point of their compute while the rest of it ran as usual (the shared
+    # CPUs' operating system); r015 (development split): host 1 had 1.6x more work in
+    # iteration 5, stretching all of each rank's compute
+    from holmes.cog.graph import CommOpGraph
+    from holmes.localize.cells import CellEvidence
+
+    def host_events(name):
+        job = read_job(_run(name))
+        g = CommOpGraph(job.communicators)
+        for rank in range(job.world_size):
+            g.add_rank(rank, job.ops(rank))
+        cells = CellEvidence(g.ranks, g.members, job.topology.host_of)
+        events = cells.events(job.topology, min_pvalue=0.3)
+        return cells, [e for e in events if e.kind == "host"]
+
+    cells, events = host_events("r063-healthy-tp2-pp2-dp2-ep2")
+    hiccup = [e for e in events if e.iteration == 23]
+    assert hiccup and hiccup[0].devices == ["host:0"] and cells.spread_ratio(hiccup[0]) < 0.25
+    cells, events = host_events("r015-host-spike-tp2-pp2-dp3-do")
+    slower = [e for e in events if e.iteration == 5]
+    assert slower and slower[0].devices == ["host:1"] and cells.spread_ratio(slower[0]) > 0.5
+    r = localize(_run("r063-healthy-tp2-pp2-dp2-ep2"))
+    assert r.verdict == "healthy" and any("one-off stall" in a and "host:0" in a for a in r.assumptions), r.assumptions

@@ -355,21 +355,21 @@ class CellEvidence:
         heavy-tailed kernel, a TCP retransmission) leaves the rest at the noise (near 0).
 
         * a GPU: the rank's compute gaps of the iteration;
+        * a host: the median of its slow ranks' ratios (a slower host -- its CPU throttled,
+          its GPUs' clocks down -- stretches all their work; an operating-system hiccup stalls
+          one point of each);
         * a network event: the operators of its slow channels in the iteration (a slow pair
           direction or NIC slows every transfer of the channel, not one); when they held a single
           operator, the operators of every channel crossing each of the event's best devices
           (the largest ratio over them: an NVSwitch whose other transfers ran as usual did not
           stall one all-reduce).
 
-        NaN when not judged (host events) or with under three operators.
+        NaN with under three operators.
         """
-        if e.kind == "gpu":
-            ro = self._ranks[e.ranks[0]]
-            lo, hi = ro.iteration_rows(e.iteration)
-            ex = ro.excess(self.usual_q)[0][lo:hi].astype(float)
-            return _rest_over_top(ex, ro.gap[lo:hi].astype(float) - ex)
-        if e.kind != "network":
-            return float("nan")
+        if e.kind in ("gpu", "host"):
+            ratios = [self._compute_spread(r, e.iteration) for r in e.ranks]
+            ratios = [r for r in ratios if np.isfinite(r)]
+            return float(np.median(ratios)) if ratios else float("nan")
         ex, usual = self.transfers.op_times(e.channels, e.iteration, self.usual_q)
         if ex.size != 1:
             return _rest_over_top(ex, usual)
@@ -378,6 +378,13 @@ class CellEvidence:
                   for d in best]
         ratios = [r for r in ratios if np.isfinite(r)]
         return max(ratios) if len(ratios) == len(best) and ratios else float("nan")
+
+    def _compute_spread(self, rank: int, iteration: int) -> float:
+        """:func:`_rest_over_top` of one rank's compute gaps in one iteration."""
+        ro = self._ranks[rank]
+        lo, hi = ro.iteration_rows(iteration)
+        ex = ro.excess(self.usual_q)[0][lo:hi].astype(float)
+        return _rest_over_top(ex, ro.gap[lo:hi].astype(float) - ex)
 
     def _network_devices(self, topology: Any, k: int, slow: list[int],
                          low: float = 3.0) -> tuple[list[str], int]:

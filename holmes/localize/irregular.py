@@ -363,8 +363,8 @@ def _gather_cells(run: Any, cells: CellEvidence, min_cost_ns: float = 0.0, irreg
         said = ", ".join(f"{e.devices[0]} in iteration {e.iteration} (+{e.excess_ns / 1e6:.1f} ms)"
                          for e in sorted(cells.transients, key=lambda e: -e.excess_ns)[:3])
         more = f" and {len(cells.transients) - 3} more" if len(cells.transients) > 3 else ""
-        run.assume(f"{len(cells.transients)} one-off stall(s) of a single operator while the device's other work "
-                   f"ran as usual, not counted as a device fault: {said}{more}")
+        run.assume(f"{len(cells.transients)} one-off stall(s) of a single operator (on a host: one per rank) while "
+                   f"the device's other work ran as usual, not counted as a device fault: {said}{more}")
     ev = Evidence(cells=cells, events=events)
     for e in events:
         c = _event_cause(search, transfers, e)
