@@ -278,15 +278,47 @@ def components(involved: list[set[Any]]) -> list[list[int]]:
     return sorted((g[1] for g in groups), key=lambda idx: idx[0])
 
 
+def cause_cost(ro: Any, row: int, compute: bool) -> float:
+    """What a cause cost its rank in its iteration: the larger of its operator's excess over its
+    usual length (:meth:`~holmes.cog.RankOps.excess`) and how much more than in its median
+    iteration the rank spent in the iteration -- computing (a compute cause) or in the
+    operators of the cause's communicator (a network cause: a slower NVSwitch stretches each of
+    a tensor-parallel group's hundreds of collectives a little).
+
+    >>> import pyarrow as pa
+    >>> from holmes.cog import RankOps
+    >>> n = 3 * 4
+    >>> it = [i // 4 for i in range(n)]
+    >>> start = [i * 10 for i in range(n)]
+    >>> dur = [2 if i // 4 != 1 else 5 for i in range(n)]   # iteration 1: each collective +3
+    >>> t = pa.table({"rank": [0] * n, "iteration": it, "op_index": [i % 4 for i in range(n)],
+    ...               "comm_id": ["tp-0"] * n, "seq": list(range(n)), "op": ["all_reduce"] * n,
+    ...               "peer": pa.array([None] * n, pa.int32()), "nbytes": [8] * n, "start_ns": start,
+    ...               "end_ns": [s + d for s, d in zip(start, dur)], "abnormal": [False] * n})
+    >>> ro = RankOps(0, t, lambda v: 0)
+    >>> cause_cost(ro, 5, compute=False)   # 3 ns on one operator, 12 over the iteration
+    12.0
+    """
+    gap_x, dur_x = ro.excess()
+    x = gap_x if compute else dur_x
+    one = float(x[row])
+    lo, hi = ro.iteration_rows(int(ro.iteration[row]))
+    mask = np.ones(len(ro), bool) if compute else ro.comm == ro.comm[row]
+    its, inv = np.unique(ro.iteration, return_inverse=True)
+    per = np.bincount(inv, weights=np.where(mask, x, 0).astype(float), minlength=its.size)
+    k = int(np.searchsorted(its, ro.iteration[row]))
+    return max(one, float(per[k] - np.median(per))) if its.size >= 3 else one
+
+
 def _drop_diffuse(ev: Evidence, ranks: Any, host_of: Any, dominance: float = 3.0) -> None:
     """Per iteration, keep only the causes related to its strongest one.
 
     Causes are related when they share a rank, a device, or (compute causes) a host. An
-    iteration whose causes fall into unrelated groups keeps the group whose strongest cause (how
-    much longer than usual its operator or compute gap was) is at least ``dominance`` times the
-    next group's; otherwise it is *diffuse*: unrelated slowdowns of similar size at once are the
-    mark of a job-wide disturbance (a loaded machine, a shared file system), not of one faulty
-    device, and the iteration moves to ``ev.common``.
+    iteration whose causes fall into unrelated groups keeps the group whose strongest cause (what
+    it cost the iteration: :func:`cause_cost`) is at least ``dominance`` times the next group's;
+    otherwise it is *diffuse*: unrelated slowdowns of similar size at once are the mark of a
+    job-wide disturbance (a loaded machine, a shared file system), not of one faulty device, and
+    the iteration moves to ``ev.common``.
     """
     by_it: dict[int, list[int]] = {}
     for i, c in enumerate(ev.causes):
@@ -299,10 +331,9 @@ def _drop_diffuse(ev: Evidence, ranks: Any, host_of: Any, dominance: float = 3.0
             out |= {f"host:{host_of(r)}" for r in c.ranks}
         return out
 
-    def strength(i: int) -> int:
+    def strength(i: int) -> float:
         c = ev.causes[i]
-        gap_x, dur_x = ranks[c.rank].excess()
-        return int(gap_x[c.row] if c.cause == COMPUTE else dur_x[c.row])
+        return cause_cost(ranks[c.rank], c.row, c.cause == COMPUTE)
 
     keep: list[int] = []
     for it, idx in by_it.items():
