@@ -302,7 +302,6 @@ def cause_cost(ro: Any, row: int, compute: bool) -> float:
     gap_x, dur_x = ro.excess()
     x = gap_x if compute else dur_x
     one = float(x[row])
-    lo, hi = ro.iteration_rows(int(ro.iteration[row]))
     mask = np.ones(len(ro), bool) if compute else ro.comm == ro.comm[row]
     its, inv = np.unique(ro.iteration, return_inverse=True)
     per = np.bincount(inv, weights=np.where(mask, x, 0).astype(float), minlength=its.size)
