@@ -27,8 +27,9 @@ jobs, at 2,048 GPUs. A faulty job counts as right when the truth is first (compu
 under 3% of the pivot's step (measured against a fault-free twin with the same noise). A healthy
 job counts as right when it names no device. The jobs have the simulator's default micro-batches
 (``max(4, 4 x pp)``, Megatron's bubble; ``--micro-batches 4`` reproduces the first wave's
-bubble-dominated jobs, where a 1.8x GPU stretched the step by 6%). Seeds are split: ``--split dev``
-(thresholds are chosen there) and ``--split test`` (only reported). Last line: ``realistic_top1=<%>
+bubble-dominated jobs, where a 1.8x GPU stretched the step by 6%). Seeds are split: ``--split dev``,
+``dev2`` and ``dev3`` (thresholds are chosen there; each added when the previous one had nothing
+left to teach) and ``--split test`` (only reported). Last line: ``realistic_top1=<%>
 realistic_healthy_named_pct=<%> realistic_jobs=<n>``. ``--realistic --small`` does the same on
 jobs of 64-128 GPUs and 20 iterations (layouts tp x pp x dp from 2x4x8 to 8x4x4, the jobs a user
 simulates first; those of at most ``full_read`` ranks are read whole).
@@ -37,7 +38,7 @@ Usage::
 
     python benchmarks/localize_accuracy.py            # full: 20 jobs per point (long: simulations)
     python benchmarks/localize_accuracy.py --quick    # 6 jobs per point, fewer sweeps
-    python benchmarks/localize_accuracy.py --realistic [--split dev|test] [--jobs N]
+    python benchmarks/localize_accuracy.py --realistic [--split dev|dev2|dev3|test] [--jobs N]
     python benchmarks/localize_accuracy.py --realistic --small [--split dev|test]   # 2 min
 """
 
