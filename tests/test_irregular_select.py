@@ -37,7 +37,7 @@ def test_clean_jobs_name_nothing_though_a_blip_may_be_flagged(tmp_path):
     # 6 sigmas out (seed 8); the search from the pivot then finds no device beyond chance
     for seed in (8, 12):
         path = simulate(tmp_path / f"clean{seed}", tp=2, pp=2, dp=2, gpus_per_host=4, iterations=30, seed=seed)
-        sel = _selection(path)
+        sel = _selection(path, repeat_z=0)  # the stretch rule alone (the repeat rule: below)
         assert sel.irregular.size <= 1
         r = holmes.localize(path, full_read=0)
         assert r.devices == [] and r.verdict in ("healthy", "inconclusive"), [(d.id, d.confidence) for d in r.all_devices[:3]]
@@ -84,3 +84,27 @@ def test_a_slow_drift_of_the_whole_job_is_no_step(tmp_path):
     assert len(sel.irregular) < 5, sel.irregular
     r = holmes.localize(path, full_read=0)
     assert r.devices == [], [(d.id, d.confidence) for d in r.all_devices[:3]]
+
+
+def test_a_fault_that_returns_a_few_percent_each_time_is_found_by_its_repeats(tmp_path):
+    # a 1.08x GPU in four iterations: each stretches the step 3-5%, two of them 3+ sigmas, none
+    # beyond stretch_z: without the repeat rule the job reads healthy
+    path = simulate(tmp_path / "job", tp=2, pp=2, dp=2, gpus_per_host=4, iterations=30, seed=7,
+                    faults=["gpu:5@fluctuation:6,13,20,27*1.08"])
+    assert _selection(path, repeat_z=0).irregular.size == 0
+    sel = _selection(path, repeat_z=3)
+    assert set(sel.irregular.tolist()) == {13, 27} and sel.min_hits == 2
+    assert holmes.localize(path, full_read=0, repeat_z=0).devices == []
+    r = holmes.localize(path, full_read=0, repeat_z=3)
+    assert [d.id for d in r.devices] == ["gpu:5"], [(d.id, d.confidence) for d in r.all_devices[:3]]
+    assert any("explains two of them" in a for a in r.assumptions)
+
+
+def test_the_repeat_rule_names_nothing_in_clean_jobs(tmp_path):
+    # seed 12: two iterations 3+ sigmas out by chance are searched; no device explains both, and
+    # iterations each within the noise make no "inconclusive"
+    for seed in (8, 12):
+        path = simulate(tmp_path / f"clean{seed}", tp=2, pp=2, dp=2, gpus_per_host=4, iterations=30, seed=seed)
+        r = holmes.localize(path, full_read=0, repeat_z=3)
+        assert r.devices == [] and r.verdict == "healthy", [(d.id, d.confidence) for d in r.all_devices[:3]]
+    assert _selection(path, repeat_z=3).irregular.tolist() == [0, 9]

@@ -54,6 +54,9 @@ class Selection:
     chosen: np.ndarray            # those searched (beyond the noise; at most ``max_iterations``)
     weights: dict[int, float] = field(default_factory=dict)  # irregular iteration -> weight in [0, 1]
     z: np.ndarray | None = None   # every window iteration's z-score over the healthy spread
+    #: a device must be implicated in this many searched iterations (the repeat rule: none
+    #: alone is beyond the noise, their agreement is the evidence)
+    min_hits: int = 0
 
 
 @dataclass
@@ -117,6 +120,18 @@ class IrregularAnalysis:
                 mask |= after
                 run.assume(f"the pivot's iterations stepped up by {100 * shift / ref:.1f}% from "
                            f"iteration {int(its[k])} on ({t:.1f} standard errors): those above half the step are irregular")
+        min_hits = 0
+        if p.repeat_z > 0 and durs.size >= 5 and not whole and not mask.any():
+            # a fault that returns, each time a few percent: several iterations stretched a few
+            # sigmas, none beyond doubt alone; searched with full weight, but a device counts
+            # only if it explains two of them (chance rarely blames one device twice)
+            rep = (rule.z_scores(durs, mad_floor=True) >= p.repeat_z) & (durs > (1.0 + p.min_stretch) * ref)
+            if rep.sum() >= 2:
+                min_hits = 2
+                z = np.where(rep, np.maximum(z, p.noise_z + 1.0), z)
+                mask |= rep
+                run.assume(f"no iteration irregular, but {int(rep.sum())} stretched {p.repeat_z:g}+ sigmas and over "
+                           f"{100 * p.min_stretch:g}%: searched for a device that explains two of them or more")
         irregular = its[mask]
         w = iteration_weights(z[mask], p.noise_z)
         weights = {int(i): float(x) for i, x in zip(irregular, w)}
@@ -132,7 +147,7 @@ class IrregularAnalysis:
             run.assume(f"searched the {p.max_iterations} most irregular of {len(irregular)} irregular iterations")
         if not len(irregular):
             run.assume(f"no irregular iteration (delta={p.delta}) on pivot rank {p.pivot}: nothing to localize")
-        return Selection(its, durs, irregular, chosen, weights, z)
+        return Selection(its, durs, irregular, chosen, weights, z, min_hits)
 
     def gather(self, run: Any, sel: Selection) -> Evidence:
         """Root causes of the chosen iterations and the devices each implicates."""
@@ -240,7 +255,8 @@ class IrregularAnalysis:
         conf = self.confidence(run, ev, hits, n)
         return [DeviceScore(d, device_kind(d), s, index.get(d, 0.0), ranking.counts.get(d, 0),
                             confidence=conf.get(d), evidence=(self.name,),
-                            coverage=hits.get(d, 0.0) / n if n > 0 else None) for d, s in ranking.ranked()]
+                            coverage=hits.get(d, 0.0) / n if n > 0 else None) for d, s in ranking.ranked()
+                if hits.get(d, 0.0) >= sel.min_hits - 1e-9]
 
     @staticmethod
     def confidence(run: Any, ev: Evidence, hits: dict[str, float], n: float) -> dict[str, float]:

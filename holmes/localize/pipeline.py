@@ -282,7 +282,9 @@ def decide_verdict(findings: list[Finding], ranked: list[DeviceScore], min_confi
         return "hang"  # ops in flight at the end of the logs: the job hung
     if named_devices(ranked, min_confidence):
         return "culprit"
-    beyond_noise = [w for f in findings for w in getattr(f.selection, "weights", {}).values() if w > 0]
+    # (iterations searched for their repeats -- each within the noise alone -- are not beyond it)
+    beyond_noise = [w for f in findings if not getattr(f.selection, "min_hits", 0)
+                    for w in getattr(f.selection, "weights", {}).values() if w > 0]
     if any(getattr(f.evidence, "non_device_cause", None) for f in findings):
         return "inconclusive"  # a slowdown with a named non-device cause (stage / micro-batch imbalance)
     return "inconclusive" if beyond_noise or ranked else "healthy"
