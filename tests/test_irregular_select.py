@@ -108,3 +108,4 @@ def test_the_repeat_rule_names_nothing_in_clean_jobs(tmp_path):
         r = holmes.localize(path, full_read=0, repeat_z=3)
         assert r.devices == [] and r.verdict == "healthy", [(d.id, d.confidence) for d in r.all_devices[:3]]
     assert _selection(path, repeat_z=3).irregular.tolist() == [0, 9]
+    assert "2 iteration(s) stood out (1.03-1.04x the usual) but no device explains them" in r.to_text()

@@ -130,8 +130,14 @@ def _healthy_reason(r: Any, usual: float | None, durs: dict[int, int]) -> str:
     if not r.irregular_iterations:
         return "no iteration was irregular." if durs else "nothing irregular to explain."
     delta = (r.params or {}).get("delta")
+    n = len(r.irregular_iterations)
+    ratios = [durs[i] / usual for i in r.irregular_iterations if i in durs] if usual else []
+    if ratios and isinstance(delta, (int, float)) and min(ratios) <= delta:
+        # flagged under delta (the stretch, step or repeat rules): say what they were
+        return (f"{n} iteration(s) stood out ({_span(min(ratios), max(ratios), '.2f')}x the usual) but no device "
+                f"explains them beyond the job's own noise.")
     above = f"above delta {delta:g}" if isinstance(delta, (int, float)) else "above delta"
-    return f"{len(r.irregular_iterations)} iteration(s) were {above} but within the job's own noise."
+    return f"{n} iteration(s) were {above} but within the job's own noise."
 
 
 def _longest_line(r: Any, usual: float | None, durs: dict[int, int]) -> list[str]:
