@@ -223,9 +223,13 @@ class RankOps:
         """``(iterations, compute_ns)``: per iteration, the sum of the rank's compute gaps (its own
         work between operators, not the waiting inside them)."""
         if self._compute is None:
-            comp = np.add.reduceat(np.maximum(self.gap, 0), self._iter_lo) if len(self) else np.zeros(0, np.int64)
-            self._compute = (self._iters, comp)
+            self._compute = self.iteration_sums(np.maximum(self.gap, 0))
         return self._compute
+
+    def iteration_sums(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(iterations, sums)``: a per-row array summed over each iteration's rows."""
+        v = np.asarray(values)
+        return self._iters, (np.add.reduceat(v, self._iter_lo) if len(self) else np.zeros(0, v.dtype))
 
     def describe(self, row: int, comm_ids: list[str]) -> dict[str, Any]:
         """A small JSON-able description of one row."""

@@ -97,6 +97,8 @@ class IrregularAnalysis:
         mask = rule.mask(durs)
         ref = rule.reference(durs)
         whole = bool(p.full_read) and run.source.world_size <= p.full_read
+        z_floor = rule.z_scores(durs, mad_floor=True)   # the stretch and repeat rules' sigmas
+        long_enough = durs > (1.0 + p.min_stretch) * ref
         if p.stretch_z > 0 and durs.size >= 5 and not whole:
             # beyond doubt though under delta: far out of the job's own noise and a real cost (a
             # job read whole needs no such rule: the cells judge every iteration of every device)
@@ -104,9 +106,7 @@ class IrregularAnalysis:
             near = np.zeros_like(mask)
             near[1:] |= mask[:-1]
             near[:-1] |= mask[1:]
-            stretched = (rule.z_scores(durs, mad_floor=True) >= p.stretch_z) & \
-                (durs > (1.0 + p.min_stretch) * ref)
-            mask |= stretched & ~near
+            mask |= (z_floor >= p.stretch_z) & long_enough & ~near
         if p.shift_z > 0 and not whole:
             # a device slow from some iteration on: a step up lasting to the end, each iteration
             # after it only a few percent longer (its z over the window's spread, which the step
@@ -125,7 +125,7 @@ class IrregularAnalysis:
             # a fault that returns, each time a few percent: several iterations stretched a few
             # sigmas, none beyond doubt alone; searched with full weight, but a device counts
             # only if it explains two of them (chance rarely blames one device twice)
-            rep = (rule.z_scores(durs, mad_floor=True) >= p.repeat_z) & (durs > (1.0 + p.min_stretch) * ref)
+            rep = (z_floor >= p.repeat_z) & long_enough
             if rep.sum() >= 2:
                 min_hits = 2
                 z = np.where(rep, np.maximum(z, p.noise_z + 1.0), z)
@@ -318,9 +318,7 @@ def cause_cost(ro: Any, row: int, compute: bool) -> float:
     gap_x, dur_x = ro.excess()
     x = gap_x if compute else dur_x
     one = float(x[row])
-    mask = np.ones(len(ro), bool) if compute else ro.comm == ro.comm[row]
-    its, inv = np.unique(ro.iteration, return_inverse=True)
-    per = np.bincount(inv, weights=np.where(mask, x, 0).astype(float), minlength=its.size)
+    its, per = ro.iteration_sums(x.astype(float) if compute else np.where(ro.comm == ro.comm[row], x, 0.0))
     k = int(np.searchsorted(its, ro.iteration[row]))
     return max(one, float(per[k] - np.median(per))) if its.size >= 3 else one
 
