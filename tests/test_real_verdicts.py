@@ -141,3 +141,17 @@ def test_a_host_hiccup_is_a_stall_and_a_slower_host_is_not():
     assert slower and slower[0].devices == ["host:1"] and cells.spread_ratio(slower[0]) > 0.5
     r = localize(_run("r063-healthy-tp2-pp2-dp2-ep2"))
     assert r.verdict == "healthy" and any("one-off stall" in a and "host:0" in a for a in r.assumptions), r.assumptions
+
+
+def test_a_single_device_is_judged_on_its_own_calibration():
+    # r006: a NIC slow in one iteration (family-wise p = 1e-6): a single device's cells are judged
+    # against every other channel, and named from p = 1e-5 (``point_calibration``); judged as a
+    # host or NVSwitch is (``tail_calibration``, named from 1e-7) it would not be
+    run = _run("r006-nic-spike-tp4-pp2-dp2")
+    r = localize(run)
+    assert r.verdict == "culprit" and r.devices[0].id in ("nic:10", "link:nic:10|switch:leaf-2")
+    r = localize(run, point_calibration=1e6)
+    assert r.verdict != "culprit" and r.devices == []
+    # the strongest single device of a healthy development run (gpu:3, p = 2e-4) stays unnamed
+    r = localize(_run("r071-healthy-tp2-pp2-dp4-ep2-sp"))
+    assert r.verdict == "healthy" and r.devices == [], [(d.id, d.confidence) for d in r.all_devices[:3]]

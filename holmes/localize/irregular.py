@@ -34,7 +34,7 @@ from holmes.localize.explain import explain_iteration, implicated_devices
 from holmes.localize.healthy import HealthyPaths
 from holmes.localize.host_probe import HostProbe
 from holmes.localize.probe import NetworkProbe
-from holmes.localize.ranking import DeviceRanking, device_kind, irregularity_rate, narrow_by_coverage
+from holmes.localize.ranking import DeviceRanking, device_kind, irregularity_rate, is_point_device, narrow_by_coverage
 from holmes.localize.report import DeviceScore
 from holmes.localize.search import COMPUTE, NETWORK, GraphSearch, RootCause
 from holmes.localize.transfer import TransferTimes
@@ -240,7 +240,7 @@ class IrregularAnalysis:
         (a job read whole: :func:`rank_cells`)."""
         p, topo = run.params, run.topology
         if ev.cells is not None:
-            return rank_cells(ev, p.tail_calibration, self.name)
+            return rank_cells(ev, p.tail_calibration, self.name, point_calibration=p.point_calibration)
         ranking = DeviceRanking(method=p.method, prior=p.prior, alpha=p.alpha, decay=topo.decay)
         for c, devs in zip(ev.causes, ev.implicated):
             ranking.add(devs, c.rate)
@@ -445,9 +445,11 @@ def _event_cause(search: GraphSearch, transfers: TransferTimes, e: Event) -> Roo
     return c
 
 
-def rank_cells(ev: Evidence, calibration: float, name: str = "irregular") -> list[DeviceScore]:
+def rank_cells(ev: Evidence, calibration: float, name: str = "irregular",
+               point_calibration: float | None = None) -> list[DeviceScore]:
     """Devices of the cells' events: confidence ``1 - calibration * p`` (``p`` from
-    :func:`~holmes.localize.cells.device_pvalues`), coverage the device's share of the strongest
+    :func:`~holmes.localize.cells.device_pvalues`; ``point_calibration``, when given, for single
+    devices, :func:`~holmes.localize.ranking.is_point_device`), coverage the device's share of the strongest
     evidence, ``log p / log p_min`` (the strongest device 1.0), score from each event's order of
     its devices (the most specific first); ordered as :func:`~holmes.localize.pipeline.device_order`.
 
@@ -476,10 +478,14 @@ def rank_cells(ev: Evidence, calibration: float, name: str = "irregular") -> lis
     def strength(d: str) -> float:  # -log10 p, p = 0 (underflow) as 1e-300
         return -math.log10(max(pv[d], 1e-300))
 
+    def chance(d: str) -> float:  # how often chance would blame the device
+        single = point_calibration is not None and is_point_device(d)
+        return (point_calibration if single else calibration) * pv[d]
+
     top = max((strength(d) for d in score), default=1.0) or 1.0
     # a device whose cells chance explains (confidence 0) is no candidate either
     out = [DeviceScore(d, device_kind(d), score[d] / total, score[d], causes[d],
-                       confidence=1.0 - calibration * pv[d], evidence=(name,),
-                       coverage=max(strength(d), 0.0) / top) for d in score if calibration * pv[d] < 1.0]
+                       confidence=1.0 - chance(d), evidence=(name,),
+                       coverage=max(strength(d), 0.0) / top) for d in score if chance(d) < 1.0]
     # the same order as the pipeline's device_order (confidence, then coverage, then score)
     return sorted(out, key=lambda x: (-round(x.confidence or 0.0, 2), -round(x.coverage or 0.0, 2), -x.score))

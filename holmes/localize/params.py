@@ -203,7 +203,18 @@ class LocalizeParams(BaseModel):
         real one, so the default names a device (confidence 0.9) only from ``p = 1e-7``: on 104
         development real runs (44 healthy) no healthy run's strongest device went below
         ``p = 8e-6`` once one-off stalls of hosts were set aside (``cell_transient``; before,
-        host hiccups reached ``5e-8`` and the default was 1e8; docs/real-runs.md).
+        host hiccups reached ``5e-8`` and the default was 1e8; docs/real-runs.md). Applies to
+        the devices many others share (hosts, NVSwitches, switches, their uplinks); single
+        devices have ``point_calibration``.
+    point_calibration : float, default 1e4
+        Jobs read whole: ``tail_calibration`` for single devices (a GPU, a NIC, a NIC's cable;
+        :func:`holmes.localize.ranking.is_point_device`), named (confidence 0.9) from ``p = 1e-5``.
+        Their cells are judged against every other rank or channel, while a host or an NVSwitch
+        is judged against the job's two to four others, and it is there that the environment's
+        shared disturbances land (a machine's other load, the operating system): on the 104
+        development real runs (44 healthy) and the loaded corpus's 8 development healthy runs,
+        the strongest single device of a healthy run had ``p = 2e-4`` (a margin of 20), the
+        strongest host ``7e-6``.
     scan_reads : int, default 8
         Ranks not read before that the search's scan of one collective group (for the member that
         entered it last) may read: a scan that would read more is set aside until the iteration's
@@ -258,6 +269,7 @@ class LocalizeParams(BaseModel):
     cell_tail: Literal["exponential", "gpd"] = "exponential"
     cell_per_op: bool = False
     tail_calibration: float = Field(default=1e6, ge=1)
+    point_calibration: float = Field(default=1e4, ge=1)
     scan_reads: int = Field(default=8, ge=0)
     min_confidence: float = Field(default=0.9, ge=0, le=1)
     persistent_z: float = Field(default=4.0, gt=0)
@@ -273,7 +285,7 @@ class LocalizeParams(BaseModel):
             raise ConfigError(_one_line(exc)) from None
 
     @field_validator("delta", "alpha", "exonerate_bytes", "exonerate_speedup", "late_ratio", "noise_z",
-                     "min_confidence", "straggler_share", "tail_calibration", "cell_noise", "stretch_z", "min_stretch", "repeat_z", "shift_z", "cell_cost_z", "persistent_z", "network_min_excess", "imbalance_pct")
+                     "min_confidence", "straggler_share", "tail_calibration", "point_calibration", "cell_noise", "stretch_z", "min_stretch", "repeat_z", "shift_z", "cell_cost_z", "persistent_z", "network_min_excess", "imbalance_pct")
     @classmethod
     def _finite(cls, v: float) -> float:
         if not math.isfinite(v):

@@ -43,6 +43,17 @@ def device_kind(device_id: str) -> str:
     return device_id.split(":", 1)[0]
 
 
+def is_point_device(device_id: str) -> bool:
+    """A single device, not one many others share: a GPU, a NIC or a NIC's cable (not a host, an
+    NVSwitch, a switch or a switch's uplink).
+
+    >>> [is_point_device(d) for d in ("gpu:3", "link:nic:2|switch:leaf-0", "host:1", "switch:spine-0")]
+    [True, True, False, False]
+    """
+    kind = device_kind(device_id)
+    return kind in ("gpu", "nic") or (kind == "link" and device_id.startswith("link:nic:"))
+
+
 def prior_kind(device_id: str) -> str:
     """The key of :data:`DEFAULT_PRIOR` that applies to a device (host -> cpu, nvswitch -> other)."""
     return _PRIOR_KIND.get(device_kind(device_id), "other")

@@ -32,6 +32,8 @@ Examples
 
 from __future__ import annotations
 
+import warnings
+
 from collections.abc import Hashable, Mapping
 from typing import Any
 
@@ -142,7 +144,8 @@ class TransferTimes:
             k = np.arange(c.size) - first[grp]
             cube = np.full((len(self.channels), self._its.size, int(k.max()) + 1), np.nan)
             cube[c, i, k] = d
-            with np.errstate(all="ignore"):
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # positions absent in every iteration: NaN
                 usual = np.nanquantile(cube, usual_q, axis=1, keepdims=True)
             self._cube = (usual_q, cube, usual)
         return self._cube[1], self._cube[2]
