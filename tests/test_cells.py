@@ -112,6 +112,20 @@ def test_a_host_is_judged_against_the_other_hosts(tmp_path):
     assert np.delete(hp[:, col], cells._host_index[2]).min() > 1e-3
 
 
+def test_a_host_is_slow_only_when_every_one_of_its_ranks_is(tmp_path):
+    # three of host 1's four ranks slowed together (processes stalled by something else on the
+    # machine) is not the host slowing down: the host is judged by its slowest-growing rank
+    # (here 3.4 sigmas, against 120 for the others; judged by the median, as strong as the host)
+    kw = dict(tp=2, pp=2, dp=4, gpus_per_host=4, iterations=30, seed=5)
+    whole = simulate(tmp_path / "whole", faults=["host:1@spike:14*1.6"], **kw)
+    some = simulate(tmp_path / "some", faults=[f"gpu:{g}@spike:14*1.6" for g in (4, 5, 6)], **kw)
+    p = {}
+    for name, path in (("whole", whole), ("some", some)):
+        cells, _ = _cells(path)
+        p[name] = cells.host_pvalues()[cells._host_index[1], int(np.searchsorted(cells.iterations, 14))]
+    assert p["whole"] < 1e-100 and p["some"] > 1e-9, p
+
+
 def test_a_heavy_null_tail_makes_a_far_cell_less_surprising_under_the_gpd():
     rng = np.random.default_rng(3)
     light, heavy = rng.standard_exponential(3000), rng.pareto(2.5, 3000)
