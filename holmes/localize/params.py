@@ -199,13 +199,13 @@ class LocalizeParams(BaseModel):
     tail_calibration : float, default 1e6
         Jobs read whole: a device's confidence is ``1 - tail_calibration * p``, ``p`` the
         family-wise p-value of its cells under the exponential tail fitted to the job's cells
-        (:func:`holmes.localize.cells.device_pvalues`). The exponential tail is lighter than the
-        real one, so the default names a device (confidence 0.9) only from ``p = 1e-7``: on 104
-        development real runs (44 healthy) no healthy run's strongest device went below
-        ``p = 8e-6`` once one-off stalls of hosts were set aside (``cell_transient``; before,
-        host hiccups reached ``5e-8`` and the default was 1e8; docs/real-runs.md). Applies to
-        the devices many others share (hosts, NVSwitches, switches, their uplinks); single
-        devices have ``point_calibration``.
+        (:func:`holmes.localize.cells.device_pvalues`), for the devices many others share (hosts,
+        NVSwitches, switches, their uplinks; single devices have ``point_calibration``). The
+        exponential tail is lighter than the real one, so the default names such a device
+        (confidence 0.9) only from ``p = 1e-7``: on 104 development real runs (44 healthy) a
+        healthy run's strongest shared device has ``p >= 8e-5`` once one-off stalls of hosts are
+        set aside (``cell_transient``) and a host is judged by its slowest-growing rank (before
+        both, host hiccups reached ``5e-8`` and the default was 1e8; docs/real-runs.md).
     point_calibration : float, default 1e4
         Jobs read whole: ``tail_calibration`` for single devices (a GPU, a NIC, a NIC's cable;
         :func:`holmes.localize.ranking.is_point_device`), named (confidence 0.9) from ``p = 1e-5``.
@@ -213,8 +213,8 @@ class LocalizeParams(BaseModel):
         is judged against the job's two to four others, and it is there that the environment's
         shared disturbances land (a machine's other load, the operating system): on the 104
         development real runs (44 healthy) and the loaded corpus's 8 development healthy runs,
-        the strongest single device of a healthy run had ``p = 2e-4`` (a margin of 20), the
-        strongest host ``7e-6``.
+        the strongest single device of a healthy run had ``p = 2e-4`` (a margin of 20); the
+        strongest host, judged by the median of its ranks, ``7e-6``.
     scan_reads : int, default 8
         Ranks not read before that the search's scan of one collective group (for the member that
         entered it last) may read: a scan that would read more is set aside until the iteration's
