@@ -31,6 +31,10 @@ Examples
 ('common', (0, 2))
 >>> classify({0: 1e6, 1: 2e6}, sigma, 30e6, host_of=lambda r: r // 2)
 (None, ())
+>>> # host 1's rank grew 16 ms of a 44 ms excess, the pivot on host 0 9 ms (the job's own jitter):
+>>> # not common mode, and compute alone explains too little for a straggler: the search decides
+>>> classify({0: 9e6, 2: 16e6, 3: 2e6}, sigma, 44e6, host_of=lambda r: r // 2)
+(None, ())
 """
 
 from __future__ import annotations
@@ -70,8 +74,10 @@ def classify(growth: Mapping[int, float], sigma: Mapping[int, float], iteration_
 
     A rank *grew* when its growth is at least ``ratio`` of the largest growth and ``noise_z`` of
     its own spread ``sigma``. Compute explains the iteration only when the largest growth is at
-    least ``share / 2`` of its excess: then ranks of several hosts grew is common mode; else the
-    ranks that grew are stragglers when the largest growth is at least ``share`` of the excess.
+    least ``share / 2`` of its excess: then ranks of several hosts grew is common mode when a rank
+    off the most-grown rank's host grew by ``share / 2`` of the excess too (else only that host's
+    ranks count); the ranks that grew are stragglers when the largest growth is at least
+    ``share`` of the excess.
 
     Returns
     -------
@@ -88,7 +94,14 @@ def classify(growth: Mapping[int, float], sigma: Mapping[int, float], iteration_
     if top < share / 2 * iteration_excess:
         return None, ()  # compute explains little of this iteration
     if len({host_of(r) for r in grew}) > 1:
-        return "common", grew
+        # common mode when ranks of two hosts or more each account for a good part of the
+        # iteration; a rank of another host that grew a little beside a host that grew more (the
+        # job's own per-iteration jitter on top of a slow host's NVSwitch) is not
+        lead = host_of(max(grew, key=lambda r: growth[r]))
+        other = max(growth[r] for r in grew if host_of(r) != lead)
+        if other >= share / 2 * iteration_excess:
+            return "common", grew
+        grew = tuple(r for r in grew if host_of(r) == lead)
     if top < share * iteration_excess:
         return None, ()
     return ("gpu" if len(grew) == 1 else "host"), grew
