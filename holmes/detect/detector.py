@@ -171,7 +171,7 @@ class OperatorDetector(ClassifierMixin, BaseEstimator):
                 raise ConfigError("OperatorDetector.fit: every sample weight is zero")
             weighted = y[sw > 0] if sw.size == y.size else y
         if np.unique(weighted).size < 2:
-            raise ConfigError(f"OperatorDetector.fit: the (weighted) labels hold one class only: a detector "
+            raise ConfigError("OperatorDetector.fit: the (weighted) labels hold one class only: a detector "
                               "needs both normal and abnormal operators to learn from")
         X = _check_width(X)
         if X.shape[0] != y.shape[0]:

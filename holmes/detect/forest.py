@@ -175,7 +175,6 @@ def _pack(feature, thr32, left, right, value, roots, n_nodes, n_features, fb):
             mark[0] = -1
             top = 1
             leaf = 0
-            q0 = nq
             while top > 0:
                 top -= 1
                 j = stack[top]
