@@ -26,13 +26,15 @@ Examples
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import warnings
+from collections.abc import Iterator, Sequence
 
 import numba
 import numpy as np
 
 __all__ = ["MAD_SIGMA", "NORMAL_Q25_Q05", "robust_sigma", "group_order", "group_quantiles", "group_medians",
-           "healthy_low", "excess_over_low", "quantile_sorted"]
+           "healthy_low", "excess_over_low", "quantile_sorted", "nan_quiet"]
 
 MAD_SIGMA = 1.4826
 """Scale of the median absolute deviation to a normal standard deviation."""
@@ -41,6 +43,23 @@ NORMAL_Q25_Q05 = 0.9704
 """``z(0.25) - z(0.05)`` of the standard normal: the healthy spread's denominator."""
 
 _HEALTHY_QS = np.array([0.1, 0.05, 0.25])
+
+
+@contextlib.contextmanager
+def nan_quiet() -> Iterator[None]:
+    """Silence numpy's floating-point errors and its ``RuntimeWarning`` s (an all-NaN slice, a
+    mean of nothing) inside the block: statistics over rows or columns some of which hold no
+    measurement (an iteration nobody logged, an operator position absent from every iteration),
+    whose NaN results the caller handles.
+
+    >>> import numpy as np
+    >>> with nan_quiet():
+    ...     np.nanmedian(np.array([[np.nan, 1.0], [np.nan, 3.0]]), axis=0).tolist()
+    [nan, 2.0]
+    """
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        yield
 
 
 def robust_sigma(x: np.ndarray) -> float:

@@ -37,7 +37,6 @@ Examples
 from __future__ import annotations
 
 import logging
-import warnings
 
 import numpy as np
 import pyarrow as pa
@@ -45,7 +44,7 @@ import pyarrow as pa
 from holmes.detect.features import iteration_durations, position_keys
 from holmes.detect.monitor import DEFAULT_DELTA, IrregularityRule
 from holmes.errors import ConfigError
-from holmes.stats import MAD_SIGMA
+from holmes.stats import MAD_SIGMA, nan_quiet
 
 __all__ = ["ReconstructionDetector"]
 
@@ -122,8 +121,7 @@ class ReconstructionDetector:
         regular = ~IrregularityRule(self.delta).mask(it_dur.astype(np.float64)) if n_it >= 4 else np.ones(n_it, bool)
         if regular.sum() < 3:
             regular = np.ones(n_it, bool)
-        with warnings.catch_warnings():  # a position absent from every regular iteration: all-NaN
-            warnings.simplefilter("ignore", RuntimeWarning)
+        with nan_quiet():  # a position absent from every regular iteration: all-NaN
             med = np.nanmedian(X[regular], axis=0)
             med = np.where(np.isfinite(med), med, np.nanmedian(X, axis=0))
         D = np.where(np.isnan(X), 0.0, X - med)        # deviations, missing cells at the median

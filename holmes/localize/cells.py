@@ -30,7 +30,6 @@ The tails and their p-values live in :mod:`holmes.localize.tails`.
 from __future__ import annotations
 
 import logging
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +38,7 @@ import numpy as np
 
 from holmes.localize.tails import familywise, tail_pvalue
 from holmes.localize.transfer import TransferTimes
-from holmes.stats import MAD_SIGMA
+from holmes.stats import MAD_SIGMA, nan_quiet
 
 __all__ = ["Event", "CellEvidence", "device_pvalues"]
 
@@ -246,8 +245,7 @@ class CellEvidence:
         """
         hosts = self._hosts
         uh = np.unique(hosts)
-        with np.errstate(all="ignore"), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # an iteration no rank of a host measured: NaN
+        with nan_quiet():  # an iteration no rank of a host measured: NaN
             low = np.stack([np.nanmin(self.compute_z[hosts == h], axis=0) for h in uh]) if uh.size else \
                 np.zeros((0, self.compute_z.shape[1]))
         out = np.ones_like(low)

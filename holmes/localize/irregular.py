@@ -58,6 +58,11 @@ class Selection:
     #: alone is beyond the noise, their agreement is the evidence)
     min_hits: int = 0
 
+    def beyond_noise(self) -> bool:
+        """Whether an iteration searched stood out of the job's own noise on its own (those
+        searched for their repeats, ``min_hits``, did not)."""
+        return not self.min_hits and any(w > 0 for w in self.weights.values())
+
 
 @dataclass
 class Evidence:
@@ -478,14 +483,13 @@ def rank_cells(ev: Evidence, calibration: float, name: str = "irregular",
     def strength(d: str) -> float:  # -log10 p, p = 0 (underflow) as 1e-300
         return -math.log10(max(pv[d], 1e-300))
 
-    def chance(d: str) -> float:  # how often chance would blame the device
-        single = point_calibration is not None and is_point_device(d)
-        return (point_calibration if single else calibration) * pv[d]
-
+    # how often chance would blame each device
+    chance = {d: (point_calibration if point_calibration is not None and is_point_device(d) else calibration) * pv[d]
+              for d in score}
     top = max((strength(d) for d in score), default=1.0) or 1.0
     # a device whose cells chance explains (confidence 0) is no candidate either
     out = [DeviceScore(d, device_kind(d), score[d] / total, score[d], causes[d],
-                       confidence=1.0 - chance(d), evidence=(name,),
-                       coverage=max(strength(d), 0.0) / top) for d in score if chance(d) < 1.0]
+                       confidence=1.0 - chance[d], evidence=(name,),
+                       coverage=max(strength(d), 0.0) / top) for d in score if chance[d] < 1.0]
     # the same order as the pipeline's device_order (confidence, then coverage, then score)
     return sorted(out, key=lambda x: (-round(x.confidence or 0.0, 2), -round(x.coverage or 0.0, 2), -x.score))

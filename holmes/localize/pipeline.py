@@ -282,12 +282,20 @@ def decide_verdict(findings: list[Finding], ranked: list[DeviceScore], min_confi
         return "hang"  # ops in flight at the end of the logs: the job hung
     if named_devices(ranked, min_confidence):
         return "culprit"
-    # (iterations searched for their repeats -- each within the noise alone -- are not beyond it)
-    beyond_noise = [w for f in findings if not getattr(f.selection, "min_hits", 0)
-                    for w in getattr(f.selection, "weights", {}).values() if w > 0]
+    beyond_noise = any(_beyond_noise(f.selection) for f in findings)
     if any(getattr(f.evidence, "non_device_cause", None) for f in findings):
         return "inconclusive"  # a slowdown with a named non-device cause (stage / micro-batch imbalance)
     return "inconclusive" if beyond_noise or ranked else "healthy"
+
+
+def _beyond_noise(selection: Any) -> bool:
+    """Whether an analysis's selection holds an iteration beyond the job's own noise: its
+    ``beyond_noise()`` when it has one (:class:`~holmes.localize.irregular.Selection`), else any
+    positive weight of its ``weights`` (iteration -> weight)."""
+    own = getattr(selection, "beyond_noise", None)
+    if callable(own):
+        return bool(own())
+    return any(w > 0 for w in getattr(selection, "weights", {}).values())
 
 
 def named_devices(ranked: list[DeviceScore], min_confidence: float) -> list[DeviceScore]:

@@ -32,15 +32,13 @@ Examples
 
 from __future__ import annotations
 
-import warnings
-
 from collections.abc import Hashable, Mapping
 from typing import Any
 
 import numpy as np
 
 from holmes.cog.graph import SEND
-from holmes.stats import NORMAL_Q25_Q05
+from holmes.stats import NORMAL_Q25_Q05, nan_quiet
 
 __all__ = ["TransferTimes", "pick_channels"]
 
@@ -144,8 +142,7 @@ class TransferTimes:
             k = np.arange(c.size) - first[grp]
             cube = np.full((len(self.channels), self._its.size, int(k.max()) + 1), np.nan)
             cube[c, i, k] = d
-            with np.errstate(all="ignore"), warnings.catch_warnings():
-                warnings.simplefilter("ignore", RuntimeWarning)  # positions absent in every iteration: NaN
+            with nan_quiet():  # positions absent in every iteration: NaN
                 usual = np.nanquantile(cube, usual_q, axis=1, keepdims=True)
             self._cube = (usual_q, cube, usual)
         return self._cube[1], self._cube[2]

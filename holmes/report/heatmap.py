@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import logging
-import warnings
 from dataclasses import dataclass, field
 from collections.abc import Iterator
 from typing import Any
@@ -37,6 +36,7 @@ import pyarrow.compute as pc
 
 from holmes.errors import HolmesError
 from holmes.report.svg import el, esc, num, png_data_uri, slowness_rgb, svg_open
+from holmes.stats import nan_quiet
 
 __all__ = ["SlownessMap", "slowness_map", "rank_order", "heatmap_svg"]
 
@@ -229,8 +229,7 @@ def slowness_map(job: Any, *, iterations: Any = None, layout: Any = None, focus:
     ranks = np.array(got, dtype=np.int64)
     stage = stage_by_rank[ranks] if len(ranks) else np.zeros(0, dtype=np.int64)
     values = np.full_like(comp, np.nan)
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN columns (an iteration nobody logged)
+    with nan_quiet():  # all-NaN columns (an iteration nobody logged)
         for s in np.unique(stage):
             m = stage == s
             peers = comp[m] if m.sum() >= 3 else comp
