@@ -88,16 +88,21 @@ def test_a_slow_drift_of_the_whole_job_is_no_step(tmp_path):
 
 def test_a_fault_that_returns_a_few_percent_each_time_is_found_by_its_repeats(tmp_path):
     # a 1.08x GPU in four iterations: each stretches the step 3-5%, two of them 3+ sigmas, none
-    # beyond stretch_z: without the repeat rule the job reads healthy
+    # beyond stretch_z 5: without the repeat rule the job reads healthy
     path = simulate(tmp_path / "job", tp=2, pp=2, dp=2, gpus_per_host=4, iterations=30, seed=7,
                     faults=["gpu:5@fluctuation:6,13,20,27*1.08"])
-    assert _selection(path, repeat_z=0).irregular.size == 0
-    sel = _selection(path, repeat_z=3)
+    assert _selection(path, repeat_z=0, stretch_z=5).irregular.size == 0
+    sel = _selection(path, repeat_z=3, stretch_z=5)
     assert set(sel.irregular.tolist()) == {13, 27} and sel.min_hits == 2
-    assert holmes.localize(path, full_read=0, repeat_z=0).devices == []
-    r = holmes.localize(path, full_read=0, repeat_z=3)
+    assert holmes.localize(path, full_read=0, repeat_z=0, stretch_z=5).devices == []
+    r = holmes.localize(path, full_read=0, repeat_z=3, stretch_z=5)
     assert [d.id for d in r.devices] == ["gpu:5"], [(d.id, d.confidence) for d in r.all_devices[:3]]
     assert any("explains two of them" in a for a in r.assumptions)
+    # at the default stretch_z (4) iteration 27 (4.8 sigmas) stands out alone: searched alone, the
+    # GPU is the only candidate, short of the confidence an 8-GPU job's chance level asks
+    r = holmes.localize(path, full_read=0)
+    assert r.irregular_iterations == [27] and r.verdict == "inconclusive"
+    assert [d.id for d in r.all_devices] == ["gpu:5"] and r.devices == []
 
 
 def test_the_repeat_rule_names_nothing_in_clean_jobs(tmp_path):

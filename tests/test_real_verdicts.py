@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from holmes import localize, read_job
-from holmes.localize.irregular import IrregularAnalysis, components
+from holmes.localize.cause_filter import components
+from holmes.localize.irregular import IrregularAnalysis
 from holmes.localize.pipeline import Localizer
 from holmes.localize.transfer import TransferTimes
 

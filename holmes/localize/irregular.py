@@ -28,6 +28,7 @@ import numpy as np
 
 from holmes.detect.monitor import IrregularityRule
 from holmes.errors import JobError
+from holmes.localize.cause_filter import drop_diffuse, drop_minor, explains
 from holmes.localize.cells import CellEvidence, Event, device_pvalues
 from holmes.localize.confidence import confidences, iteration_weights, network_opportunity, weighted_hits
 from holmes.localize.explain import explain_iteration, implicated_devices
@@ -199,7 +200,9 @@ class IrregularAnalysis:
                                                     include_host=p.include_host, min_share=p.exonerate_bytes,
                                                     speedup=p.exonerate_speedup))
         if p.straggler_share > 0:
-            _drop_diffuse(ev, search.graph.ranks, topo.host_of)
+            drop_diffuse(ev, search.graph.ranks, topo.host_of)
+        regular = sel.window[~np.isin(sel.window, sel.irregular)]
+        drop_minor(ev, search.graph.ranks, excess, p.cause_share, regular)
         self._null(run, sel, ev, healthy, ref, transfers)
         if p.narrow:
             narrowed = narrow_by_coverage(ev.implicated, [c.rate for c in ev.causes],
@@ -222,6 +225,7 @@ class IrregularAnalysis:
         regular = sel.window[~np.isin(sel.window, near) & calm]
         if p.null_iterations == 0 or regular.size == 0:
             return
+        usual = sel.window[~np.isin(sel.window, sel.irregular)]
         pick = regular[np.unique(np.linspace(0, regular.size - 1, min(p.null_iterations, regular.size)).astype(int))]
         # a regular iteration is judged as if it had just made the cut: its excess is at least
         # the smallest an irregular one has ((delta - 1) x the reference ``ref``)
@@ -229,6 +233,9 @@ class IrregularAnalysis:
         for it in pick.tolist():
             with search.fetched_only():  # chance is judged on the ranks the real search read
                 found = explain_iteration(run, it, excess.get(it, 0.0), transfers)
+            # (the same rule as the real causes': one that cost its rank a trifle explains nothing)
+            found = [c for c in found or () if explains(search.graph.ranks[c.rank], c, excess.get(it, 0.0),
+                                                         p.cause_share, usual)]
             if not found:
                 continue
             devs: set[str] = set()
@@ -278,95 +285,6 @@ class IrregularAnalysis:
                 null_hits[d] = null_hits.get(d, 0) + 1
         return confidences(hits, n, src.world_size, run.topology, share, null_hits=null_hits,
                            null_n=len(ev.null_devices))
-
-
-def components(involved: list[set[Any]]) -> list[list[int]]:
-    """Indices of ``involved`` grouped by overlap (connected components of "shares an element").
-
-    >>> components([{4, 5, "nvswitch:1"}, {2, 3, "nvswitch:0"}])
-    [[0], [1]]
-    >>> components([{1, 5}, {1, "host:0"}, {3, 7}, {1, 3}])
-    [[0, 1, 2, 3]]
-    """
-    groups: list[tuple[set[Any], list[int]]] = []
-    for i, s in enumerate(involved):
-        s, idx = set(s), [i]
-        for g in [g for g in groups if g[0] & s]:
-            s |= g[0]
-            idx += g[1]
-            groups.remove(g)
-        groups.append((s, sorted(idx)))
-    return sorted((g[1] for g in groups), key=lambda idx: idx[0])
-
-
-def cause_cost(ro: Any, row: int, compute: bool) -> float:
-    """What a cause cost its rank in its iteration: the larger of its operator's excess over its
-    usual length (:meth:`~holmes.cog.RankOps.excess`) and how much more than in its median
-    iteration the rank spent in the iteration -- computing (a compute cause) or in the
-    operators of the cause's communicator (a network cause: a slower NVSwitch stretches each of
-    a tensor-parallel group's hundreds of collectives a little).
-
-    >>> import pyarrow as pa
-    >>> from holmes.cog import RankOps
-    >>> n = 3 * 4
-    >>> it = [i // 4 for i in range(n)]
-    >>> start = [i * 10 for i in range(n)]
-    >>> dur = [2 if i // 4 != 1 else 5 for i in range(n)]   # iteration 1: each collective +3
-    >>> t = pa.table({"rank": [0] * n, "iteration": it, "op_index": [i % 4 for i in range(n)],
-    ...               "comm_id": ["tp-0"] * n, "seq": list(range(n)), "op": ["all_reduce"] * n,
-    ...               "peer": pa.array([None] * n, pa.int32()), "nbytes": [8] * n, "start_ns": start,
-    ...               "end_ns": [s + d for s, d in zip(start, dur)], "abnormal": [False] * n})
-    >>> ro = RankOps(0, t, lambda v: 0)
-    >>> cause_cost(ro, 5, compute=False)   # 3 ns on one operator, 12 over the iteration
-    12.0
-    """
-    gap_x, dur_x = ro.excess()
-    x = gap_x if compute else dur_x
-    one = float(x[row])
-    its, per = ro.iteration_sums(x.astype(float) if compute else np.where(ro.comm == ro.comm[row], x, 0.0))
-    k = int(np.searchsorted(its, ro.iteration[row]))
-    return max(one, float(per[k] - np.median(per))) if its.size >= 3 else one
-
-
-def _drop_diffuse(ev: Evidence, ranks: Any, host_of: Any, dominance: float = 3.0) -> None:
-    """Per iteration, keep only the causes related to its strongest one.
-
-    Causes are related when they share a rank, a device, or (compute causes) a host. An
-    iteration whose causes fall into unrelated groups keeps the group whose strongest cause (what
-    it cost the iteration: :func:`cause_cost`) is at least ``dominance`` times the next group's;
-    otherwise it is *diffuse*: unrelated slowdowns of similar size at once are the mark of a
-    job-wide disturbance (a loaded machine, a shared file system), not of one faulty device, and
-    the iteration moves to ``ev.common``.
-    """
-    by_it: dict[int, list[int]] = {}
-    for i, c in enumerate(ev.causes):
-        by_it.setdefault(c.iteration, []).append(i)
-
-    def involved(i: int) -> set[Any]:
-        c = ev.causes[i]
-        out: set[Any] = set(c.ranks) | set(ev.implicated[i])
-        if c.cause == COMPUTE:
-            out |= {f"host:{host_of(r)}" for r in c.ranks}
-        return out
-
-    def strength(i: int) -> float:
-        c = ev.causes[i]
-        return cause_cost(ranks[c.rank], c.row, c.cause == COMPUTE)
-
-    keep: list[int] = []
-    for it, idx in by_it.items():
-        comps = components([involved(i) for i in idx])
-        if len(comps) == 1:
-            keep += idx
-            continue
-        best = sorted(((max(strength(idx[j]) for j in comp), comp) for comp in comps), key=lambda x: -x[0])
-        if best[0][0] >= dominance * best[1][0]:
-            keep += [idx[j] for j in best[0][1]]
-        else:
-            ev.common.append(it)
-    keep.sort()
-    ev.causes = [ev.causes[i] for i in keep]
-    ev.implicated = [ev.implicated[i] for i in keep]
 
 
 def _iteration_times(src: Any, rank: int) -> tuple[np.ndarray, np.ndarray]:
