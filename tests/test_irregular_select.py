@@ -98,9 +98,9 @@ def test_a_fault_that_returns_a_few_percent_each_time_is_found_by_its_repeats(tm
     r = holmes.localize(path, full_read=0, repeat_z=3, stretch_z=5)
     assert [d.id for d in r.devices] == ["gpu:5"], [(d.id, d.confidence) for d in r.all_devices[:3]]
     assert any("explains two of them" in a for a in r.assumptions)
-    # at the default stretch_z (4) iteration 27 (4.8 sigmas) stands out alone: searched alone, the
-    # GPU is the only candidate, short of the confidence an 8-GPU job's chance level asks
-    r = holmes.localize(path, full_read=0)
+    # at stretch_z 4 iteration 27 (4.8 sigmas) stands out alone: searched alone, the GPU is the
+    # only candidate, short of the confidence an 8-GPU job's chance level asks
+    r = holmes.localize(path, full_read=0, stretch_z=4)
     assert r.irregular_iterations == [27] and r.verdict == "inconclusive"
     assert [d.id for d in r.all_devices] == ["gpu:5"] and r.devices == []
 
