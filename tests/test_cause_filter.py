@@ -53,28 +53,30 @@ def test_a_group_slowed_a_little_at_every_collective_outweighs_one_longer_gap():
     assert ev.causes == [net] and ev.common == []
 
 
+def _two_stragglers(seed: int, slow0: tuple[int, int, float], slow8: tuple[int, int, float]):
+    """Ranks 0 and 8, each with one compute gap ``(iteration, op, extra ns)`` grown, and a
+    compute cause on each of those gaps."""
+    rng = np.random.default_rng(seed)
+    gaps = {0: _jitter(rng, 2e6), 8: _jitter(rng, 2e6)}
+    causes = []
+    for r, (it, op, extra) in ((0, slow0), (8, slow8)):
+        gaps[r][it, op] += extra
+        causes.append(_cause(it, COMPUTE, r, it * OPS + op))
+    return {r: _rank(r, g, _jitter(rng, 1e6)) for r, g in gaps.items()}, causes
+
+
 def test_unrelated_causes_of_similar_cost_are_a_common_mode_slowdown():
-    rng = np.random.default_rng(1)
-    gap0, gap8 = _jitter(rng, 2e6), _jitter(rng, 2e6)
-    gap0[2, 3] += 5e6
-    gap8[2, 9] += 6e6
-    ranks = {0: _rank(0, gap0, _jitter(rng, 1e6)), 8: _rank(8, gap8, _jitter(rng, 1e6))}
-    a, b = _cause(2, COMPUTE, 0, 2 * OPS + 3), _cause(2, COMPUTE, 8, 2 * OPS + 9)
+    ranks, (a, b) = _two_stragglers(1, (2, 3, 5e6), (2, 9, 6e6))
     ev = Evidence(causes=[a, b], implicated=[["gpu:0", "host:0"], ["gpu:8", "host:1"]])
     drop_diffuse(ev, ranks, lambda r: r // 8)
     assert ev.causes == [] and ev.common == [2]
 
 
 def test_a_cause_about_as_long_as_usual_does_not_explain_a_slow_iteration():
-    rng = np.random.default_rng(2)
     # iteration 4 of the pivot was 6 ms too long; the search ended on a compute gap of rank 0
     # 0.4 ms longer than usual (jitter: the delay was spread over many ranks), and in iteration 2
     # on rank 8's gap 5 ms longer (a real straggler)
-    gap0, gap8 = _jitter(rng, 2e6), _jitter(rng, 2e6)
-    gap0[4, 11] += 4e5
-    gap8[2, 9] += 5e6
-    ranks = {0: _rank(0, gap0, _jitter(rng, 1e6)), 8: _rank(8, gap8, _jitter(rng, 1e6))}
-    weak, real = _cause(4, COMPUTE, 0, 4 * OPS + 11), _cause(2, COMPUTE, 8, 2 * OPS + 9)
+    ranks, (weak, real) = _two_stragglers(2, (4, 11, 4e5), (2, 9, 5e6))
     ev = Evidence(causes=[real, weak], implicated=[["gpu:8"], ["gpu:0", "host:0"]])
     drop_minor(ev, ranks, {2: 6e6, 4: 6e6}, share=0.3)
     assert ev.causes == [real] and ev.implicated == [["gpu:8"]] and ev.without_cause == [4]

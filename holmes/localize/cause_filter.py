@@ -114,9 +114,7 @@ def drop_diffuse(ev: Any, ranks: Any, host_of: Any, dominance: float = 3.0) -> N
             keep += [idx[j] for j in best[0][1]]
         else:
             ev.common.append(it)
-    keep.sort()
-    ev.causes = [ev.causes[i] for i in keep]
-    ev.implicated = [ev.implicated[i] for i in keep]
+    _keep(ev, sorted(keep))
 
 
 def explains(ro: Any, cause: RootCause, excess: float, share: float, usual: Any = None) -> bool:
@@ -153,6 +151,11 @@ def drop_minor(ev: Any, ranks: Mapping[int, Any], excess: Mapping[int, float], s
     keep = [i for i, c in enumerate(ev.causes)
             if explains(ranks[c.rank], c, excess.get(c.iteration, 0.0), share, usual)]
     before = {c.iteration for c in ev.causes}
+    _keep(ev, keep)
+    ev.without_cause += sorted(before - {c.iteration for c in ev.causes})
+
+
+def _keep(ev: Any, keep: list[int]) -> None:
+    """Keep only the causes (and their implicated devices) at the indices ``keep``."""
     ev.causes = [ev.causes[i] for i in keep]
     ev.implicated = [ev.implicated[i] for i in keep]
-    ev.without_cause += sorted(before - {c.iteration for c in ev.causes})

@@ -59,6 +59,11 @@ class Selection:
     #: alone is beyond the noise, their agreement is the evidence)
     min_hits: int = 0
 
+    @property
+    def usual(self) -> np.ndarray:
+        """The window's iterations that are not irregular: the job's usual level."""
+        return self.window[~np.isin(self.window, self.irregular)]
+
     def beyond_noise(self) -> bool:
         """Whether an iteration searched stood out of the job's own noise on its own (those
         searched for their repeats, ``min_hits``, did not)."""
@@ -201,8 +206,7 @@ class IrregularAnalysis:
                                                     speedup=p.exonerate_speedup))
         if p.straggler_share > 0:
             drop_diffuse(ev, search.graph.ranks, topo.host_of)
-        regular = sel.window[~np.isin(sel.window, sel.irregular)]
-        drop_minor(ev, search.graph.ranks, excess, p.cause_share, regular)
+        drop_minor(ev, search.graph.ranks, excess, p.cause_share, sel.usual)
         self._null(run, sel, ev, healthy, ref, transfers)
         if p.narrow:
             narrowed = narrow_by_coverage(ev.implicated, [c.rate for c in ev.causes],
@@ -225,11 +229,11 @@ class IrregularAnalysis:
         regular = sel.window[~np.isin(sel.window, near) & calm]
         if p.null_iterations == 0 or regular.size == 0:
             return
-        usual = sel.window[~np.isin(sel.window, sel.irregular)]
         pick = regular[np.unique(np.linspace(0, regular.size - 1, min(p.null_iterations, regular.size)).astype(int))]
         # a regular iteration is judged as if it had just made the cut: its excess is at least
         # the smallest an irregular one has ((delta - 1) x the reference ``ref``)
         excess = dict(zip(sel.window.tolist(), np.maximum(sel.durations - ref, (p.delta - 1) * ref).tolist()))
+        usual = sel.usual
         for it in pick.tolist():
             with search.fetched_only():  # chance is judged on the ranks the real search read
                 found = explain_iteration(run, it, excess.get(it, 0.0), transfers)
