@@ -88,21 +88,42 @@ def test_a_slow_drift_of_the_whole_job_is_no_step(tmp_path):
 
 def test_a_fault_that_returns_a_few_percent_each_time_is_found_by_its_repeats(tmp_path):
     # a 1.08x GPU in four iterations: each stretches the step 3-5%, two of them 3+ sigmas, none
-    # beyond stretch_z 5: without the repeat rule the job reads healthy
+    # beyond stretch_z 5: without the repeat rule (and candidates) the job reads healthy
     path = simulate(tmp_path / "job", tp=2, pp=2, dp=2, gpus_per_host=4, iterations=30, seed=7,
                     faults=["gpu:5@fluctuation:6,13,20,27*1.08"])
-    assert _selection(path, repeat_z=0, stretch_z=5).irregular.size == 0
-    sel = _selection(path, repeat_z=3, stretch_z=5)
+    alone = dict(stretch_z=5, candidate_z=0)
+    assert _selection(path, repeat_z=0, **alone).irregular.size == 0
+    sel = _selection(path, repeat_z=3, **alone)
     assert set(sel.irregular.tolist()) == {13, 27} and sel.min_hits == 2
-    assert holmes.localize(path, full_read=0, repeat_z=0, stretch_z=5).devices == []
-    r = holmes.localize(path, full_read=0, repeat_z=3, stretch_z=5)
+    assert holmes.localize(path, full_read=0, repeat_z=0, **alone).devices == []
+    r = holmes.localize(path, full_read=0, repeat_z=3, **alone)
     assert [d.id for d in r.devices] == ["gpu:5"], [(d.id, d.confidence) for d in r.all_devices[:3]]
     assert any("explains two of them" in a for a in r.assumptions)
     # at stretch_z 4 iteration 27 (4.8 sigmas) stands out alone: searched alone, the GPU is the
     # only candidate, short of the confidence an 8-GPU job's chance level asks
-    r = holmes.localize(path, full_read=0, stretch_z=4)
+    r = holmes.localize(path, full_read=0, stretch_z=4, candidate_z=0)
     assert r.irregular_iterations == [27] and r.verdict == "inconclusive"
     assert [d.id for d in r.all_devices] == ["gpu:5"] and r.devices == []
+    # the defaults: 27 is a candidate (3.5-5 sigmas) among the repeats; the GPU explains both
+    sel = _selection(path)
+    assert sel.candidates.tolist() == [27] and sel.min_hits == 2
+    assert [d.id for d in holmes.localize(path, full_read=0).devices] == ["gpu:5"]
+
+
+def test_a_candidate_counts_only_through_a_cause_standing_out_of_its_own_noise(tmp_path):
+    # one 1.07x GPU spike stretches iteration 27 by 5%, 4.2 sigmas (no repeat): a candidate; the GPU's
+    # own compute stands far out of its noise, so its cause counts alone
+    path = simulate(tmp_path / "job", tp=2, pp=2, dp=2, gpus_per_host=4, iterations=30, seed=7,
+                    faults=["gpu:5@spike:27*1.07"])
+    sel = _selection(path, repeat_z=0)
+    assert sel.candidates.tolist() == [27], sel.z
+    r = holmes.localize(path, full_read=0, repeat_z=0, point_calibration=1)
+    assert r.all_devices and r.all_devices[0].id == "gpu:5", r.all_devices
+    # demanding more of the cause than it stands out (own_z 1000) leaves the candidate
+    # unexplained: the job's noise, not "inconclusive"
+    r = holmes.localize(path, full_read=0, repeat_z=0, own_z=1000)
+    assert r.all_devices == [] and r.verdict == "healthy", r.all_devices
+    assert 27 in r.iterations_without_cause
 
 
 def test_the_repeat_rule_names_nothing_in_clean_jobs(tmp_path):

@@ -9,21 +9,23 @@ keep such causes from counting as evidence:
 * :func:`drop_diffuse` -- unrelated causes of similar size in one iteration are a job-wide
   disturbance, not a device (the iteration is *common*);
 * :func:`drop_minor` -- a cause that cost its rank only a small share of the iteration's excess
-  did not make the iteration slow (the iteration is *without cause*).
+  did not make the iteration slow (the iteration is *without cause*);
+* :func:`drop_unproven` -- in an iteration stretched a few sigmas only (a *candidate*), a cause
+  counts only when its rank's own work stood out of that rank's noise (:func:`cause_z`).
 
 Both weigh a cause by :func:`cause_cost`: what it cost its rank in its iteration.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
 
 from holmes.localize.search import COMPUTE, RootCause
 
-__all__ = ["cause_cost", "components", "drop_diffuse", "drop_minor", "explains"]
+__all__ = ["cause_cost", "cause_z", "components", "drop_diffuse", "drop_minor", "drop_unproven", "explains", "proven_devices"]
 
 
 def components(involved: list[set[Any]]) -> list[list[int]]:
@@ -68,14 +70,50 @@ def cause_cost(ro: Any, row: int, compute: bool, usual: Any = None) -> float:
     >>> cause_cost(ro, 5, compute=False)   # 3 ns on one operator, 12 over the iteration
     12.0
     """
-    gap_x, dur_x = ro.excess()
-    x = gap_x if compute else dur_x
-    one = float(x[row])
-    its, per = ro.iteration_sums(x.astype(float) if compute else np.where(ro.comm == ro.comm[row], x, 0.0))
-    k = int(np.searchsorted(its, ro.iteration[row]))
+    its, per, k, one = _per_iteration(ro, row, compute)
     base = per if usual is None else per[np.isin(its, usual)]
     base = per if base.size == 0 else base
     return max(one, float(per[k] - np.median(base))) if its.size >= 3 else one
+
+
+def cause_z(ro: Any, row: int, compute: bool, usual: Any) -> float:
+    """How far the rank's own work of a cause stood out in its iteration: its time computing (a
+    compute cause) or in the cause's communicator (a network cause) against the same over the
+    ``usual`` iterations, in robust sigmas (``1.4826 * MAD``; 0 with under 3 usual iterations).
+
+    A slow device shows in the work it did itself, not only in the iteration it stretched: a
+    cause standing ``z`` sigmas out of its own rank's noise is the device; one where the search
+    ended in an iteration stretched by jitter shows the rank's usual time.
+
+    >>> import pyarrow as pa
+    >>> from holmes.cog import RankOps
+    >>> n = 6 * 2
+    >>> dur = [2 + (i // 2) % 2 if i // 2 != 4 else 9 for i in range(n)]   # iteration 4: +6-7 per op
+    >>> t = pa.table({"rank": [0] * n, "iteration": [i // 2 for i in range(n)],
+    ...               "op_index": [i % 2 for i in range(n)], "comm_id": ["tp-0"] * n, "seq": list(range(n)),
+    ...               "op": ["all_reduce"] * n, "peer": pa.array([None] * n, pa.int32()), "nbytes": [8] * n,
+    ...               "start_ns": [i * 10 for i in range(n)], "end_ns": [i * 10 + d for i, d in enumerate(dur)],
+    ...               "abnormal": [False] * n})
+    >>> ro = RankOps(0, t, lambda v: 0)
+    >>> cause_z(ro, 8, compute=False, usual=[0, 1, 2, 3, 5]) > 4, cause_z(ro, 2, compute=False, usual=[0, 1, 2, 3, 5]) < 2
+    (True, True)
+    """
+    its, per, k, _ = _per_iteration(ro, row, compute)
+    base = per[np.isin(its, usual) & (its != its[k])]
+    if base.size < 3:
+        return 0.0
+    med = float(np.median(base))
+    sigma = 1.4826 * float(np.median(np.abs(base - med)))
+    return float((per[k] - med) / max(sigma, 1.0))
+
+
+def _per_iteration(ro: Any, row: int, compute: bool) -> tuple[np.ndarray, np.ndarray, int, float]:
+    """The rank's iterations, its excess per iteration where the cause lies (computing, or in
+    the cause's communicator), the cause's iteration's index, and the cause operator's own excess."""
+    gap_x, dur_x = ro.excess()
+    x = gap_x if compute else dur_x
+    its, per = ro.iteration_sums(x.astype(float) if compute else np.where(ro.comm == ro.comm[row], x, 0.0))
+    return its, per, int(np.searchsorted(its, ro.iteration[row])), float(x[row])
 
 
 def drop_diffuse(ev: Any, ranks: Any, host_of: Any, dominance: float = 3.0) -> None:
@@ -148,10 +186,36 @@ def drop_minor(ev: Any, ranks: Mapping[int, Any], excess: Mapping[int, float], s
     iteration left without a cause joins ``ev.without_cause``."""
     if share <= 0 or not ev.causes:
         return
-    keep = [i for i, c in enumerate(ev.causes)
-            if explains(ranks[c.rank], c, excess.get(c.iteration, 0.0), share, usual)]
+    _drop_unless(ev, lambda c: explains(ranks[c.rank], c, excess.get(c.iteration, 0.0), share, usual))
+
+
+def drop_unproven(ev: Any, ranks: Mapping[int, Any], candidates: Any, own_z: float, usual: Any) -> None:
+    """Drop the causes of the ``candidates`` iterations (stretched a few sigmas, not beyond doubt)
+    whose own work did not stand ``own_z`` sigmas out of its rank's ``usual`` level
+    (:func:`cause_z`); a candidate left without a cause joins ``ev.without_cause``."""
+    cand = {int(i) for i in np.asarray(candidates).tolist()}
+    if own_z <= 0 or not cand or not ev.causes:
+        return
+    _drop_unless(ev, lambda c: c.iteration not in cand or _stands_out(ranks, c, own_z, usual))
+
+
+def proven_devices(ev: Any, ranks: Mapping[int, Any], candidates: Any, own_z: float, usual: Any) -> set[str]:
+    """The devices implicated by a cause of the ``candidates`` iterations that stood ``own_z``
+    sigmas out of its rank's ``usual`` level (:func:`cause_z`)."""
+    cand = {int(i) for i in np.asarray(candidates).tolist()}
+    return {d for c, devs in zip(ev.causes, ev.implicated)
+            if c.iteration in cand and own_z > 0 and _stands_out(ranks, c, own_z, usual) for d in devs}
+
+
+def _stands_out(ranks: Mapping[int, Any], c: RootCause, own_z: float, usual: Any) -> bool:
+    return cause_z(ranks[c.rank], c.row, c.cause == COMPUTE, usual) >= own_z
+
+
+def _drop_unless(ev: Any, holds: Callable[[RootCause], bool]) -> None:
+    """Keep the causes for which ``holds``; an iteration left without a cause joins
+    ``ev.without_cause``."""
     before = {c.iteration for c in ev.causes}
-    _keep(ev, keep)
+    _keep(ev, [i for i, c in enumerate(ev.causes) if holds(c)])
     ev.without_cause += sorted(before - {c.iteration for c in ev.causes})
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from holmes.detect.monitor import IrregularityRule
 from holmes.errors import JobError
-from holmes.localize.cause_filter import drop_diffuse, drop_minor, explains
+from holmes.localize.cause_filter import drop_diffuse, drop_minor, drop_unproven, explains, proven_devices
 from holmes.localize.cells import CellEvidence, Event, device_pvalues
 from holmes.localize.confidence import confidences, iteration_weights, network_opportunity, weighted_hits
 from holmes.localize.explain import explain_iteration, implicated_devices
@@ -58,6 +58,9 @@ class Selection:
     #: a device must be implicated in this many searched iterations (the repeat rule: none
     #: alone is beyond the noise, their agreement is the evidence)
     min_hits: int = 0
+    #: irregular iterations only a few sigmas out (``candidate_z``): their causes must stand out
+    #: of their own rank's noise, and unexplained they are noise
+    candidates: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @property
     def usual(self) -> np.ndarray:
@@ -66,8 +69,9 @@ class Selection:
 
     def beyond_noise(self) -> bool:
         """Whether an iteration searched stood out of the job's own noise on its own (those
-        searched for their repeats, ``min_hits``, did not)."""
-        return not self.min_hits and any(w > 0 for w in self.weights.values())
+        searched for their repeats, ``min_hits``, and the ``candidates`` did not)."""
+        cand = set(self.candidates.tolist())
+        return not self.min_hits and any(w > 0 for i, w in self.weights.items() if i not in cand)
 
 
 @dataclass
@@ -86,6 +90,9 @@ class Evidence:
     #: a job read whole: every device's cells against the job's noise, and what stood out
     cells: CellEvidence | None = None
     events: list[Event] = field(default_factory=list)
+    #: devices implicated by a candidate iteration's cause that stood out of its rank's noise
+    #: (they need no repeat: ``Selection.min_hits``)
+    proven: set[str] = field(default_factory=set)
 
 
 class IrregularAnalysis:
@@ -131,6 +138,14 @@ class IrregularAnalysis:
                 mask |= after
                 run.assume(f"the pivot's iterations stepped up by {100 * shift / ref:.1f}% from "
                            f"iteration {int(its[k])} on ({t:.1f} standard errors): those above half the step are irregular")
+        cand = np.zeros_like(mask)
+        if p.candidate_z > 0 and p.stretch_z > 0 and durs.size >= 5 and not whole:
+            # a few sigmas out, not beyond doubt: searched, but only a cause standing out of its
+            # own rank's noise counts (gather), and one no cause explains is the job's noise
+            near = mask.copy()
+            near[1:] |= mask[:-1]
+            near[:-1] |= mask[1:]
+            cand = (z_floor >= p.candidate_z) & long_enough & ~near
         min_hits = 0
         if p.repeat_z > 0 and durs.size >= 5 and not whole and not mask.any():
             # a fault that returns, each time a few percent: several iterations stretched a few
@@ -143,6 +158,10 @@ class IrregularAnalysis:
                 mask |= rep
                 run.assume(f"no iteration irregular, but {int(rep.sum())} stretched {p.repeat_z:g}+ sigmas and over "
                            f"{100 * p.min_stretch:g}%: searched for a device that explains two of them or more")
+        if cand.any():
+            mask |= cand
+            run.assume(f"{int(cand.sum())} iteration(s) {p.candidate_z:g}-{p.stretch_z:g} sigmas out searched as candidates "
+                       f"(a cause counts alone only when its own work stood {p.own_z:g} sigmas out of its rank's noise)")
         irregular = its[mask]
         w = iteration_weights(z[mask], p.noise_z)
         weights = {int(i): float(x) for i, x in zip(irregular, w)}
@@ -158,7 +177,7 @@ class IrregularAnalysis:
             run.assume(f"searched the {p.max_iterations} most irregular of {len(irregular)} irregular iterations")
         if not len(irregular):
             run.assume(f"no irregular iteration (delta={p.delta}) on pivot rank {p.pivot}: nothing to localize")
-        return Selection(its, durs, irregular, chosen, weights, z, min_hits)
+        return Selection(its, durs, irregular, chosen, weights, z, min_hits, its[cand])
 
     def gather(self, run: Any, sel: Selection) -> Evidence:
         """Root causes of the chosen iterations and the devices each implicates."""
@@ -207,6 +226,10 @@ class IrregularAnalysis:
         if p.straggler_share > 0:
             drop_diffuse(ev, search.graph.ranks, topo.host_of)
         drop_minor(ev, search.graph.ranks, excess, p.cause_share, sel.usual)
+        if sel.min_hits:  # searched for their repeats: a candidate's cause standing out counts alone
+            ev.proven = proven_devices(ev, search.graph.ranks, sel.candidates, p.own_z, sel.usual)
+        else:
+            drop_unproven(ev, search.graph.ranks, sel.candidates, p.own_z, sel.usual)
         self._null(run, sel, ev, healthy, ref, transfers)
         if p.narrow:
             narrowed = narrow_by_coverage(ev.implicated, [c.rate for c in ev.causes],
@@ -272,7 +295,7 @@ class IrregularAnalysis:
         return [DeviceScore(d, device_kind(d), s, index.get(d, 0.0), ranking.counts.get(d, 0),
                             confidence=conf.get(d), evidence=(self.name,),
                             coverage=hits.get(d, 0.0) / n if n > 0 else None) for d, s in ranking.ranked()
-                if hits.get(d, 0.0) >= sel.min_hits - 1e-9]
+                if hits.get(d, 0.0) >= sel.min_hits - 1e-9 or d in ev.proven]
 
     @staticmethod
     def confidence(run: Any, ev: Evidence, hits: dict[str, float], n: float) -> dict[str, float]:

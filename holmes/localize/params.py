@@ -136,12 +136,29 @@ class LocalizeParams(BaseModel):
         iteration, whose delay spills into it): on a quiet job a device that
         costs 3-10% of a step is beyond doubt, though not delta-irregular; 0 keeps the paper's
         delta rule alone. Jobs read whole (``full_read``) keep the delta rule: their cells judge
-        every iteration anyway. 4 names single NVSwitch and spine-link spikes costing 4-7%
-        (4.2-5 sigmas) on the simulated development splits, but a healthy 2,048-GPU job then
-        reads ``inconclusive`` one time in four (an iteration 4-4.7 sigmas out that no cause
-        explains) and the test split had two jobs whose fault cost under 0.3% named a host: 5.
+        every iteration anyway; 0 also turns ``candidate_z`` off. 4 names single NVSwitch and
+        spine-link spikes costing 4-7% (4.2-5 sigmas) on the simulated development splits, but a
+        healthy 2,048-GPU job then reads ``inconclusive`` one time in four (an iteration 4-4.7
+        sigmas out that no cause explains) and the test split had two jobs whose fault cost under
+        0.3% named a host: 5, and the iterations below it are ``candidate_z``'s.
     min_stretch : float, default 0.03
         See ``stretch_z``: the smallest stretch it flags (and the smallest step ``shift_z`` flags).
+    candidate_z : float, default 3.5
+        Iterations standing ``candidate_z`` to ``stretch_z`` healthy sigmas out (at least
+        ``min_stretch`` longer, not next to an irregular one) are *candidates*, searched: a cause
+        of one counts only when its rank's own work (its compute, or its time in the cause's
+        communicator) stood ``own_z`` sigmas out of that rank's usual level
+        (:func:`holmes.localize.cause_filter.cause_z`), and a candidate that no cause explains is
+        the job's noise, not a reason for ``inconclusive``; among the repeat rule's iterations
+        such a cause's devices count without a second hit. A single NVSwitch,
+        leaf-switch or spine-link spike costing 4-7% of a 2,048-GPU step stands 3.6-5 sigmas out;
+        the causes Algorithm 1 ends on in a healthy job's 3.5-5-sigma iteration are compute
+        jitter of the rank's usual size. Not for jobs read whole. 0 turns candidates off.
+    own_z : float, default 4.0
+        See ``candidate_z``. Chosen on the simulated development splits (66 jobs with an
+        iteration 3.5-5 sigmas out): every cause of such an iteration implicating no faulty
+        device stood at most 3.2 sigmas out of its rank's noise; every faulty iteration kept a
+        cause at 4.5 or more (most 10-50).
     cause_share : float, default 0.3
         Algorithm 1 (jobs not read whole): a root cause counts only when it cost its rank in its
         iteration (:func:`holmes.localize.cause_filter.cause_cost`, against the rank's regular
@@ -269,6 +286,8 @@ class LocalizeParams(BaseModel):
     full_read: int = Field(default=128, ge=0)
     stretch_z: float = Field(default=5.0, ge=0)
     min_stretch: float = Field(default=0.03, ge=0)
+    candidate_z: float = Field(default=3.5, ge=0)
+    own_z: float = Field(default=4.0, ge=0)
     repeat_z: float = Field(default=3.0, ge=0)
     cause_share: float = Field(default=0.3, ge=0, le=1)
     shift_z: float = Field(default=6.0, ge=0)
@@ -297,7 +316,7 @@ class LocalizeParams(BaseModel):
             raise ConfigError(_one_line(exc)) from None
 
     @field_validator("delta", "alpha", "exonerate_bytes", "exonerate_speedup", "late_ratio", "noise_z",
-                     "min_confidence", "straggler_share", "tail_calibration", "point_calibration", "cell_noise", "stretch_z", "min_stretch", "repeat_z", "shift_z", "cell_cost_z", "persistent_z", "network_min_excess", "imbalance_pct")
+                     "min_confidence", "straggler_share", "tail_calibration", "point_calibration", "cell_noise", "stretch_z", "min_stretch", "candidate_z", "own_z", "repeat_z", "shift_z", "cell_cost_z", "persistent_z", "network_min_excess", "imbalance_pct")
     @classmethod
     def _finite(cls, v: float) -> float:
         if not math.isfinite(v):
