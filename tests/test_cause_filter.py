@@ -1,5 +1,6 @@
 """Which root causes stand (:mod:`holmes.localize.cause_filter`): of unrelated ones the one that
-cost most (``drop_diffuse``); none that cost its rank a trifle of the iteration's excess (``drop_minor``)."""
+cost most (``drop_diffuse``); none that cost its rank a trifle of the iteration's excess (``drop_minor``);
+in a candidate iteration only those standing out of their own rank's noise (``drop_unproven``)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 from holmes.cog import RankOps
-from holmes.localize.cause_filter import cause_cost, drop_diffuse, drop_minor
+from holmes.localize.cause_filter import cause_cost, cause_z, drop_diffuse, drop_minor, drop_unproven, proven_devices
 from holmes.localize.irregular import Evidence
 from holmes.localize.search import COMPUTE, NETWORK, RootCause
 
@@ -98,3 +99,32 @@ def test_a_persistent_slowdown_is_measured_against_the_regular_iterations():
     ev = Evidence(causes=[c], implicated=[["nvswitch:1"]])
     drop_minor(ev, ranks, {4: 8e6}, share=0.3, usual=np.array([0, 1]))
     assert ev.causes == [c] and ev.without_cause == []
+
+
+def test_a_candidates_cause_counts_only_when_its_own_work_stood_out():
+    rng = np.random.default_rng(4)
+    # iteration 3 is a candidate (a few sigmas out on the pivot): rank 8's collectives took
+    # 0.3 ms longer each (12 ms: its own time in the group far out of its 2% jitter), rank 0's
+    # gap that the search also ended on grew 0.2 ms (within its compute's jitter over 40 gaps)
+    dur8 = _jitter(rng, 1e6)
+    dur8[3] += 3e5
+    gap0 = _jitter(rng, 2e6)
+    gap0[3, 7] += 2e5
+    ranks = {8: _rank(8, _jitter(rng, 2e6), dur8), 0: _rank(0, gap0, _jitter(rng, 1e6))}
+    usual = np.array([0, 1, 2, 4, 5])
+    net, comp = _cause(3, NETWORK, 8, 3 * OPS + 5), _cause(3, COMPUTE, 0, 3 * OPS + 7)
+    assert cause_z(ranks[8], net.row, False, usual) > 20
+    assert cause_z(ranks[0], comp.row, True, usual) < 4
+    ev = Evidence(causes=[net, comp], implicated=[["nvswitch:1"], ["gpu:0", "host:0"]])
+    assert proven_devices(ev, ranks, [3], own_z=4, usual=usual) == {"nvswitch:1"}
+    assert proven_devices(ev, ranks, [2], own_z=4, usual=usual) == set()   # 3 is no candidate
+    drop_unproven(ev, ranks, [3], own_z=4, usual=usual)
+    assert ev.causes == [net] and ev.without_cause == []
+    # the gap alone: the candidate is left without a cause
+    ev = Evidence(causes=[comp], implicated=[["gpu:0", "host:0"]])
+    drop_unproven(ev, ranks, [3], own_z=4, usual=usual)
+    assert ev.causes == [] and ev.without_cause == [3]
+    # outside the candidates nothing is dropped
+    ev = Evidence(causes=[comp], implicated=[["gpu:0", "host:0"]])
+    drop_unproven(ev, ranks, [1], own_z=4, usual=usual)
+    assert ev.causes == [comp]

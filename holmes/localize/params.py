@@ -158,7 +158,7 @@ class LocalizeParams(BaseModel):
         See ``candidate_z``. Chosen on the simulated development splits (66 jobs with an
         iteration 3.5-5 sigmas out): every cause of such an iteration implicating no faulty
         device stood at most 3.2 sigmas out of its rank's noise; every faulty iteration kept a
-        cause at 4.5 or more (most 10-50).
+        cause at 5 or more (most 10-50).
     cause_share : float, default 0.3
         Algorithm 1 (jobs not read whole): a root cause counts only when it cost its rank in its
         iteration (:func:`holmes.localize.cause_filter.cause_cost`, against the rank's regular
