@@ -121,10 +121,7 @@ class IrregularAnalysis:
             # beyond doubt though under delta: far out of the job's own noise and a real cost (a
             # job read whole needs no such rule: the cells judge every iteration of every device)
             # (not next to a delta-irregular one: a delay late in an iteration spills into the next)
-            near = np.zeros_like(mask)
-            near[1:] |= mask[:-1]
-            near[:-1] |= mask[1:]
-            mask |= (z_floor >= p.stretch_z) & long_enough & ~near
+            mask |= (z_floor >= p.stretch_z) & long_enough & ~_beside(mask)
         if p.shift_z > 0 and not whole:
             # a device slow from some iteration on: a step up lasting to the end, each iteration
             # after it only a few percent longer (its z over the window's spread, which the step
@@ -142,10 +139,7 @@ class IrregularAnalysis:
         if p.candidate_z > 0 and p.stretch_z > 0 and durs.size >= 5 and not whole:
             # a few sigmas out, not beyond doubt: searched, but only a cause standing out of its
             # own rank's noise counts (gather), and one no cause explains is the job's noise
-            near = mask.copy()
-            near[1:] |= mask[:-1]
-            near[:-1] |= mask[1:]
-            cand = (z_floor >= p.candidate_z) & long_enough & ~near
+            cand = (z_floor >= p.candidate_z) & long_enough & ~mask & ~_beside(mask)
         min_hits = 0
         if p.repeat_z > 0 and durs.size >= 5 and not whole and not mask.any():
             # a fault that returns, each time a few percent: several iterations stretched a few
@@ -312,6 +306,18 @@ class IrregularAnalysis:
                 null_hits[d] = null_hits.get(d, 0) + 1
         return confidences(hits, n, src.world_size, run.topology, share, null_hits=null_hits,
                            null_n=len(ev.null_devices))
+
+
+def _beside(mask: np.ndarray) -> np.ndarray:
+    """The iterations next to a flagged one (a delay late in an iteration spills into the next).
+
+    >>> _beside(np.array([False, True, False, False])).tolist()
+    [True, False, True, False]
+    """
+    out = np.zeros_like(mask)
+    out[1:] |= mask[:-1]
+    out[:-1] |= mask[1:]
+    return out
 
 
 def _iteration_times(src: Any, rank: int) -> tuple[np.ndarray, np.ndarray]:
