@@ -2,8 +2,8 @@
 
 Its steps, as :class:`~holmes.localize.pipeline.Localizer` runs them:
 
-1. **select** -- the pivot's delta-irregular iterations in the window
-   (:class:`holmes.detect.IrregularityRule`), each weighed by how far it stands above the job's
+1. **select** -- the pivot's irregular iterations in the window (the delta rule and the rules
+   for faults costing a few percent: :mod:`~holmes.localize.iteration_rules`), each weighed by how far it stands above the job's
    healthy spread (:func:`~holmes.localize.confidence.iteration_weights`); those within the noise
    are not searched; at most ``max_iterations`` of the most irregular;
 2. **gather** -- per chosen iteration, Algorithm 1 from the monitored ranks' abnormal operators
@@ -34,6 +34,7 @@ from holmes.localize.confidence import confidences, iteration_weights, network_o
 from holmes.localize.explain import explain_iteration, implicated_devices
 from holmes.localize.healthy import HealthyPaths
 from holmes.localize.host_probe import HostProbe
+from holmes.localize.iteration_rules import flag_iterations
 from holmes.localize.probe import NetworkProbe
 from holmes.localize.ranking import DeviceRanking, device_kind, irregularity_rate, is_point_device, narrow_by_coverage
 from holmes.localize.report import DeviceScore
@@ -108,54 +109,9 @@ class IrregularAnalysis:
             raise JobError(f"pivot rank {p.pivot}: {run.source.missing.get(p.pivot, 'log unavailable')}")
         it_all, dur_all = _iteration_times(run.source, p.pivot)
         its, durs = it_all[-p.window:], dur_all[-p.window:].astype(float)
-        rule = IrregularityRule(p.delta)
-        z = rule.z_scores(durs)
-        if p.noise_window:
-            z = np.minimum(z, rule.z_scores(durs, local=p.noise_window))
-        mask = rule.mask(durs)
-        ref = rule.reference(durs)
         whole = bool(p.full_read) and run.source.world_size <= p.full_read
-        z_floor = rule.z_scores(durs, mad_floor=True)   # the stretch and repeat rules' sigmas
-        long_enough = durs > (1.0 + p.min_stretch) * ref
-        if p.stretch_z > 0 and durs.size >= 5 and not whole:
-            # beyond doubt though under delta: far out of the job's own noise and a real cost (a
-            # job read whole needs no such rule: the cells judge every iteration of every device)
-            # (not next to a delta-irregular one: a delay late in an iteration spills into the next)
-            mask |= (z_floor >= p.stretch_z) & long_enough & ~_beside(mask)
-        if p.shift_z > 0 and not whole:
-            # a device slow from some iteration on: a step up lasting to the end, each iteration
-            # after it only a few percent longer (its z over the window's spread, which the step
-            # itself widens, stays small)
-            k, t, shift = rule.level_shift(durs)
-            if t >= p.shift_z and shift >= p.min_stretch * ref:
-                base = float(np.median(durs[:k]))
-                after = np.zeros_like(mask)
-                after[k:] = durs[k:] > base + shift / 2.0
-                z = np.where(after, np.maximum(z, t), z)  # weighed by the step's evidence
-                mask |= after
-                run.assume(f"the pivot's iterations stepped up by {100 * shift / ref:.1f}% from "
-                           f"iteration {int(its[k])} on ({t:.1f} standard errors): those above half the step are irregular")
-        cand = np.zeros_like(mask)
-        if p.candidate_z > 0 and p.stretch_z > 0 and durs.size >= 5 and not whole:
-            # a few sigmas out, not beyond doubt: searched, but only a cause standing out of its
-            # own rank's noise counts (gather), and one no cause explains is the job's noise
-            cand = (z_floor >= p.candidate_z) & long_enough & ~mask & ~_beside(mask)
-        min_hits = 0
-        if p.repeat_z > 0 and durs.size >= 5 and not whole and not mask.any():
-            # a fault that returns, each time a few percent: several iterations stretched a few
-            # sigmas, none beyond doubt alone; searched with full weight, but a device counts
-            # only if it explains two of them (chance rarely blames one device twice)
-            rep = (z_floor >= p.repeat_z) & long_enough
-            if rep.sum() >= 2:
-                min_hits = 2
-                z = np.where(rep, np.maximum(z, p.noise_z + 1.0), z)
-                mask |= rep
-                run.assume(f"no iteration irregular, but {int(rep.sum())} stretched {p.repeat_z:g}+ sigmas and over "
-                           f"{100 * p.min_stretch:g}%: searched for a device that explains two of them or more")
-        if cand.any():
-            mask |= cand
-            run.assume(f"{int(cand.sum())} iteration(s) {p.candidate_z:g}-{p.stretch_z:g} sigmas out searched as candidates "
-                       f"(a cause counts alone only when its own work stood {p.own_z:g} sigmas out of its rank's noise)")
+        flags = flag_iterations(its, durs, p, whole, run.assume)
+        mask, z = flags.irregular, flags.z
         irregular = its[mask]
         w = iteration_weights(z[mask], p.noise_z)
         weights = {int(i): float(x) for i, x in zip(irregular, w)}
@@ -171,7 +127,7 @@ class IrregularAnalysis:
             run.assume(f"searched the {p.max_iterations} most irregular of {len(irregular)} irregular iterations")
         if not len(irregular):
             run.assume(f"no irregular iteration (delta={p.delta}) on pivot rank {p.pivot}: nothing to localize")
-        return Selection(its, durs, irregular, chosen, weights, z, min_hits, its[cand])
+        return Selection(its, durs, irregular, chosen, weights, z, flags.min_hits, its[flags.candidates])
 
     def gather(self, run: Any, sel: Selection) -> Evidence:
         """Root causes of the chosen iterations and the devices each implicates."""
@@ -306,18 +262,6 @@ class IrregularAnalysis:
                 null_hits[d] = null_hits.get(d, 0) + 1
         return confidences(hits, n, src.world_size, run.topology, share, null_hits=null_hits,
                            null_n=len(ev.null_devices))
-
-
-def _beside(mask: np.ndarray) -> np.ndarray:
-    """The iterations next to a flagged one (a delay late in an iteration spills into the next).
-
-    >>> _beside(np.array([False, True, False, False])).tolist()
-    [True, False, True, False]
-    """
-    out = np.zeros_like(mask)
-    out[1:] |= mask[:-1]
-    out[:-1] |= mask[1:]
-    return out
 
 
 def _iteration_times(src: Any, rank: int) -> tuple[np.ndarray, np.ndarray]:
