@@ -37,16 +37,21 @@ def _jitter(rng, base: float, shape=(ITS, OPS)) -> np.ndarray:
     return base * (1 + 0.02 * rng.random(shape))
 
 
-def test_a_group_slowed_a_little_at_every_collective_outweighs_one_longer_gap():
-    rng = np.random.default_rng(0)
-    # rank 8 (host 1): in iteration 3 each of its 40 collectives took 0.3 ms longer (a slower
-    # NVSwitch): 12 ms in all; rank 0 (host 0): one compute gap 1 ms longer in iteration 3
+def _slow_group_and_gap(seed: int, gap_extra: float):
+    """Rank 8 (host 1): in iteration 3 each of its 40 collectives took 0.3 ms longer (a slower
+    NVSwitch): 12 ms in all; rank 0 (host 0): one compute gap ``gap_extra`` ns longer in
+    iteration 3. Returns the ranks and a network cause on rank 8, a compute cause on that gap."""
+    rng = np.random.default_rng(seed)
     dur8 = _jitter(rng, 1e6)
     dur8[3] += 3e5
     gap0 = _jitter(rng, 2e6)
-    gap0[3, 7] += 1e6
+    gap0[3, 7] += gap_extra
     ranks = {8: _rank(8, _jitter(rng, 2e6), dur8), 0: _rank(0, gap0, _jitter(rng, 1e6))}
-    net, comp = _cause(3, NETWORK, 8, 3 * OPS + 5), _cause(3, COMPUTE, 0, 3 * OPS + 7)
+    return ranks, _cause(3, NETWORK, 8, 3 * OPS + 5), _cause(3, COMPUTE, 0, 3 * OPS + 7)
+
+
+def test_a_group_slowed_a_little_at_every_collective_outweighs_one_longer_gap():
+    ranks, net, comp = _slow_group_and_gap(0, gap_extra=1e6)
     assert cause_cost(ranks[8], net.row, compute=False) > 10e6
     assert 0.9e6 < cause_cost(ranks[0], comp.row, compute=True) < 2e6
     ev = Evidence(causes=[net, comp], implicated=[["nvswitch:1"], ["gpu:0", "host:0"]])
@@ -102,17 +107,11 @@ def test_a_persistent_slowdown_is_measured_against_the_regular_iterations():
 
 
 def test_a_candidates_cause_counts_only_when_its_own_work_stood_out():
-    rng = np.random.default_rng(4)
     # iteration 3 is a candidate (a few sigmas out on the pivot): rank 8's collectives took
     # 0.3 ms longer each (12 ms: its own time in the group far out of its 2% jitter), rank 0's
     # gap that the search also ended on grew 0.2 ms (within its compute's jitter over 40 gaps)
-    dur8 = _jitter(rng, 1e6)
-    dur8[3] += 3e5
-    gap0 = _jitter(rng, 2e6)
-    gap0[3, 7] += 2e5
-    ranks = {8: _rank(8, _jitter(rng, 2e6), dur8), 0: _rank(0, gap0, _jitter(rng, 1e6))}
+    ranks, net, comp = _slow_group_and_gap(4, gap_extra=2e5)
     usual = np.array([0, 1, 2, 4, 5])
-    net, comp = _cause(3, NETWORK, 8, 3 * OPS + 5), _cause(3, COMPUTE, 0, 3 * OPS + 7)
     assert cause_z(ranks[8], net.row, False, usual) > 20
     assert cause_z(ranks[0], comp.row, True, usual) < 4
     ev = Evidence(causes=[net, comp], implicated=[["nvswitch:1"], ["gpu:0", "host:0"]])

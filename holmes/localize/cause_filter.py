@@ -3,8 +3,8 @@
 Algorithm 1 ends every branch somewhere: on the operator that started late (compute) or ran long
 (network). In an iteration stretched by one slow device that is the device; in an iteration
 stretched a few sigmas by the job's own jitter the delay is spread thin over many ranks and the
-search ends wherever the last small wait led -- on an operator about as long as usual. Two rules
-keep such causes from counting as evidence:
+search ends wherever the last small wait led -- on an operator about as long as usual. Three
+rules keep such causes from counting as evidence:
 
 * :func:`drop_diffuse` -- unrelated causes of similar size in one iteration are a job-wide
   disturbance, not a device (the iteration is *common*);
@@ -13,7 +13,8 @@ keep such causes from counting as evidence:
 * :func:`drop_unproven` -- in an iteration stretched a few sigmas only (a *candidate*), a cause
   counts only when its rank's own work stood out of that rank's noise (:func:`cause_z`).
 
-Both weigh a cause by :func:`cause_cost`: what it cost its rank in its iteration.
+The first two weigh a cause by :func:`cause_cost` (what it cost its rank in its iteration), the
+third by :func:`cause_z` (how far that stood out of the rank's own noise).
 """
 
 from __future__ import annotations
@@ -193,7 +194,7 @@ def drop_unproven(ev: Any, ranks: Mapping[int, Any], candidates: Any, own_z: flo
     """Drop the causes of the ``candidates`` iterations (stretched a few sigmas, not beyond doubt)
     whose own work did not stand ``own_z`` sigmas out of its rank's ``usual`` level
     (:func:`cause_z`); a candidate left without a cause joins ``ev.without_cause``."""
-    cand = {int(i) for i in np.asarray(candidates).tolist()}
+    cand = _iterations(candidates)
     if own_z <= 0 or not cand or not ev.causes:
         return
     _drop_unless(ev, lambda c: c.iteration not in cand or _stands_out(ranks, c, own_z, usual))
@@ -202,9 +203,15 @@ def drop_unproven(ev: Any, ranks: Mapping[int, Any], candidates: Any, own_z: flo
 def proven_devices(ev: Any, ranks: Mapping[int, Any], candidates: Any, own_z: float, usual: Any) -> set[str]:
     """The devices implicated by a cause of the ``candidates`` iterations that stood ``own_z``
     sigmas out of its rank's ``usual`` level (:func:`cause_z`)."""
-    cand = {int(i) for i in np.asarray(candidates).tolist()}
+    cand = _iterations(candidates)
+    if own_z <= 0:
+        return set()
     return {d for c, devs in zip(ev.causes, ev.implicated)
-            if c.iteration in cand and own_z > 0 and _stands_out(ranks, c, own_z, usual) for d in devs}
+            if c.iteration in cand and _stands_out(ranks, c, own_z, usual) for d in devs}
+
+
+def _iterations(candidates: Any) -> set[int]:
+    return {int(i) for i in np.asarray(candidates).tolist()}
 
 
 def _stands_out(ranks: Mapping[int, Any], c: RootCause, own_z: float, usual: Any) -> bool:

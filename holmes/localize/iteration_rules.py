@@ -70,7 +70,7 @@ def flag_iterations(its: np.ndarray, durs: np.ndarray, p: Any, whole: bool,
         # next to a delta-irregular one: a delay late in an iteration spills into the next)
         mask |= (z_floor >= p.stretch_z) & long_enough & ~_beside(mask)
     if p.shift_z > 0:
-        z = _step(its, durs, p, rule, mask, z, assume)
+        z = _step(its, durs, p, rule, ref, mask, z, assume)
     cand = np.zeros_like(mask)
     if p.candidate_z > 0 and p.stretch_z > 0 and enough:
         # a few sigmas out, not beyond doubt: searched, but only a cause standing out of its own
@@ -95,13 +95,12 @@ def flag_iterations(its: np.ndarray, durs: np.ndarray, p: Any, whole: bool,
     return Flags(mask, z, cand, min_hits)
 
 
-def _step(its: np.ndarray, durs: np.ndarray, p: Any, rule: IrregularityRule, mask: np.ndarray, z: np.ndarray,
-          assume: Callable[[str], None]) -> np.ndarray:
+def _step(its: np.ndarray, durs: np.ndarray, p: Any, rule: IrregularityRule, ref: float, mask: np.ndarray,
+          z: np.ndarray, assume: Callable[[str], None]) -> np.ndarray:
     """Flag (in ``mask``) the iterations after a step up lasting to the end of the window: a
     device slow from some iteration on, each iteration after it only a few percent longer (its z
     over the window's spread, which the step itself widens, stays small); returns ``z`` raised
-    to the step's evidence there."""
-    ref = rule.reference(durs)
+    to the step's evidence there (``ref``: the usual iteration)."""
     k, t, shift = rule.level_shift(durs)
     if not (t >= p.shift_z and shift >= p.min_stretch * ref):
         return z
