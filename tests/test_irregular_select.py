@@ -6,6 +6,8 @@ import numpy as np
 
 import holmes
 from holmes.localize.irregular import IrregularAnalysis
+from holmes.localize.iteration_rules import flag_iterations
+from holmes.localize.params import LocalizeParams
 from holmes.localize.pipeline import Localizer
 from holmes.simulate import simulate
 
@@ -70,7 +72,25 @@ def test_level_shift_finds_no_step_in_clean_jobs(tmp_path):
     for seed in (8, 12, 21):
         path = simulate(tmp_path / f"clean{seed}", tp=2, pp=2, dp=2, gpus_per_host=4, iterations=30, seed=seed)
         d = _selection(path).durations
-        assert IrregularityRule().level_shift(d)[1] < 6
+        assert IrregularityRule().level_shift(d)[1] < LocalizeParams().shift_z
+
+
+def test_a_small_step_counts_when_it_stands_out_and_reaches_min_shift():
+    # a device slow from iteration 14 on, each step 2.6% longer (under min_stretch's 3%, a few of
+    # the window's sigmas): the step's evidence is every iteration after it
+    rng = np.random.default_rng(3)
+    d = 500e6 * (1 + rng.normal(0, 0.006, 30))
+    d[14:] += 0.026 * 500e6
+    its = np.arange(30)
+    flags = flag_iterations(its, d, LocalizeParams(stretch_z=0, repeat_z=0), whole=False)
+    assert set(np.flatnonzero(flags.irregular).tolist()) <= set(range(14, 30))
+    assert len(np.flatnonzero(flags.irregular)) >= 12
+    assert not flag_iterations(its, d, LocalizeParams(stretch_z=0, repeat_z=0, min_shift=0.03), whole=False).irregular.any()
+    assert not flag_iterations(its, d, LocalizeParams(stretch_z=0, repeat_z=0, shift_z=0), whole=False).irregular.any()
+    # the same noise without the step: nothing
+    healthy = d.copy()
+    healthy[14:] -= 0.026 * 500e6
+    assert not flag_iterations(its, healthy, LocalizeParams(stretch_z=0, repeat_z=0), whole=False).irregular.any()
 
 
 def test_a_slow_drift_of_the_whole_job_is_no_step(tmp_path):

@@ -6,7 +6,8 @@ that cost only a few percent of a step on a quiet job.
 
 * **delta** -- longer than ``delta`` times the usual iteration (:class:`holmes.detect.IrregularityRule`);
 * **stretch** -- ``stretch_z`` healthy sigmas out and ``min_stretch`` longer: beyond doubt;
-* **step** -- the iterations after a step up that lasts to the end of the window (``shift_z``);
+* **step** -- the iterations after a step up that lasts to the end of the window (``shift_z``,
+  ``min_shift``);
 * **repeats** -- when nothing else stands out, two or more iterations ``repeat_z`` sigmas out:
   a device counts only when it explains two of them (``min_hits``);
 * **candidates** -- ``candidate_z`` to ``stretch_z`` sigmas out: searched, but only a cause
@@ -102,7 +103,7 @@ def _step(its: np.ndarray, durs: np.ndarray, p: Any, rule: IrregularityRule, ref
     over the window's spread, which the step itself widens, stays small); returns ``z`` raised
     to the step's evidence there (``ref``: the usual iteration)."""
     k, t, shift = rule.level_shift(durs)
-    if not (t >= p.shift_z and shift >= p.min_stretch * ref):
+    if not (t >= p.shift_z and shift >= p.min_shift * ref):
         return z
     base = float(np.median(durs[:k]))
     after = np.zeros_like(mask)
