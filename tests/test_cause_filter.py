@@ -8,7 +8,8 @@ import numpy as np
 import pyarrow as pa
 
 from holmes.cog import RankOps
-from holmes.localize.cause_filter import cause_cost, cause_z, drop_diffuse, drop_minor, drop_unproven, proven_devices
+from holmes.localize.cause_filter import (cause_cost, cause_z, computed_longer, drop_diffuse, drop_minor, drop_unproven,
+                                          drop_usual_compute, proven_devices)
 from holmes.localize.irregular import Evidence
 from holmes.localize.search import COMPUTE, NETWORK, RootCause
 
@@ -127,3 +128,22 @@ def test_a_candidates_cause_counts_only_when_its_own_work_stood_out():
     ev = Evidence(causes=[comp], implicated=[["gpu:0", "host:0"]])
     drop_unproven(ev, ranks, [1], own_z=4, usual=usual)
     assert ev.causes == [comp]
+
+
+def test_a_compute_cause_counts_only_when_its_rank_computed_longer():
+    # iteration 2: rank 8's gap 5 ms longer (a real straggler); iteration 4: the search ended on
+    # rank 0's gap 0.2 ms longer (its compute as usual: the delay came in elsewhere)
+    ranks, (usual_c, real) = _two_stragglers(5, (4, 11, 2e5), (2, 9, 5e6))
+    usual = np.array([0, 1, 3, 5])
+    net = _cause(4, NETWORK, 0, 4 * OPS + 3)
+    assert cause_z(ranks[8], real.row, True, usual) > 10
+    assert cause_z(ranks[0], usual_c.row, True, usual) < 3
+    assert computed_longer(ranks[0], net, 3.0, usual)            # no compute cause: not judged
+    assert computed_longer(ranks[0], usual_c, 0.0, usual)        # 0 keeps every compute cause
+    assert computed_longer(ranks[0], usual_c, 3.0, usual[:2])    # too few usual iterations to judge
+    ev = Evidence(causes=[real, usual_c, net], implicated=[["gpu:8"], ["gpu:0", "host:0"], ["nvswitch:0"]])
+    drop_usual_compute(ev, ranks, 3.0, usual)
+    assert ev.causes == [real, net] and ev.implicated == [["gpu:8"], ["nvswitch:0"]] and ev.without_cause == []
+    ev = Evidence(causes=[real, usual_c], implicated=[["gpu:8"], ["gpu:0", "host:0"]])
+    drop_usual_compute(ev, ranks, 3.0, usual)
+    assert ev.causes == [real] and ev.without_cause == [4]

@@ -11,10 +11,12 @@ rules keep such causes from counting as evidence:
 * :func:`drop_minor` -- a cause that cost its rank only a small share of the iteration's excess
   did not make the iteration slow (the iteration is *without cause*);
 * :func:`drop_unproven` -- in an iteration stretched a few sigmas only (a *candidate*), a cause
-  counts only when its rank's own work stood out of that rank's noise (:func:`cause_z`).
+  counts only when its rank's own work stood out of that rank's noise (:func:`cause_z`);
+* :func:`drop_usual_compute` -- in any iteration, a compute cause counts only when its rank
+  computed longer than its own noise allows (:func:`computed_longer`).
 
 The first two weigh a cause by :func:`cause_cost` (what it cost its rank in its iteration), the
-third by :func:`cause_z` (how far that stood out of the rank's own noise).
+last two by :func:`cause_z` (how far that stood out of the rank's own noise).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import numpy as np
 
 from holmes.localize.search import COMPUTE, RootCause
 
-__all__ = ["cause_cost", "cause_z", "components", "drop_diffuse", "drop_minor", "drop_unproven", "explains", "proven_devices"]
+__all__ = ["cause_cost", "cause_z", "components", "computed_longer", "drop_diffuse", "drop_minor", "drop_unproven",
+           "drop_usual_compute", "explains", "proven_devices"]
 
 
 def components(involved: list[set[Any]]) -> list[list[int]]:
@@ -80,7 +83,8 @@ def cause_cost(ro: Any, row: int, compute: bool, usual: Any = None) -> float:
 def cause_z(ro: Any, row: int, compute: bool, usual: Any) -> float:
     """How far the rank's own work of a cause stood out in its iteration: its time computing (a
     compute cause) or in the cause's communicator (a network cause) against the same over the
-    ``usual`` iterations, in robust sigmas (``1.4826 * MAD``; 0 with under 3 usual iterations).
+    ``usual`` iterations, in robust sigmas (``1.4826 * MAD``; NaN with under 3 usual iterations:
+    nothing to judge against).
 
     A slow device shows in the work it did itself, not only in the iteration it stretched: a
     cause standing ``z`` sigmas out of its own rank's noise is the device; one where the search
@@ -102,7 +106,7 @@ def cause_z(ro: Any, row: int, compute: bool, usual: Any) -> float:
     its, per, k, _ = _per_iteration(ro, row, compute)
     base = per[np.isin(its, usual) & (its != its[k])]
     if base.size < 3:
-        return 0.0
+        return float("nan")
     med = float(np.median(base))
     sigma = 1.4826 * float(np.median(np.abs(base - med)))
     return float((per[k] - med) / max(sigma, 1.0))
@@ -208,6 +212,45 @@ def proven_devices(ev: Any, ranks: Mapping[int, Any], candidates: Any, own_z: fl
         return set()
     return {d for c, devs in zip(ev.causes, ev.implicated)
             if c.iteration in cand and _stands_out(ranks, c, own_z, usual) for d in devs}
+
+
+def computed_longer(ro: Any, cause: RootCause, compute_z: float, usual: Any) -> bool:
+    """Whether ``cause`` is no compute cause, or its rank ``ro`` computed at least ``compute_z``
+    robust sigmas longer in its iteration than over its ``usual`` iterations (:func:`cause_z`;
+    true when there are too few usual iterations to judge, or ``compute_z`` is 0).
+
+    The search ends on a rank's compute when it finds nothing later to follow: a slow GPU (its
+    compute grew far beyond its noise), or, in an iteration a network fault stretched, the rank
+    that happened to arrive last (its compute as usual: the delay came in through an operator the
+    detector did not flag).
+
+    >>> import pyarrow as pa
+    >>> from holmes.cog import RankOps
+    >>> from holmes.localize.search import RootCause
+    >>> n = 6 * 2
+    >>> gaps = [8 + (i // 2) % 2 + (5 if i // 2 == 4 else 0) for i in range(n)]   # iteration 4: each gap +5
+    >>> start = [sum(gaps[:i + 1]) + 2 * i for i in range(n)]
+    >>> t = pa.table({"rank": [0] * n, "iteration": [i // 2 for i in range(n)],
+    ...               "op_index": [i % 2 for i in range(n)], "comm_id": ["tp-0"] * n, "seq": list(range(n)),
+    ...               "op": ["all_reduce"] * n, "peer": pa.array([None] * n, pa.int32()), "nbytes": [8] * n,
+    ...               "start_ns": start, "end_ns": [s + 2 for s in start], "abnormal": [False] * n})
+    >>> ro = RankOps(0, t, lambda v: 0)
+    >>> slow = RootCause(iteration=4, cause="compute", ranks=(0,), rank=0, row=8, op={})
+    >>> usual = RootCause(iteration=2, cause="compute", ranks=(0,), rank=0, row=4, op={})
+    >>> computed_longer(ro, slow, 4.0, [0, 1, 2, 3, 5]), computed_longer(ro, usual, 4.0, [0, 1, 2, 3, 5])
+    (True, False)
+    """
+    if compute_z <= 0 or cause.cause != COMPUTE:
+        return True
+    return not cause_z(ro, cause.row, True, usual) < compute_z   # NaN (nothing to judge against) counts
+
+
+def drop_usual_compute(ev: Any, ranks: Mapping[int, Any], compute_z: float, usual: Any) -> None:
+    """Drop the compute causes of ``ev`` whose rank did not compute longer than its noise allows
+    (:func:`computed_longer`); an iteration left without a cause joins ``ev.without_cause``."""
+    if compute_z <= 0 or not ev.causes:
+        return
+    _drop_unless(ev, lambda c: computed_longer(ranks[c.rank], c, compute_z, usual))
 
 
 def _iterations(candidates: Any) -> set[int]:

@@ -28,7 +28,8 @@ import numpy as np
 
 from holmes.detect.monitor import IrregularityRule
 from holmes.errors import JobError
-from holmes.localize.cause_filter import drop_diffuse, drop_minor, drop_unproven, explains, proven_devices
+from holmes.localize.cause_filter import (computed_longer, drop_diffuse, drop_minor, drop_unproven, drop_usual_compute,
+                                          explains, proven_devices)
 from holmes.localize.cells import CellEvidence, Event, device_pvalues
 from holmes.localize.confidence import confidences, iteration_weights, network_opportunity, weighted_hits
 from holmes.localize.explain import explain_iteration, implicated_devices
@@ -173,6 +174,7 @@ class IrregularAnalysis:
             ev.implicated.append(implicated_devices(c, ro, topo, healthy=healthy, hprobe=hprobe, probe=probe,
                                                     include_host=p.include_host, min_share=p.exonerate_bytes,
                                                     speedup=p.exonerate_speedup))
+        drop_usual_compute(ev, search.graph.ranks, p.compute_z, sel.usual)
         if p.straggler_share > 0:
             drop_diffuse(ev, search.graph.ranks, topo.host_of)
         drop_minor(ev, search.graph.ranks, excess, p.cause_share, sel.usual)
@@ -210,9 +212,11 @@ class IrregularAnalysis:
         for it in pick.tolist():
             with search.fetched_only():  # chance is judged on the ranks the real search read
                 found = explain_iteration(run, it, excess.get(it, 0.0), transfers)
-            # (the same rule as the real causes': one that cost its rank a trifle explains nothing)
+            # (the same rules as the real causes': one that cost its rank a trifle explains nothing,
+            # nor a rank that computed as usual)
             found = [c for c in found or () if explains(search.graph.ranks[c.rank], c, excess.get(it, 0.0),
-                                                         p.cause_share, usual)]
+                                                         p.cause_share, usual)
+                     and computed_longer(search.graph.ranks[c.rank], c, p.compute_z, usual)]
             if not found:
                 continue
             devs: set[str] = set()
