@@ -3,7 +3,7 @@
 Algorithm 1 ends every branch somewhere: on the operator that started late (compute) or ran long
 (network). In an iteration stretched by one slow device that is the device; in an iteration
 stretched a few sigmas by the job's own jitter the delay is spread thin over many ranks and the
-search ends wherever the last small wait led -- on an operator about as long as usual. Three
+search ends wherever the last small wait led -- on an operator about as long as usual. Four
 rules keep such causes from counting as evidence:
 
 * :func:`drop_diffuse` -- unrelated causes of similar size in one iteration are a job-wide
