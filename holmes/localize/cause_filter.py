@@ -60,17 +60,8 @@ def cause_cost(ro: Any, row: int, compute: bool, usual: Any = None) -> float:
     median is the rank's usual level (default every iteration of the rank; a slowdown that
     persists over most of them needs the job's regular ones).
 
-    >>> import pyarrow as pa
-    >>> from holmes.cog import RankOps
-    >>> n = 3 * 4
-    >>> it = [i // 4 for i in range(n)]
-    >>> start = [i * 10 for i in range(n)]
-    >>> dur = [2 if i // 4 != 1 else 5 for i in range(n)]   # iteration 1: each collective +3
-    >>> t = pa.table({"rank": [0] * n, "iteration": it, "op_index": [i % 4 for i in range(n)],
-    ...               "comm_id": ["tp-0"] * n, "seq": list(range(n)), "op": ["all_reduce"] * n,
-    ...               "peer": pa.array([None] * n, pa.int32()), "nbytes": [8] * n, "start_ns": start,
-    ...               "end_ns": [s + d for s, d in zip(start, dur)], "abnormal": [False] * n})
-    >>> ro = RankOps(0, t, lambda v: 0)
+    >>> dur = [2 if i // 4 != 1 else 5 for i in range(3 * 4)]   # iteration 1: each collective +3
+    >>> ro = _example_rank(dur, per_iteration=4)
     >>> cause_cost(ro, 5, compute=False)   # 3 ns on one operator, 12 over the iteration
     12.0
     """
@@ -90,16 +81,8 @@ def cause_z(ro: Any, row: int, compute: bool, usual: Any) -> float:
     cause standing ``z`` sigmas out of its own rank's noise is the device; one where the search
     ended in an iteration stretched by jitter shows the rank's usual time.
 
-    >>> import pyarrow as pa
-    >>> from holmes.cog import RankOps
-    >>> n = 6 * 2
-    >>> dur = [2 + (i // 2) % 2 if i // 2 != 4 else 9 for i in range(n)]   # iteration 4: +6-7 per op
-    >>> t = pa.table({"rank": [0] * n, "iteration": [i // 2 for i in range(n)],
-    ...               "op_index": [i % 2 for i in range(n)], "comm_id": ["tp-0"] * n, "seq": list(range(n)),
-    ...               "op": ["all_reduce"] * n, "peer": pa.array([None] * n, pa.int32()), "nbytes": [8] * n,
-    ...               "start_ns": [i * 10 for i in range(n)], "end_ns": [i * 10 + d for i, d in enumerate(dur)],
-    ...               "abnormal": [False] * n})
-    >>> ro = RankOps(0, t, lambda v: 0)
+    >>> dur = [2 + (i // 2) % 2 if i // 2 != 4 else 9 for i in range(6 * 2)]   # iteration 4: +6-7 per op
+    >>> ro = _example_rank(dur, per_iteration=2)
     >>> cause_z(ro, 8, compute=False, usual=[0, 1, 2, 3, 5]) > 4, cause_z(ro, 2, compute=False, usual=[0, 1, 2, 3, 5]) < 2
     (True, True)
     """
@@ -164,17 +147,9 @@ def explains(ro: Any, cause: RootCause, excess: float, share: float, usual: Any 
     """Whether ``cause`` cost its rank (:func:`cause_cost` against the ``usual`` iterations) at
     least ``share`` of its iteration's ``excess`` over the usual iteration (ns).
 
-    >>> import pyarrow as pa
-    >>> from holmes.cog import RankOps
     >>> from holmes.localize.search import RootCause
-    >>> n = 5 * 4
-    >>> dur = [2 if i // 4 != 3 else 5 for i in range(n)]   # iteration 3: each collective +3
-    >>> t = pa.table({"rank": [0] * n, "iteration": [i // 4 for i in range(n)],
-    ...               "op_index": [i % 4 for i in range(n)], "comm_id": ["tp-0"] * n, "seq": list(range(n)),
-    ...               "op": ["all_reduce"] * n, "peer": pa.array([None] * n, pa.int32()), "nbytes": [8] * n,
-    ...               "start_ns": [i * 10 for i in range(n)], "end_ns": [i * 10 + d for i, d in enumerate(dur)],
-    ...               "abnormal": [False] * n})
-    >>> ro = RankOps(0, t, lambda v: 0)
+    >>> dur = [2 if i // 4 != 3 else 5 for i in range(5 * 4)]   # iteration 3: each collective +3
+    >>> ro = _example_rank(dur, per_iteration=4)
     >>> c = RootCause(iteration=3, cause="network", ranks=(0,), rank=0, row=13, op={})
     >>> explains(ro, c, excess=30, share=1 / 3), explains(ro, c, excess=60, share=1 / 3)
     (True, False)
@@ -224,17 +199,10 @@ def computed_longer(ro: Any, cause: RootCause, compute_z: float, usual: Any) -> 
     that happened to arrive last (its compute as usual: the delay came in through an operator the
     detector did not flag).
 
-    >>> import pyarrow as pa
-    >>> from holmes.cog import RankOps
     >>> from holmes.localize.search import RootCause
     >>> n = 6 * 2
     >>> gaps = [8 + (i // 2) % 2 + (5 if i // 2 == 4 else 0) for i in range(n)]   # iteration 4: each gap +5
-    >>> start = [sum(gaps[:i + 1]) + 2 * i for i in range(n)]
-    >>> t = pa.table({"rank": [0] * n, "iteration": [i // 2 for i in range(n)],
-    ...               "op_index": [i % 2 for i in range(n)], "comm_id": ["tp-0"] * n, "seq": list(range(n)),
-    ...               "op": ["all_reduce"] * n, "peer": pa.array([None] * n, pa.int32()), "nbytes": [8] * n,
-    ...               "start_ns": start, "end_ns": [s + 2 for s in start], "abnormal": [False] * n})
-    >>> ro = RankOps(0, t, lambda v: 0)
+    >>> ro = _example_rank([2] * n, per_iteration=2, start=[sum(gaps[:i + 1]) + 2 * i for i in range(n)])
     >>> slow = RootCause(iteration=4, cause="compute", ranks=(0,), rank=0, row=8, op={})
     >>> usual = RootCause(iteration=2, cause="compute", ranks=(0,), rank=0, row=4, op={})
     >>> computed_longer(ro, slow, 4.0, [0, 1, 2, 3, 5]), computed_longer(ro, usual, 4.0, [0, 1, 2, 3, 5])
@@ -267,6 +235,22 @@ def _drop_unless(ev: Any, holds: Callable[[RootCause], bool]) -> None:
     before = {c.iteration for c in ev.causes}
     _keep(ev, [i for i, c in enumerate(ev.causes) if holds(c)])
     ev.without_cause += sorted(before - {c.iteration for c in ev.causes})
+
+
+def _example_rank(dur: list[int], per_iteration: int, start: list[int] | None = None) -> Any:
+    """The examples' rank: one rank of tensor-parallel all-reduces, ``per_iteration`` per
+    iteration, lasting ``dur`` (ns) and starting at ``start`` (default every 10 ns)."""
+    import pyarrow as pa
+
+    from holmes.cog import RankOps
+
+    n = len(dur)
+    start = [i * 10 for i in range(n)] if start is None else list(start)
+    t = pa.table({"rank": [0] * n, "iteration": [i // per_iteration for i in range(n)],
+                  "op_index": [i % per_iteration for i in range(n)], "comm_id": ["tp-0"] * n, "seq": list(range(n)),
+                  "op": ["all_reduce"] * n, "peer": pa.array([None] * n, pa.int32()), "nbytes": [8] * n,
+                  "start_ns": start, "end_ns": [s + d for s, d in zip(start, dur)], "abnormal": [False] * n})
+    return RankOps(0, t, lambda v: 0)
 
 
 def _keep(ev: Any, keep: list[int]) -> None:
