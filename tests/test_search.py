@@ -182,3 +182,37 @@ def test_long_compute_gap_beats_a_slightly_slow_earlier_operator():
     assert [(c.cause, c.ranks) for c in causes] == [(COMPUTE, (1,))]
     assert causes[0].op["gap_excess_ns"] == 80
     assert 2 not in s.source.ranks_read          # the dp op was not searched
+
+
+def test_rank_behind_from_waiting_passes_the_blame_upstream():
+    # rank 1 receives three times from rank 2 (usually 10 ns each), computing 10 ns after each,
+    # then joins the tp op with rank 0; iterations follow each other 10 ns apart. In iteration 3
+    # every recv waited 30 ns more (rank 2 computed 30 ns longer before each send: 90 ns in all)
+    # and rank 1's last compute gap grew by 40 ns. The gap beats the last recv's 30 ns alone, but
+    # rank 1 was behind mostly from waiting: the search goes on to rank 2, whose compute is the cause.
+    comms = {"tp-0": ("tp", (0, 1)), "pp-0": ("pp", (1, 2))}
+    zero, one, two = [], [], []
+    t = 0
+    for k in range(4):
+        wait, gap = (30, 50) if k == 3 else (0, 10)
+        it0, r1, r2 = t, [], []
+        for j in range(3):
+            r2.append((j, "pp-0", 3 * k + j, "send", 1, t + wait, t + wait + 10, False))
+            r1.append((j, "pp-0", 3 * k + j, "recv", 2, t, t + 10 + wait, wait > 0))
+            t += 10 + wait + 10
+        t += gap - 10
+        r1.append((3, "tp-0", k, "all_reduce", None, t, t + 5, False))
+        zero.append([(0, "tp-0", k, "all_reduce", None, it0, t + 5, k == 3)])
+        one.append(r1)
+        two.append(r2)
+        t += 15
+    job = _job(comms, {0: _multi(0, zero), 1: _multi(1, one), 2: _multi(2, two)})
+    s = GraphSearch(JobSource(job), LabelDetector())
+    s.rank_ops(0)
+    causes = s.search(3, [(0, 3)])
+    assert [(c.cause, c.ranks) for c in causes] == [(COMPUTE, (2,))]
+    assert [step["rank"] for step in causes[0].evidence][:3] == [0, 1, 1]
+
+    s = GraphSearch(JobSource(job), LabelDetector(), follow_waits=False)   # the rule off: the gap is blamed
+    s.rank_ops(0)
+    assert [(c.cause, c.ranks) for c in s.search(3, [(0, 3)])] == [(COMPUTE, (1,))]

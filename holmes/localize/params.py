@@ -94,6 +94,10 @@ class LocalizeParams(BaseModel):
     late_ratio : float, default 0.5
         A member's copy lasting at most this fraction of the searched operator marks it as the
         late arriver even when the detector flagged it (0 trusts the detector alone).
+    follow_waits : bool, default True
+        A late rank that lost more time waiting in its operators of the iteration than computing
+        passes the blame on through its latest abnormal operator even when its last compute gap
+        grew more than that operator (:class:`~holmes.localize.GraphSearch`).
     host_reads : int, default 32
         Extra ranks the host probe may read to tell a slow GPU from a slow host (0 turns it off).
     noise_z : float, default 3.0
@@ -295,6 +299,7 @@ class LocalizeParams(BaseModel):
     rate_lag: int = Field(default=1, ge=0)
     narrow: bool = True
     late_ratio: float = Field(default=0.5, ge=0, le=1)
+    follow_waits: bool = True
     host_reads: int = Field(default=32, ge=0)
     noise_z: float = Field(default=3.0, ge=0)
     noise_window: int = Field(default=10, ge=0)

@@ -144,8 +144,9 @@ class Localizer:
         topo = _topology(p.topology, src, world, assumptions)
         det = resolve_detector(p.detector, delta=p.delta)
         assumptions.append("abnormal operators flagged by " + " ".join(repr(det).split()))
-        return Run(p, src, topo, det, GraphSearch(src, det, late_ratio=p.late_ratio,
-                                                        scan_reads=p.scan_reads), assumptions)
+        search = GraphSearch(src, det, late_ratio=p.late_ratio, scan_reads=p.scan_reads,
+                             follow_waits=p.follow_waits)
+        return Run(p, src, topo, det, search, assumptions)
 
     def analyses(self) -> list[Analysis]:
         """The analyses to run: those given, else those ``params.analysis`` asks for."""

@@ -127,6 +127,10 @@ class GraphSearch:
         Members the scans of one collective group may read (fetch anew) over the whole search
         before a branch scanning it is set aside (resumed in full only if the iteration's other
         branches find no cause); None or 0: every scan runs to the end at once (the paper's search).
+    follow_waits : bool, default True
+        A late rank whose compute gap grew more than its latest abnormal operator still passes
+        the blame on through that operator when, over the iteration so far, it lost more time
+        waiting in operators than computing (see :meth:`_follow`); False: the gap alone decides.
 
     Attributes
     ----------
@@ -136,7 +140,8 @@ class GraphSearch:
     """
 
     def __init__(self, source: Any, detector: Any, graph: CommOpGraph | None = None, *,
-                 max_steps: int = 100_000, late_ratio: float = 0.5, scan_reads: int | None = None) -> None:
+                 max_steps: int = 100_000, late_ratio: float = 0.5, scan_reads: int | None = None,
+                 follow_waits: bool = True) -> None:
         if not 0.0 <= late_ratio < 1.0:
             raise ConfigError(f"late_ratio={late_ratio} must lie in [0, 1)")
         if scan_reads is not None and (isinstance(scan_reads, bool) or int(scan_reads) != scan_reads
@@ -152,6 +157,7 @@ class GraphSearch:
         self.late_ratio = float(late_ratio)
         self.hints: dict[int, int] = {}  # group node -> member whose copy was normal last time
         self.steps = 0
+        self.follow_waits = bool(follow_waits)
 
     # ------------------------------------------------------------------ fetching
     @contextmanager
@@ -315,7 +321,11 @@ class GraphSearch:
         operator ``a``; Holmes does so unless a compute gap after ``a`` (up to ``row``) grew by more
         than ``a`` itself did, measured against the rank's usual gap and duration at the same
         operator positions (:meth:`RankOps.excess`): then the rank's compute is the cause even
-        though an abnormal operator precedes it.
+        though an abnormal operator precedes it -- unless (``follow_waits``) the rank was behind
+        mostly from waiting: its operators of the iteration up to ``a`` lasted longer than usual
+        by more than all its compute gaps up to ``row`` did. A rank far behind its pipeline
+        replica's usual schedule that also computed one gap long (a compute burst of a few
+        milliseconds) is late mostly because of whom it waited for, and the search goes on there.
         """
         assert ro.abnormal is not None
         earlier = ro.earlier_rows(row)
@@ -326,7 +336,7 @@ class GraphSearch:
         k = lo + int(np.argmax(gap_x[lo:row + 1]))
         if gap_x[k] <= gap_x[row]:
             k = row  # ties (e.g. no excess anywhere): the gap right before the late operator
-        if abn.size and dur_x[abn[0]] >= gap_x[k]:
+        if abn.size and (dur_x[abn[0]] >= gap_x[k] or (self.follow_waits and self._waited_more(ro, int(abn[0]), row))):
             return ro.rank, int(abn[0]), path + [normal_step]
         step = ro.describe_compute(k, self.graph.comm_ids)
         if k == row:
@@ -335,6 +345,15 @@ class GraphSearch:
         evidence = path + [normal_step] + ([step] if k != row else [])
         causes.append(RootCause(iteration, COMPUTE, (ro.rank,), ro.rank, k, step, evidence, note))
         return None
+
+    @staticmethod
+    def _waited_more(ro: RankOps, a: int, row: int) -> bool:
+        """Whether ``ro`` was behind at ``row`` more from waiting (the excess of its operators of
+        the iteration up to ``a``) than from its own compute (the excess of its compute gaps up to
+        ``row``)."""
+        gap_x, dur_x = ro.excess()
+        lo = ro.iteration_rows(int(ro.iteration[row]))[0]
+        return int(dur_x[lo:a + 1].sum()) > int(gap_x[lo:row + 1].sum())
 
     def _collective(self, iteration: int, ro: RankOps, row: int, path: list[dict[str, Any]],
                     causes: list[RootCause], cap: int | None = None) -> Any:
