@@ -18,7 +18,7 @@ Prints one row per run (run, truth, top devices, verdict when the report has one
 last line, ``real_compute_top1=<%> real_network_top2=<%> healthy_named_pct=<%>
 sim_realistic_top1=<%>``, the last figure from ``benchmarks/localize_accuracy.py --realistic
 --split test --jobs 18`` (everyday-strength simulated faults at 2,048 GPUs, run in a subprocess
-with the same ``--param`` values; its jobs are cached, ~4 GB, the first run builds them in ~45 min
+with the same ``--param`` values; its jobs are cached, ~4 GB, the first run builds them in ~10 min
 on 2 cores, later runs take ~5 min; ``--no-sim`` skips it and prints ``nan``).
 
 Usage::
