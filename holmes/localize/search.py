@@ -336,7 +336,8 @@ class GraphSearch:
         k = lo + int(np.argmax(gap_x[lo:row + 1]))
         if gap_x[k] <= gap_x[row]:
             k = row  # ties (e.g. no excess anywhere): the gap right before the late operator
-        if abn.size and (dur_x[abn[0]] >= gap_x[k] or (self.follow_waits and self._waited_more(ro, int(abn[0]), row))):
+        if abn.size and (dur_x[abn[0]] >= gap_x[k]
+                         or (self.follow_waits and self._waited_more(ro, int(abn[0]), row))):
             return ro.rank, int(abn[0]), path + [normal_step]
         step = ro.describe_compute(k, self.graph.comm_ids)
         if k == row:
