@@ -107,6 +107,15 @@ class RootCause:
         return d
 
 
+def _waited_more(ro: RankOps, gap_x: np.ndarray, dur_x: np.ndarray, a: int, row: int) -> bool:
+    """Whether ``ro`` was behind at ``row`` more from waiting (the excess ``dur_x`` of its
+    operators of ``row``'s iteration up to ``a``) than from its own compute (the excess ``gap_x``
+    of its compute gaps up to ``row``). An ``a`` of the previous iteration (``row`` opens its
+    iteration) counts no waiting: the compute gap decides, as without the rule."""
+    lo = ro.iteration_rows(int(ro.iteration[row]))[0]
+    return int(dur_x[lo:a + 1].sum()) > int(gap_x[lo:row + 1].sum())
+
+
 class GraphSearch:
     """Progressive Algorithm-1 search over a :class:`~holmes.cog.CommOpGraph`.
 
@@ -337,7 +346,7 @@ class GraphSearch:
         if gap_x[k] <= gap_x[row]:
             k = row  # ties (e.g. no excess anywhere): the gap right before the late operator
         if abn.size and (dur_x[abn[0]] >= gap_x[k]
-                         or (self.follow_waits and self._waited_more(ro, int(abn[0]), row))):
+                         or (self.follow_waits and _waited_more(ro, gap_x, dur_x, int(abn[0]), row))):
             return ro.rank, int(abn[0]), path + [normal_step]
         step = ro.describe_compute(k, self.graph.comm_ids)
         if k == row:
@@ -346,15 +355,6 @@ class GraphSearch:
         evidence = path + [normal_step] + ([step] if k != row else [])
         causes.append(RootCause(iteration, COMPUTE, (ro.rank,), ro.rank, k, step, evidence, note))
         return None
-
-    @staticmethod
-    def _waited_more(ro: RankOps, a: int, row: int) -> bool:
-        """Whether ``ro`` was behind at ``row`` more from waiting (the excess of its operators of
-        the iteration up to ``a``) than from its own compute (the excess of its compute gaps up to
-        ``row``)."""
-        gap_x, dur_x = ro.excess()
-        lo = ro.iteration_rows(int(ro.iteration[row]))[0]
-        return int(dur_x[lo:a + 1].sum()) > int(gap_x[lo:row + 1].sum())
 
     def _collective(self, iteration: int, ro: RankOps, row: int, path: list[dict[str, Any]],
                     causes: list[RootCause], cap: int | None = None) -> Any:
