@@ -16,7 +16,10 @@ Scoring (one fault per run):
 
 Prints one row per run (run, truth, top devices, verdict when the report has one, hit) and, as the
 last line, ``real_compute_top1=<%> real_network_top2=<%> healthy_named_pct=<%>
-sim_realistic_top1=<%>``, the last figure from ``benchmarks/localize_accuracy.py --realistic
+sim_realistic_top1=<%> persistent_top1=<%> network_always_top2=<%> always_healthy_named_pct=<%>``
+(the last three over ``fixtures/real-always``, faults active in every iteration, same split, same
+scoring; ``python scripts/real_runs.py corpus --plan always --out fixtures/real-always``), the
+``sim_realistic_top1`` figure from ``benchmarks/localize_accuracy.py --realistic
 --split test --jobs 18`` (everyday-strength simulated faults at 2,048 GPUs, run in a subprocess
 with the same ``--param`` values; its jobs are cached, ~4 GB, the first run builds them in ~10 min
 on 2 cores, later runs take ~5 min; ``--no-sim`` skips it and prints ``nan``).
@@ -69,6 +72,8 @@ def score(truth: dict, ids: list[str]) -> tuple[str, bool | None]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", default=str(REPO / "fixtures" / "real"))
+    ap.add_argument("--always-root", default=str(REPO / "fixtures" / "real-always"),
+                    help="the always-on corpus (faults active in every iteration; '' skips it)")
     ap.add_argument("--split", choices=("test", "dev", "all"), default="test")
     ap.add_argument("--top", type=int, default=5, help="devices asked of localize (table shows 3)")
     ap.add_argument("--detector", default=None,
@@ -89,18 +94,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"real_accuracy: {root}/MANIFEST.json unreadable ({exc}); generate the corpus with "
               f"python scripts/real_runs.py corpus --out {root}", file=sys.stderr)
         return 2
-    runs = [r for r in runs if a.split == "all" or r["split"] == a.split]
+    runs = [dict(r, root=root) for r in runs if a.split == "all" or r["split"] == a.split]
+    always = Path(a.always_root) if a.always_root else None
+    if always is not None and (always / "MANIFEST.json").is_file():
+        runs += [dict(r, root=always, always=True) for r in json.loads((always / "MANIFEST.json").read_text())["runs"]
+                 if a.split == "all" or r["split"] == a.split]
     from localize_accuracy import _params  # the same NAME=VALUE parsing as the simulated benchmark
 
     extra: dict[str, object] = _params(a.param)
     if a.detector:
         extra["detector"] = a.detector
     res: dict[str, list[bool]] = {"compute": [], "network": [], "healthy": []}
+    res_always: dict[str, list[bool]] = {"compute": [], "network": [], "healthy": []}
     by_kind: dict[str, list[bool]] = {}
     print(f"{'run':44s} {'truth':34s} {'top devices':60s} {'verdict':12s} hit")
     t0 = time.perf_counter()
     for r in runs:
-        d = root / r["name"]
+        d = r["root"] / r["name"]
         truth = json.loads((d / "truth.json").read_text())
         try:
             rep = holmes.localize(str(d), top_k=a.top, **extra)
@@ -110,8 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as exc:  # noqa: BLE001 - a benchmark reports failures and goes on
             ids, verdict = [], f"error:{type(exc).__name__}"
         cat, hit = score(truth, ids)
-        res[cat].append(bool(hit))
+        (res_always if r.get("always") else res)[cat].append(bool(hit))
         kind = "healthy" if not r["fault"] else r["fault"].split(":", 1)[0]
+        kind = ("always-" if r.get("always") else "") + kind
         by_kind.setdefault(kind, []).append(bool(hit))
         tdesc = r["fault"] or "healthy"
         if truth.get("devices"):
@@ -122,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
           " ".join(f"{k}={_pct(v)}(n={len(v)})" for k, v in sorted(by_kind.items())))
     sim = "nan" if a.no_sim else _sim_realistic(a)
     print(f"real_compute_top1={_pct(res['compute'])} real_network_top2={_pct(res['network'])} "
-          f"healthy_named_pct={_pct(res['healthy'])} sim_realistic_top1={sim}")
+          f"healthy_named_pct={_pct(res['healthy'])} sim_realistic_top1={sim} "
+          f"persistent_top1={_pct(res_always['compute'])} network_always_top2={_pct(res_always['network'])} "
+          f"always_healthy_named_pct={_pct(res_always['healthy'])}")
     return 0
 
 

@@ -79,7 +79,7 @@ def cmd_run(a: argparse.Namespace) -> int:
                         world_size=a.world_size, gpus_per_host=a.gpus_per_host, iterations=a.iterations,
                         micro_batches=a.micro_batches, seed=a.seed, faults=tuple(a.fault or ()),
                         sequence_parallel=a.sp, distributed_optimizer=a.distributed_optimizer,
-                        device_flops=a.device_flops, timeout=a.timeout)
+                        device_flops=a.device_flops, timeout=a.timeout, fault_side=a.fault_side)
     cfg.validate()
     out = run_real_job(a.out, cfg, overwrite=a.overwrite)
     print(summary_line(Path(out).name, ";".join(cfg.faults) or None, run_stats(out)))
@@ -88,11 +88,14 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 def cmd_corpus(a: argparse.Namespace) -> int:
     from holmes.eval.realrun import run_real_job
-    from holmes.eval.realrun_corpus import corpus_plan, write_manifest
+    from holmes.eval.realrun_corpus import always_plan, corpus_plan, write_manifest
     from holmes.eval.realrun_stats import run_stats
 
     root = Path(a.out)
-    plan = corpus_plan(a.runs_per_cell, a.healthy, seed0=a.seed0)
+    if a.plan == "always":
+        plan = always_plan(a.runs_per_cell, a.healthy, seed0=1000 if a.seed0 is None else a.seed0)
+    else:
+        plan = corpus_plan(a.runs_per_cell, a.healthy, seed0=a.seed0 or 0)
     if a.only:
         plan = [p for p in plan if any(s in p["name"] for s in a.only.split(","))]
     root.mkdir(parents=True, exist_ok=True)
@@ -172,12 +175,17 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--distributed-optimizer", action="store_true", help="DP reduce_scatter + all_gather")
     r.add_argument("--device-flops", type=float, default=5e9)
     r.add_argument("--timeout", type=float, default=120.0)
+    r.add_argument("--fault-side", choices=("wire", "sender"), default="wire",
+                   help="a network fault as a slower wire (inside the op) or a late sender (before it)")
     r.add_argument("--overwrite", action="store_true")
     c = sub.add_parser("corpus", help="the whole corpus and MANIFEST.json")
     c.add_argument("--out", required=True)
     c.add_argument("--runs-per-cell", type=int, default=5)
     c.add_argument("--healthy", type=int, default=15)
-    c.add_argument("--seed0", type=int, default=0)
+    c.add_argument("--seed0", type=int, default=None, help="first seed (default 0; 1000 with --plan always)")
+    c.add_argument("--plan", choices=("mixed", "always"), default="mixed",
+                   help="mixed: spikes, fluctuations and late-starting faults (fixtures/real); always: faults "
+                        "active in every iteration over dp 1, 2 and 4 (fixtures/real-always)")
     c.add_argument("--only", default=None, help="comma-separated substrings of run names")
     c.add_argument("--resume", action="store_true", help="keep runs already written")
     s = sub.add_parser("stats", help="statistics of a generated corpus")

@@ -219,6 +219,11 @@ class RealRunConfig:
         the compute fault's factor); 0 runs the matmuls at CPU speed only.
     net : dict
         Emulated network (:data:`DEFAULT_NET`).
+    fault_side : {"wire", "sender"}, default "wire"
+        How a network fault shows: ``"wire"`` lengthens the emulated transfer inside the logged
+        operator on every side; ``"sender"`` keeps the transfer's healthy wire time and delays the
+        sender *before* it enters the operator (a slow link as it looks from the sending side: its
+        data leaves late, the receiver and the other members wait).
     warmup : int, default 2
     timeout : float, default 120
         Seconds before a stuck collective or the whole run is abandoned.
@@ -243,6 +248,7 @@ class RealRunConfig:
     layers: int = 1
     device_flops: float = 5e9
     net: dict = field(default_factory=lambda: dict(DEFAULT_NET))
+    fault_side: str = "wire"
     warmup: int = 2
     timeout: float = 120.0
     world_size: int | None = None
@@ -297,6 +303,8 @@ class RealRunConfig:
             raise ConfigError(f"ffn={cfg.ffn} is not divisible by tp={cfg.tp}")
         if not np.isfinite(float(cfg.device_flops)) or float(cfg.device_flops) < 0:
             raise ConfigError(f"device_flops={cfg.device_flops!r} must be >= 0")
+        if cfg.fault_side not in ("wire", "sender"):
+            raise ConfigError(f"fault_side={cfg.fault_side!r} must be 'wire' or 'sender'")
         if cfg.iterations < 4:
             raise ConfigError(f"iterations={cfg.iterations} must be >= 4")
         missing = {"intra_bw", "inter_bw", "intra_lat", "inter_lat"} - set(cfg.net)
@@ -338,6 +346,8 @@ class RealRunConfig:
             s += "-sp"
         if self.distributed_optimizer:
             s += "-do"
+        if self.fault_side != "wire":
+            s += f"-{self.fault_side}"
         return s
 
     def to_dict(self) -> dict:

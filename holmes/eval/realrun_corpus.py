@@ -20,7 +20,7 @@ import numpy as np
 
 from holmes.eval.realrun import RealRunConfig
 
-__all__ = ["LAYOUTS", "corpus_plan", "split_of", "write_manifest", "read_manifest"]
+__all__ = ["LAYOUTS", "ALWAYS_LAYOUTS", "corpus_plan", "always_plan", "split_of", "write_manifest", "read_manifest"]
 
 #: (tp, pp, dp, ep, sequence_parallel, distributed_optimizer) of the corpus layouts.
 LAYOUTS: tuple[tuple[int, int, int, int, bool, bool], ...] = (
@@ -102,6 +102,92 @@ def corpus_plan(runs_per_cell: int = 5, healthy: int = 15, *, seed0: int = 0,
         tag = "healthy" if item is None else f"{item[0]}-{item[1]}"
         plan.append({"name": f"r{i:03d}-{tag}-{cfg.layout_name}", "split": split_of(seed), "seed": seed,
                      "config": cfg})
+    return plan
+
+
+#: (tp, pp, dp) of the always-on corpus: data-parallel degree 1, 2 and 4, 8-16 ranks, 2-4 hosts.
+ALWAYS_LAYOUTS: tuple[tuple[int, int, int], ...] = (
+    (2, 4, 1), (4, 2, 1), (2, 2, 2), (1, 4, 2), (1, 2, 4), (2, 2, 4), (1, 8, 2), (2, 4, 2),
+)
+#: (kind, fault side) cells of the always-on corpus; network kinds both as a slower wire and as a
+#: late sender (the transfer leaves late: a delay before the operator on the sending side).
+ALWAYS_CELLS: tuple[tuple[str, str], ...] = (
+    ("gpu", "wire"), ("host", "wire"), ("nic", "wire"), ("nic", "sender"), ("p2p", "wire"), ("p2p", "sender"),
+    ("switch", "wire"), ("switch", "sender"),
+)
+
+
+def _always_fault(kind: str, cfg: RealRunConfig, rng: np.random.Generator) -> str | None:
+    """A fault active in every logged iteration (``persistent:0``), or None when the layout has no
+    transfer the kind could slow (a NIC whose rank sends nothing between hosts, say)."""
+    from holmes.eval.realrun import build_topology
+    from holmes.topology.layout import ParallelLayout
+
+    W = cfg.tp * cfg.pp * cfg.dp
+    lay = ParallelLayout(tp=cfg.tp, pp=cfg.pp, dp=cfg.dp)
+    gph = cfg.gpus_per_host
+    if kind in ("gpu", "host"):
+        factor = round(float(rng.uniform(1.1, 1.6)), 2)
+    else:
+        factor = round(float(rng.uniform(2.0, 5.0)), 1)
+    if kind == "gpu":
+        dev = f"gpu:{int(rng.integers(W))}"
+    elif kind == "host":
+        dev = f"host:{int(rng.integers(W // gph))}"
+    else:
+        # a rank with a pipeline peer on another host: its NIC (or that pair, or its leaf) carries traffic
+        cands = [(a, b) for a in range(W) for b in (lay.pp_next(a), lay.pp_prev(a))
+                 if b is not None and a // gph != b // gph]
+        if not cands:
+            return None
+        a, b = cands[int(rng.integers(len(cands)))]
+        if kind == "nic":
+            dev = f"nic:{a}"
+        elif kind == "p2p":
+            dev = f"p2p:{a}>{b}"
+        else:
+            dev = build_topology(W, gph).leaf_of(a)
+    return f"{dev}@persistent:0*{factor:g}"
+
+
+def always_plan(runs_per_cell: int = 5, healthy: int = 10, *, seed0: int = 1000,
+                iterations: tuple[int, int] = (20, 26)) -> list[dict[str, Any]]:
+    """The always-on corpus (``scripts/real_runs.py corpus --plan always``): faults active in every
+    logged iteration, over layouts with 1, 2 and 4 data-parallel replicas.
+
+    GPU and host compute x 1.1-1.6; NIC, one pipeline direction (``p2p``) and leaf switch x 2-5, each
+    as a slower wire and as a late sender (``fault_side``); ``healthy`` fault-free runs. Run ``i``
+    has seed ``seed0 + i`` and is cell ``i % 8`` of round ``i // 8``; the split is by seed: dev when
+    ``seed + seed // 8`` is even, so every cell has runs in both splits.
+
+    Examples
+    --------
+    >>> plan = always_plan(1, 1)
+    >>> len(plan), plan[0]["name"], plan[0]["config"].faults[0].split("@")[1].split("*")[0]
+    (9, 'a1000-gpu-wire-tp2-pp4-dp1', 'persistent:0')
+    """
+    items: list[tuple[str, str] | None] = [c for _ in range(runs_per_cell) for c in ALWAYS_CELLS]
+    items += [None] * healthy
+    plan = []
+    n = len(ALWAYS_CELLS)
+    for i, item in enumerate(items):
+        seed = seed0 + i
+        rng = np.random.default_rng([seed, 0xA1A7])
+        fault = None
+        for k in range(len(ALWAYS_LAYOUTS)):  # the first layout (from the run's own) where the fault exists
+            tp, pp, dp = ALWAYS_LAYOUTS[(i * 3 + i // n + k) % len(ALWAYS_LAYOUTS)]
+            n_it = int(rng.integers(iterations[0], iterations[1] + 1))
+            cfg = RealRunConfig(tp=tp, pp=pp, dp=dp, iterations=n_it, micro_batches=4, seed=seed,
+                                fault_side=item[1] if item else "wire")
+            if item is None:
+                break
+            fault = _always_fault(item[0], cfg, rng)
+            if fault is not None:
+                cfg = replace(cfg, faults=(fault,))
+                break
+        tag = "healthy" if item is None else f"{item[0]}-{item[1]}"
+        plan.append({"name": f"a{seed}-{tag}-{cfg.layout_name.replace('-sender', '')}",
+                     "split": "dev" if (seed + seed // n) % 2 == 0 else "test", "seed": seed, "config": cfg})
     return plan
 
 

@@ -128,7 +128,7 @@ class WireModel:
         return hit
 
     def hop(self, u: int, v: int, nbytes: float, it: int, p2p: bool = False) -> float:
-        """Seconds of the hop ``u -> v`` carrying ``nbytes`` in iteration ``it`` (< 0: warm-up)."""
+        """Seconds of the hop ``u -> v`` carrying ``nbytes`` in iteration ``it`` (< 0: warm-up: no fault)."""
         same = u // self.gph == v // self.gph
         lat = self.net["intra_lat"] if same else self.net["inter_lat"]
         bw = self.net["intra_bw"] if same else self.net["inter_bw"]
@@ -141,17 +141,31 @@ class WireModel:
     def p2p(self, src: int, dst: int, nbytes: int, it: int) -> float:
         return self.hop(src, dst, nbytes, it, p2p=True)
 
+    def _hops(self, op: str, ranks: tuple[int, ...]) -> list[tuple[int, int]]:
+        n = len(ranks)
+        if op == "all_to_all":
+            return [(u, v) for u in ranks for v in ranks if u != v]
+        return [(ranks[i], ranks[(i + 1) % n]) for i in range(n)]
+
     def collective(self, op: str, ranks: tuple[int, ...], nbytes: int, it: int) -> float:
         n = len(ranks)
         if n < 2:
             return 0.0
         chunk = nbytes / n
-        if op == "all_to_all":
-            worst = max(self.hop(u, v, chunk, it) for u in ranks for v in ranks if u != v)
-        else:
-            worst = max(self.hop(ranks[i], ranks[(i + 1) % n], chunk, it) for i in range(n))
+        worst = max(self.hop(u, v, chunk, it) for u, v in self._hops(op, ranks))
         steps = 2 * (n - 1) if op == "all_reduce" else n - 1
         return steps * worst
+
+    def collective_sender_delay(self, op: str, ranks: tuple[int, ...], nbytes: int, it: int, rank: int) -> float:
+        """In the sender-side mode, the extra seconds ``rank`` is late to the collective: the fault's
+        extra on the slowest faulty hop it sends on (0 when none of its hops is faulty)."""
+        n = len(ranks)
+        if n < 2 or it < 0:
+            return 0.0
+        chunk = nbytes / n
+        steps = 2 * (n - 1) if op == "all_reduce" else n - 1
+        extra = [self.hop(u, v, chunk, it) - self.hop(u, v, chunk, -1) for u, v in self._hops(op, ranks) if u == rank]
+        return steps * max(extra, default=0.0)
 
 
 class _Clock:
@@ -168,8 +182,14 @@ class _Clock:
             getattr(self, what)[self.it] += dt
 
 
-def _install_wires(dist: Any, rank: int, wire: WireModel, clock: _Clock) -> dict[str, Any]:
-    """Replace the torch.distributed functions the step uses by wire functions; returns the originals."""
+def _install_wires(dist: Any, rank: int, wire: WireModel, clock: _Clock, side: str = "wire") -> dict[str, Any]:
+    """Replace the torch.distributed functions the step uses by wire functions; returns the originals.
+
+    ``side="wire"``: a network fault lengthens the emulated wire time, inside the logged operator on
+    every side. ``side="sender"``: the transfer takes its healthy wire time and the sender sleeps the
+    fault's extra *before* it enters the operator (outside the logged window), as a slow link looks
+    from the sending side (its data leaves late); the receiver and the other members wait for it."""
+    sender = side == "sender"
     names = ("send", "recv", "all_reduce", "all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single")
     orig = {n: getattr(dist, n) for n in names}
     ranks_of: dict[int, tuple[int, ...]] = {}
@@ -189,38 +209,67 @@ def _install_wires(dist: Any, rank: int, wire: WireModel, clock: _Clock) -> dict
         clock.add("wire", w)
         clock.add("comm", time.perf_counter() - t0)
 
+    def p2p_times(src: int, dst: int, n: int, is_sender: bool) -> tuple[float, float]:
+        """(seconds slept before the operator, emulated wire seconds inside it)."""
+        if not sender:
+            return 0.0, wire.p2p(src, dst, n, clock.it)
+        base = wire.p2p(src, dst, n, -1)
+        return (wire.p2p(src, dst, n, clock.it) - base if is_sender else 0.0), base
+
+    def coll_times(op: str, group: Any, n: int) -> tuple[float, float]:
+        ranks = members(group)
+        if not sender:
+            return 0.0, wire.collective(op, ranks, n, clock.it)
+        return wire.collective_sender_delay(op, ranks, n, clock.it, rank), wire.collective(op, ranks, n, -1)
+
+    def late(pre: float) -> None:
+        if pre > 0:
+            time.sleep(pre)
+            clock.add("wire", pre)
+
     def send(tensor: Any, dst: int, group: Any = None, **kw: Any) -> None:
+        pre, w = p2p_times(rank, dst, nb(tensor), True)
+        late(pre)
         t0 = time.perf_counter()
         orig["send"](tensor, dst=dst, group=group, **kw)
-        finish(t0, wire.p2p(rank, dst, nb(tensor), clock.it))
+        finish(t0, w)
 
     def recv(tensor: Any, src: int, group: Any = None, **kw: Any) -> int:
+        _, w = p2p_times(src, rank, nb(tensor), False)
         t0 = time.perf_counter()
         out = orig["recv"](tensor, src=src, group=group, **kw)
-        finish(t0, wire.p2p(src, rank, nb(tensor), clock.it))
+        finish(t0, w)
         return out
 
     def all_reduce(tensor: Any, op: Any = None, group: Any = None, async_op: bool = False) -> None:
+        pre, w = coll_times("all_reduce", group, nb(tensor))
+        late(pre)
         t0 = time.perf_counter()
         orig["all_reduce"](tensor, group=group)
-        finish(t0, wire.collective("all_reduce", members(group), nb(tensor), clock.it))
+        finish(t0, w)
 
     def all_gather_into_tensor(output_tensor: Any, input_tensor: Any, group: Any = None, async_op: bool = False) -> None:
+        pre, w = coll_times("all_gather", group, nb(output_tensor))
+        late(pre)
         t0 = time.perf_counter()
         orig["all_gather_into_tensor"](output_tensor, input_tensor, group=group)
-        finish(t0, wire.collective("all_gather", members(group), nb(output_tensor), clock.it))
+        finish(t0, w)
 
     def reduce_scatter_tensor(output: Any, input: Any, op: Any = None, group: Any = None,  # noqa: A002
                               async_op: bool = False) -> None:
+        pre, w = coll_times("reduce_scatter", group, nb(input))
+        late(pre)
         t0 = time.perf_counter()
         orig["reduce_scatter_tensor"](output, input, group=group)
-        finish(t0, wire.collective("reduce_scatter", members(group), nb(input), clock.it))
+        finish(t0, w)
 
     def all_to_all_single(output: Any, input: Any, output_split_sizes: Any = None,  # noqa: A002
                           input_split_sizes: Any = None, group: Any = None, async_op: bool = False) -> None:
+        pre, w = coll_times("all_to_all", group, nb(input))
+        late(pre)
         t0 = time.perf_counter()
         orig["all_to_all_single"](output, input, group=group)
-        finish(t0, wire.collective("all_to_all", members(group), nb(input), clock.it))
+        finish(t0, w)
 
     for fn in (send, recv, all_reduce, all_gather_into_tensor, reduce_scatter_tensor, all_to_all_single):
         setattr(dist, fn.__name__, fn)
@@ -278,7 +327,7 @@ def worker(rank: int, cfg: dict, out: str, init_file: str, topology: Any, factor
             cf = cf * factors[i]
     clock = _Clock(n_it)
     wire = WireModel(topology, cfg["net"], faults, factors)
-    orig = _install_wires(dist, rank, wire, clock)
+    orig = _install_wires(dist, rank, wire, clock, side=cfg.get("fault_side", "wire"))
     logger = holmes.logger.CommOpsLogger(out, layout=layout, groups=all_groups)
 
     tp, tpg = mine.get("tp", (None, (rank,)))

@@ -1,4 +1,13 @@
-"""Role peers: the ranks that do the same work as a rank, in the other data-parallel replicas.
+"""Role peers and work peers: the ranks that do the same work as a rank.
+
+*Work peers* are every rank of the same pipeline stage, across tensor, context and expert
+positions and data-parallel replicas: Megatron splits a stage's work evenly over its TP/CP/EP
+positions, and the replicas run the same program, so their compute between the same pair of
+operators is comparable. A job with 2 replicas, or 1 (whose peers are the TP/CP positions),
+still has peers; only a stage of one rank has none. Ranks whose logs issue a different number of
+operators per iteration are not peers even in one stage (a converted trace without communicator
+kinds has every rank in "stage 0"). *Role peers* (below) are the narrower data-parallel groups
+the what-if decomposition by replica uses.
 
 Two ranks are *role peers* when they hold the same pipeline stage and the same tensor / context /
 expert position in different data-parallel replicas: they run the same program (the same
@@ -25,7 +34,7 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -47,12 +56,18 @@ class Roles:
         Per rank, its pipeline stage (0 without pipeline communicators).
     replica : numpy.ndarray of int
         Per rank, its data-parallel replica (its position in its role group).
+    work_members : list of numpy.ndarray
+        Work peer groups: the ranks of one stage (see the module docstring), ascending.
+    work_group : numpy.ndarray of int
+        Per rank, the index of its work peer group.
     """
 
     group: np.ndarray
     members: list[np.ndarray]
     stage: np.ndarray
     replica: np.ndarray
+    work_members: list[np.ndarray] = field(default_factory=list)
+    work_group: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
     @classmethod
     def from_communicators(cls, communicators: Mapping[str, Any], world_size: int) -> "Roles":
@@ -74,7 +89,23 @@ class Roles:
         for r in np.flatnonzero(group < 0).tolist():
             group[r] = len(members)
             members.append(np.array([r], dtype=np.int64))
-        return cls(group, members, stage, replica)
+        roles = cls(group, members, stage, replica)
+        roles.split_work(stage)
+        return roles
+
+    def split_work(self, key: np.ndarray) -> None:
+        """Set the work peer groups: ranks with the same ``key`` (their stage, or a finer signature)."""
+        key = np.asarray(key)
+        uniq, inv = np.unique(key, return_inverse=True, axis=0) if key.ndim > 1 else np.unique(key, return_inverse=True)
+        inv = np.asarray(inv).ravel()
+        self.work_group = inv.astype(np.int64)
+        order = np.argsort(inv, kind="stable")
+        bounds = np.r_[0, np.cumsum(np.bincount(inv, minlength=len(uniq)))]
+        self.work_members = [order[bounds[g]:bounds[g + 1]] for g in range(len(uniq))]
+
+    def work_peers_of(self, rank: int) -> np.ndarray:
+        """The work peer group of ``rank`` (itself included)."""
+        return self.work_members[int(self.work_group[int(rank)])]
 
     @property
     def num_groups(self) -> int:

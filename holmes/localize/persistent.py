@@ -140,7 +140,8 @@ class PersistentAnalysis:
         ev = PersistentEvidence(sel.window, f.caused, f.compute, roles)
         co: ComputeOutliers = compute_suspects(roles, f.caused, f.compute, z=p.persistent_z,
                                                fraction=p.persistent_fraction, present=f.present)
-        classes = slot_classes(f.slot_info, roles.stage, f.NB, f.CNT)
+        classes = slot_classes(f.slot_info, roles.stage, f.NB, f.CNT, host_of=run.topology.host_of,
+                               communicators=src.communicators)
         no: NetworkOutliers = network_suspects(f.slot_info, f.X, classes, run.topology, z=p.persistent_z,
                                                fraction=p.persistent_fraction, min_excess=p.network_min_excess)
         ev.suspects = co.suspects + no.suspects

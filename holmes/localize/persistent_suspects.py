@@ -56,9 +56,11 @@ class Suspect:
 @dataclass
 class ComputeOutliers:
     suspects: list[Suspect]
-    z: np.ndarray                   # (W, T) own work over the role peers', in robust sigmas
+    z: np.ndarray                   # (W, T) own work over the work peers', in sigmas of their noise
     rate: float                     # share of (rank, iteration) outliers
     moving: float                   # share of iterations with an outlier that is no persistent one
+    no_peer: list[int] = field(default_factory=list)   # ranks no other rank does the same work as
+    effect: np.ndarray | None = None                   # (W,) median relative excess over the peers
 
 
 @dataclass
@@ -70,57 +72,108 @@ class NetworkOutliers:
     device_hits: dict[str, tuple[float, float]] = field(default_factory=dict)  # device -> (iterations, share)
 
 
+def _lower_ref(v: np.ndarray) -> np.ndarray:
+    """Per column, the mean of the lower half of the rows (at least one row): the work of the
+    group's faster members, which a slow half of the group (a host's GPUs) cannot pull up."""
+    n = v.shape[0]
+    k = max(1, n // 2)
+    return np.sort(v, axis=0)[:k].mean(axis=0)
+
+
 def compute_suspects(roles: Roles, caused: np.ndarray, compute: np.ndarray, *, z: float,
-                     fraction: float, present: np.ndarray | None = None) -> ComputeOutliers:
-    """Ranks whose own work persistently exceeds their role peers' while others waited on them
-    (``present``: the ranks summarized; the others are left out of their groups' statistics)."""
+                     fraction: float, present: np.ndarray | None = None, min_effect: float = 0.08) -> ComputeOutliers:
+    """Ranks whose own work persistently exceeds their work peers' while others waited on them.
+
+    Each rank's work in each iteration is compared, in log scale, with the mean of the faster half
+    of its work peer group (:attr:`Roles.work_members`: its stage across TP/CP/EP positions and
+    replicas; with two peers, the faster one). A rank is a straggler when
+
+    * its median excess over the window is at least ``min_effect`` (relative: the persistent
+      offsets of healthy ranks stay below it) and stands ``z`` standard errors above zero, the
+      errors from the group's iteration-to-iteration noise (each rank's spread around its own
+      median, pooled: a persistently slow rank does not widen it);
+    * in at least ``fraction`` of the window (the continuity rule) its excess is at least half
+      ``min_effect``;
+    * over the window it made others wait more than the faster half of its peers did (extra work
+      nobody waited for is not straggling; two slow ranks of one host share the blame of the
+      collectives they are late to together, so this is not asked per iteration).
+
+    ``present``: the ranks summarized (the others are left out of their groups' statistics). Ranks
+    with no work peer are listed in ``no_peer``; ``z`` of the result is each rank's excess in units
+    of the noise, per iteration.
+    """
     W, T = caused.shape
     zs = np.zeros((W, T))
     if T == 0:
         return ComputeOutliers([], zs, 0.0, 0.0)
-    if present is not None and not present.all():
-        caused, compute = caused.astype(np.float64), compute.astype(np.float64)  # copies that can hold NaN
-        caused[~present] = np.nan
-        compute[~present] = np.nan
-    excess = caused - roles.group_median(caused)
-    cexcess = compute - roles.group_median(compute)
-    step = float(np.nanmedian(np.nanmean(compute, axis=0))) if W else 0.0
+    C = compute.astype(np.float64)
+    step = float(np.nanmedian(np.nanmean(C, axis=0))) if W else 0.0
     floor = max(step * 1e-3, 1.0)
     flags = np.zeros((W, T), np.bool_)
+    effect = np.zeros(W)
+    strong = np.zeros(W, np.bool_)
+    no_peer: list[int] = []
     moving = counted = 0
-    for m in roles.members:
+    groups = roles.work_members or roles.members
+    min_log = math.log1p(max(min_effect, 0.0))
+    for m in groups:
         if present is not None:
             m = m[present[m]]
-        if m.size < 3:
+        if m.size < 2:
+            no_peer.extend(int(r) for r in m)
             continue
-        e = excess[m]
-        ce = cexcess[m]
-        csig = max(MAD_SIGMA * float(np.median(np.abs(ce - np.median(ce)))), floor)
-        f = (ce > z * csig) & (e > 0)
-        zs[m] = ce / csig
+        x = np.log(np.maximum(C[m], floor))
+        d = x - _lower_ref(x)
+        med_d = np.median(d, axis=1, keepdims=True)
+        sig = max(MAD_SIGMA * float(np.median(np.abs(d - med_d))), 0.002)
+        tot = caused[m].sum(axis=1)
+        f = (d > min_log / 2) & (tot > _lower_ref(tot[:, None]))[:, None]
+        zs[m] = d / sig
         flags[m] = f
+        sig_med = 1.2533 * sig / math.sqrt(T)  # standard error of a median of T iterations
+        strong[m] = (med_d[:, 0] >= min_log) & (med_d[:, 0] >= z * sig_med)
+        effect[m] = np.expm1(med_d[:, 0])
         counted += T
         # a slow position that moves between replicas: outliers most iterations, no persistent one
-        if not (f.mean(axis=1) >= fraction).any():
-            moving += int(f.any(axis=0).sum())
-    frac = flags.mean(axis=1)
-    sus = [Suspect("compute", [r], int(flags[r].sum()), float(excess[r].mean()))
+        if not ((f.mean(axis=1) >= fraction) & strong[m]).any():
+            moving += int((f & (d > max(z * sig, min_log))).any(axis=0).sum())
+    frac = np.where(strong, flags.mean(axis=1), 0.0)
+    excess = caused - roles.group_median(caused) if roles.members else caused
+    sus = [Suspect("compute", [r], int(flags[r].sum()), float(max(excess[r].mean(), 0.0) + effect[r] * step))
            for r in np.flatnonzero(frac >= fraction).tolist()]
     rate = float(flags.mean()) if flags.size else 0.0
     log.info("persistent: %d compute suspect(s) among %d ranks (outlier rate %.4f)", len(sus), W, rate)
-    return ComputeOutliers(sus, zs, rate, moving / counted if counted else 0.0)
+    out = ComputeOutliers(sus, zs, rate, moving / counted if counted else 0.0)
+    out.no_peer = sorted(no_peer)
+    out.effect = effect
+    return out
 
 
-def slot_classes(slot_info: list[tuple], stage: np.ndarray, NB: np.ndarray, CNT: np.ndarray) -> list[np.ndarray]:
-    """Peer slots: P2P pairs of the same kind between the same stages, collectives of the same kind
-    and size; both with the same instance count and volume (to a quarter of a factor of two)."""
+def slot_classes(slot_info: list[tuple], stage: np.ndarray, NB: np.ndarray, CNT: np.ndarray,
+                 host_of: Any = None, communicators: Any = None) -> list[np.ndarray]:
+    """Peer slots: channels doing the same transfers, so that their transfer times compare.
+
+    P2P pairs of the same communicator kind and direction along the communicator's rank order (a
+    pipeline's forward or backward sends, between any adjacent stages); collectives of the same
+    kind and size; both with the same instance count and volume (to a quarter of a factor of two)
+    and, with ``host_of``, the same locality (a P2P pair inside one host or between two; a
+    collective spanning the same number of hosts): an NVSwitch transfer is not a peer of a NIC one.
+    Without ``communicators`` the P2P direction is told by the stages (``stage``)."""
     classes: dict[tuple, list[int]] = {}
     for s, info in enumerate(slot_info):
         kind, members = info[1], info[2]
+        hosts = len({int(host_of(int(r))) for r in members}) if host_of is not None and len(members) else 0
         if info[0] == "p":
-            key: tuple = ("p", kind, int(stage[members[0]]), int(stage[members[1]]))
+            snd, rcv = int(members[0]), int(members[1])
+            c = communicators.get(info[3]) if communicators is not None else None
+            ranks = [int(r) for r in (c.ranks if hasattr(c, "ranks") else c[1])] if c is not None else []
+            if snd in ranks and rcv in ranks:
+                d = int(np.sign(ranks.index(rcv) - ranks.index(snd)))
+            else:
+                d = int(np.sign(int(stage[rcv]) - int(stage[snd])))
+            key: tuple = ("p", kind, d, hosts)
         else:
-            key = ("c", kind, len(members))
+            key = ("c", kind, len(members), hosts)
         key += (int(CNT[s]), int(round(math.log2(NB[s] + 1) * 4)))
         classes.setdefault(key, []).append(s)
     return [np.asarray(v) for _, v in sorted(classes.items(), key=lambda kv: kv[1][0])]
@@ -129,22 +182,33 @@ def slot_classes(slot_info: list[tuple], stage: np.ndarray, NB: np.ndarray, CNT:
 def network_suspects(slot_info: list[tuple], X: np.ndarray, classes: list[np.ndarray], topology: Any, *, z: float,
                      fraction: float, min_excess: float) -> NetworkOutliers:
     """Slots whose transfers are persistently slower than their peer slots', and the network
-    devices on the paths of most slow slots and of few healthy ones."""
+    devices on the paths of most slow slots and of few healthy ones.
+
+    A slot's transfer time in each iteration is compared, in log scale, with the mean of the faster
+    half of its class (:func:`slot_classes`; with two slots, the faster one). A slot is slow when
+    its median excess is at least ``min_excess`` (relative) and ``z`` standard errors of the class's
+    noise above zero, and its excess is at least half that in ``fraction`` of the iterations."""
     S, T = X.shape
     flags = np.zeros((S, T), np.bool_)
+    strong = np.zeros(S, np.bool_)
     ratio = np.ones((S, T))
+    min_log = math.log1p(min_excess)
     for idx in classes:
-        if len(idx) < 3:
+        if len(idx) < 2:
             continue
         v = X[idx]
-        medv = np.median(v, axis=0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            lr = np.log(np.where((v > 0) & (medv > 0), v / np.where(medv > 0, medv, 1), 1.0))
-        sig = max(MAD_SIGMA * float(np.median(np.abs(lr - np.median(lr)))), 0.01)
-        flags[idx] = (lr > z * sig) & (lr > math.log1p(min_excess))
+        ok = (v > 0).all(axis=0)
+        if not ok.any():
+            continue
+        lv = np.log(np.where(v > 0, v, 1.0))
+        lr = np.where(ok, lv - _lower_ref(lv), 0.0)  # over the faster half of the peer slots
+        med = np.median(lr[:, ok], axis=1)
+        sig = max(MAD_SIGMA * float(np.median(np.abs(lr[:, ok] - med[:, None]))), 0.01)
+        flags[idx] = ok & (lr > min_log / 2)
+        strong[idx] = (med >= min_log) & (med >= z * 1.2533 * sig / math.sqrt(ok.sum()))
         ratio[idx] = np.exp(lr)
     out = NetworkOutliers([], ratio, flags, float(flags.mean()) if flags.size else 0.0)
-    frac = flags.mean(axis=1) if T else np.zeros(S)
+    frac = np.where(strong, flags.mean(axis=1), 0.0) if T else np.zeros(S)
     slow = np.flatnonzero(frac >= fraction)
     if not slow.size:
         return out
