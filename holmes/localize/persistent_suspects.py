@@ -80,6 +80,28 @@ def _lower_ref(v: np.ndarray) -> np.ndarray:
     return np.sort(v, axis=0)[:k].mean(axis=0)
 
 
+def _separated(eff: np.ndarray, gap: float) -> np.ndarray:
+    """The members above the widest gap between consecutive sorted effects, when that gap is at
+    least ``gap`` and at most half the group lies above it (a slow host may be half a stage).
+
+    >>> _separated(np.array([0.0, 0.02, 0.16, 0.01]), 0.06).tolist()
+    [False, False, True, False]
+    >>> _separated(np.array([0.01, 0.03, 0.05, 0.07, 0.09]), 0.06).tolist()   # a continuum: no one
+    [False, False, False, False, False]
+    """
+    n = eff.size
+    out = np.zeros(n, np.bool_)
+    if n < 2:
+        return out
+    o = np.sort(eff)
+    lo = n - n // 2 - 1  # at most half the group above the gap
+    gaps = np.diff(o)[lo:]
+    k = int(np.argmax(gaps))
+    if gaps[k] >= gap:
+        out = eff > o[lo + k]
+    return out
+
+
 def compute_suspects(roles: Roles, caused: np.ndarray, compute: np.ndarray, *, z: float,
                      fraction: float, present: np.ndarray | None = None, min_effect: float = 0.08) -> ComputeOutliers:
     """Ranks whose own work persistently exceeds their work peers' while others waited on them.
@@ -92,6 +114,9 @@ def compute_suspects(roles: Roles, caused: np.ndarray, compute: np.ndarray, *, z
       offsets of healthy ranks stay below it) and stands ``z`` standard errors above zero, the
       errors from the group's iteration-to-iteration noise (each rank's spread around its own
       median, pooled: a persistently slow rank does not widen it);
+    * it stands apart: above the widest gap (at least three quarters of ``min_effect``) between
+      the sorted excesses of its group, with at most half the group above it (healthy ranks form a
+      continuum of small offsets);
     * in at least ``fraction`` of the window (the continuity rule) its excess is at least half
       ``min_effect``;
     * over the window it made others wait more than the faster half of its peers did (extra work
@@ -131,7 +156,7 @@ def compute_suspects(roles: Roles, caused: np.ndarray, compute: np.ndarray, *, z
         zs[m] = d / sig
         flags[m] = f
         sig_med = 1.2533 * sig / math.sqrt(T)  # standard error of a median of T iterations
-        strong[m] = (med_d[:, 0] >= min_log) & (med_d[:, 0] >= z * sig_med)
+        strong[m] = (med_d[:, 0] >= min_log) & (med_d[:, 0] >= z * sig_med) & _separated(med_d[:, 0], 0.75 * min_log)
         effect[m] = np.expm1(med_d[:, 0])
         counted += T
         # a slow position that moves between replicas: outliers most iterations, no persistent one
@@ -186,8 +211,9 @@ def network_suspects(slot_info: list[tuple], X: np.ndarray, classes: list[np.nda
 
     A slot's transfer time in each iteration is compared, in log scale, with the mean of the faster
     half of its class (:func:`slot_classes`; with two slots, the faster one). A slot is slow when
-    its median excess is at least ``min_excess`` (relative) and ``z`` standard errors of the class's
-    noise above zero, and its excess is at least half that in ``fraction`` of the iterations."""
+    its median excess is at least ``min_excess`` (relative) and ``z`` times the class's
+    iteration-to-iteration noise, and its excess is at least half ``min_excess`` in ``fraction`` of
+    the iterations."""
     S, T = X.shape
     flags = np.zeros((S, T), np.bool_)
     strong = np.zeros(S, np.bool_)
@@ -205,7 +231,9 @@ def network_suspects(slot_info: list[tuple], X: np.ndarray, classes: list[np.nda
         med = np.median(lr[:, ok], axis=1)
         sig = max(MAD_SIGMA * float(np.median(np.abs(lr[:, ok] - med[:, None]))), 0.01)
         flags[idx] = ok & (lr > min_log / 2)
-        strong[idx] = (med >= min_log) & (med >= z * 1.2533 * sig / math.sqrt(ok.sum()))
+        # per-iteration noise, not the median's standard error: channels of one class differ by more
+        # than chance in healthy jobs (a later stage's gradient reduction overlaps other work)
+        strong[idx] = (med >= min_log) & (med >= z * sig)
         ratio[idx] = np.exp(lr)
     out = NetworkOutliers([], ratio, flags, float(flags.mean()) if flags.size else 0.0)
     frac = np.where(strong, flags.mean(axis=1), 0.0) if T else np.zeros(S)
