@@ -113,9 +113,9 @@ class LocalizeParams(BaseModel):
         procedure blames a device when nothing is wrong sets the chance level its evidence must
         beat (:func:`holmes.localize.confidence.confidences`); 0 uses the topology's share alone.
     persistent_z : float, default 4.0
-        Persistent analysis: a rank (communicator) is an outlier in an iteration when the waiting it
-        caused (its transfer time) stands this many robust sigmas of its role group's spread above
-        its peers' median.
+        Persistent analysis: a rank's median excess work over its work peers' must stand this many
+        standard errors above zero, a channel's median excess transfer time this many times its
+        class's iteration-to-iteration noise.
     persistent_fraction : float, default 0.6
         ... and a straggler only when it is an outlier in at least this share of the window (the
         continuity rule: a one-off blip is not a straggler).
@@ -125,6 +125,14 @@ class LocalizeParams(BaseModel):
     imbalance_pct : float, default 3.0
         When no device is named and the what-if slowdown is at least this many percent, the
         persistent analysis names the non-device cause (pipeline-stage or micro-batch imbalance).
+    persistent_min_effect : float, default 0.08
+        Persistent analysis: a rank's work must exceed its work peers' by at least this much
+        (relative) over the window to be a straggler (healthy real runs' persistent offsets stayed
+        under 0.077 on the development splits, slow GPUs at 1.14x stood at 0.157).
+    unexplained_slowdown : float, default 1.25
+        A job whose what-if step is at least this many times its ideal while no device is named is
+        ``inconclusive`` (a slowdown worth a look that the report cannot explain), never
+        ``healthy``. Healthy development runs (idle and under load) reached 1.228.
     whatif : bool, default True
         Persistent analysis: replay the iterations (what-if impact and slowdown); False skips it.
     straggler_share : float, default 0.5
@@ -331,6 +339,8 @@ class LocalizeParams(BaseModel):
     persistent_fraction: float = Field(default=0.6, gt=0, le=1)
     network_min_excess: float = Field(default=0.2, ge=0)
     imbalance_pct: float = Field(default=3.0, ge=0)
+    persistent_min_effect: float = Field(default=0.08, ge=0)
+    unexplained_slowdown: float = Field(default=1.25, ge=1)
     whatif: bool = True
 
     def __init__(self, **data: Any) -> None:
@@ -340,7 +350,7 @@ class LocalizeParams(BaseModel):
             raise ConfigError(_one_line(exc)) from None
 
     @field_validator("delta", "alpha", "exonerate_bytes", "exonerate_speedup", "late_ratio", "noise_z",
-                     "min_confidence", "straggler_share", "tail_calibration", "point_calibration", "cell_noise", "stretch_z", "min_stretch", "candidate_z", "own_z", "compute_z", "repeat_z", "shift_z", "min_shift", "cell_cost_z", "persistent_z", "network_min_excess", "imbalance_pct")
+                     "min_confidence", "straggler_share", "tail_calibration", "point_calibration", "cell_noise", "stretch_z", "min_stretch", "candidate_z", "own_z", "compute_z", "repeat_z", "shift_z", "min_shift", "cell_cost_z", "persistent_z", "network_min_excess", "imbalance_pct", "persistent_min_effect", "unexplained_slowdown")
     @classmethod
     def _finite(cls, v: float) -> float:
         if not math.isfinite(v):

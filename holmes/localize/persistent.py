@@ -96,6 +96,7 @@ class PersistentEvidence:
     compute_z: np.ndarray | None = None   # (W, T) own work over the role peers', in robust sigmas
     network_flags_rate: float = 0.0
     slot_ratio: np.ndarray | None = None  # (S, T) transfer time over the peer slots'
+    no_peer: list[int] = field(default_factory=list)  # ranks no other rank does the same work as
 
 
 class PersistentAnalysis:
@@ -139,7 +140,13 @@ class PersistentAnalysis:
         roles = Roles.from_communicators(src.communicators, src.world_size)
         ev = PersistentEvidence(sel.window, f.caused, f.compute, roles)
         co: ComputeOutliers = compute_suspects(roles, f.caused, f.compute, z=p.persistent_z,
-                                               fraction=p.persistent_fraction, present=f.present)
+                                               fraction=p.persistent_fraction, present=f.present,
+                                               min_effect=p.persistent_min_effect)
+        if co.no_peer:
+            ev.no_peer = co.no_peer
+            shown = ", ".join(str(r) for r in co.no_peer[:8]) + (" ..." if len(co.no_peer) > 8 else "")
+            run.assume(f"persistent: no peer does the same work as rank(s) {shown} (a stage of one rank): "
+                       "their compute is not compared")
         classes = slot_classes(f.slot_info, roles.stage, f.NB, f.CNT, host_of=run.topology.host_of,
                                communicators=src.communicators)
         no: NetworkOutliers = network_suspects(f.slot_info, f.X, classes, run.topology, z=p.persistent_z,
