@@ -270,11 +270,16 @@ class PersistentAnalysis:
                                            impact_pct=ev.impact.get(d), evidence=(self.name,)))
         net = [s for s in ev.suspects if s.kind == "network"]
         pn = min(max(ev.network_flags_rate, 1e-3), 0.5)
+        # explain-away: a device is discounted by how much less of its traffic is slow than the best
+        # explanation's (a slow P2P direction slows no device's every transfer; its path's devices
+        # are the candidates, the ones carrying the fewest healthy transfers first)
+        best_share = max((ev.device_hits.get(s.devices[0], (0.0, 0.0))[1] for s in net), default=0.0)
         for s in net:
             d = s.devices[0]
             hits, share = ev.device_hits.get(d, (0.0, 0.0))
+            rel = share / best_share if best_share > 0 else 0.0
             out.append(DeviceScore(d, device_kind(d), s.excess, causes=s.hits,
-                                   confidence=device_confidence(hits, T, pn) * min(1.0, 2 * share),
+                                   confidence=device_confidence(hits, T, pn) * min(1.0, rel),
                                    impact_pct=ev.impact.get(d), evidence=(self.name,)))
         total = sum(max(d.score, 0.0) for d in out) or 1.0
         out = [DeviceScore(d.id, d.kind, max(d.score, 0.0) / total, d.index, d.causes, confidence=d.confidence,
