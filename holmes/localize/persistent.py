@@ -49,8 +49,8 @@ from holmes.errors import ConfigError
 from holmes.localize.confidence import device_confidence
 from holmes.localize.peers import Roles
 from holmes.localize.persistent_rank import PersistentSummary, persistent_summaries, persistent_window
-from holmes.localize.persistent_suspects import (ComputeOutliers, NetworkOutliers, Suspect, compute_suspects,
-                                                 network_suspects, slot_classes)
+from holmes.localize.persistent_suspects import (ComputeOutliers, NetworkOutliers, StageHost, Suspect,
+                                                 compute_suspects, network_suspects, slot_classes, stage_hosts)
 from holmes.localize.persistent_wait import Folded, fold
 from holmes.localize.ranking import device_kind
 from holmes.localize.report import DeviceScore
@@ -97,6 +97,7 @@ class PersistentEvidence:
     network_flags_rate: float = 0.0
     slot_ratio: np.ndarray | None = None  # (S, T) transfer time over the peer slots'
     no_peer: list[int] = field(default_factory=list)  # ranks no other rank does the same work as
+    stage_hosts: list[StageHost] = field(default_factory=list)  # hosts that are whole slow stages
 
 
 class PersistentAnalysis:
@@ -147,6 +148,10 @@ class PersistentAnalysis:
             shown = ", ".join(str(r) for r in co.no_peer[:8]) + (" ..." if len(co.no_peer) > 8 else "")
             run.assume(f"persistent: no peer does the same work as rank(s) {shown} (a stage of one rank): "
                        "their compute is not compared")
+        if not co.suspects:
+            ev.stage_hosts = stage_hosts(roles, f.compute, run.topology.host_of, z=p.persistent_z,
+                                         fraction=p.persistent_fraction, min_effect=p.persistent_min_effect,
+                                         present=f.present)
         classes = slot_classes(f.slot_info, roles.stage, f.NB, f.CNT, host_of=run.topology.host_of,
                                communicators=src.communicators)
         no: NetworkOutliers = network_suspects(f.slot_info, f.X, classes, run.topology, z=p.persistent_z,
@@ -268,6 +273,19 @@ class PersistentAnalysis:
                     out.append(DeviceScore(d, "gpu", s.excess, causes=s.hits,
                                            confidence=device_confidence(s.hits, T, p0),
                                            impact_pct=ev.impact.get(d), evidence=(self.name,)))
+        for sh in ev.stage_hosts:
+            conf = device_confidence(sh.hits, T, p0)
+            where = f"stage {sh.stages[0]}" if len(sh.stages) == 1 else "stages " + ", ".join(map(str, sh.stages))
+            if sh.ambiguous:
+                conf = min(conf, 0.5)
+                run.assume(f"persistent: {where} works {100 * sh.effect:.0f}% more than the other stages on every "
+                           f"replica, and all its ranks are host:{sh.host}'s GPUs: a slow host:{sh.host} and a heavier "
+                           f"stage cannot be told apart from timing (host:{sh.host} is a candidate)")
+            else:
+                run.assume(f"persistent: {where}, exactly host:{sh.host}'s GPUs, work {100 * sh.effect:.0f}% more than "
+                           f"the other stages on every replica: host:{sh.host}")
+            out.append(DeviceScore(f"host:{sh.host}", "host", sh.effect, causes=sh.hits, confidence=conf,
+                                   evidence=(self.name,)))
         net = [s for s in ev.suspects if s.kind == "network"]
         pn = min(max(ev.network_flags_rate, 1e-3), 0.5)
         # explain-away: a device is discounted by how much less of its traffic is slow than the best

@@ -36,7 +36,8 @@ from holmes.localize.peers import Roles
 from holmes.localize.ranking import network_devices
 from holmes.stats import MAD_SIGMA
 
-__all__ = ["Suspect", "ComputeOutliers", "NetworkOutliers", "compute_suspects", "network_suspects", "slot_classes"]
+__all__ = ["Suspect", "ComputeOutliers", "NetworkOutliers", "compute_suspects", "network_suspects", "slot_classes",
+           "StageHost", "stage_hosts"]
 
 log = logging.getLogger(__name__)
 
@@ -171,6 +172,80 @@ def compute_suspects(roles: Roles, caused: np.ndarray, compute: np.ndarray, *, z
     out = ComputeOutliers(sus, zs, rate, moving / counted if counted else 0.0)
     out.no_peer = sorted(no_peer)
     out.effect = effect
+    return out
+
+
+@dataclass
+class StageHost:
+    """A host all of whose GPUs lie in the pipeline stages that are slower than the others."""
+
+    host: int
+    stages: list[int]               # the slow stages on the host (all of their ranks are the host's)
+    hits: int                       # iterations the stages stood out
+    effect: float                   # median relative excess of the stages' work over the others'
+    ambiguous: bool                 # one stage: a slow host and a heavier stage look the same
+
+
+def stage_hosts(roles: Roles, compute: np.ndarray, host_of: Any, *, z: float, fraction: float,
+                min_effect: float, present: np.ndarray | None = None) -> list[StageHost]:
+    """Hosts that make up whole slow pipeline stages (where no work peer is on another host).
+
+    When a host holds every rank of a stage (every TP position of every replica), the stage's
+    peers are all on that host and no peer comparison can tell it. What remains is the stage
+    against the other stages: each stage's mean work (log scale) per iteration against the mean of
+    the faster half of the stages, with the significance, separation and continuity rules of
+    :func:`compute_suspects`. A slow set of stages whose ranks are exactly the GPUs of whole hosts
+    implicates those hosts; a host holding two or more of the slow stages is the simpler story (two
+    stages equally heavier by chance, exactly on one host), one stage alone is ``ambiguous`` (a
+    heavier stage, e.g. the first or last with the embedding or the loss, looks the same).
+
+    >>> from holmes.localize.peers import Roles
+    >>> roles = Roles.from_communicators({"pp0": ("pp", [0, 2, 4, 6]), "pp1": ("pp", [1, 3, 5, 7]),
+    ...                                   **{f"dp{s}": ("dp", [2 * s, 2 * s + 1]) for s in range(4)}}, 8)
+    >>> rng = np.random.default_rng(1)
+    >>> work = 100.0 * np.exp(rng.normal(0, 0.01, (8, 20))); work[:4] *= 1.3   # host 0: stages 0, 1
+    >>> [(h.host, h.stages, h.ambiguous) for h in stage_hosts(roles, work, lambda r: r // 4, z=4.0,
+    ...                                                          fraction=0.6, min_effect=0.08)]
+    [(0, [0, 1], False)]
+    """
+    W, T = compute.shape
+    S = roles.num_stages
+    if S < 2 or T == 0:
+        return []
+    ok = np.ones(W, np.bool_) if present is None else present.astype(np.bool_)
+    x = np.log(np.maximum(compute.astype(np.float64), 1.0))
+    stage_x = np.full((S, T), np.nan)
+    for st in range(S):
+        m = ok & (roles.stage == st)
+        if m.any():
+            stage_x[st] = x[m].mean(axis=0)
+    have = np.flatnonzero(np.isfinite(stage_x[:, 0]))
+    if have.size < 2:
+        return []
+    v = stage_x[have]
+    d = v - _lower_ref(v)
+    med = np.median(d, axis=1)
+    sig = max(MAD_SIGMA * float(np.median(np.abs(d - med[:, None]))), 0.002)
+    min_log = math.log1p(max(min_effect, 0.0))
+    slow = (med >= min_log) & (med >= z * 1.2533 * sig / math.sqrt(T)) & _separated(med, 0.75 * min_log) & \
+        ((d > min_log / 2).mean(axis=1) >= fraction)
+    if not slow.any():
+        return []
+    slow_stages = have[slow]
+    slow_ranks = set(np.flatnonzero(ok & np.isin(roles.stage, slow_stages)).tolist())
+    hosts: dict[int, list[int]] = {}
+    for r in range(W):
+        if ok[r]:
+            hosts.setdefault(int(host_of(r)), []).append(r)
+    out = []
+    for h in sorted({int(host_of(r)) for r in slow_ranks}):
+        if not set(hosts[h]) <= slow_ranks:
+            continue  # the host also holds ranks of stages that are not slow
+        sts = sorted({int(roles.stage[r]) for r in hosts[h]})
+        if {r for st in sts for r in np.flatnonzero(ok & (roles.stage == st)).tolist()} != set(hosts[h]):
+            continue  # its stages have ranks on other hosts too: their peers there would have shown it
+        hits = int((d[np.isin(have, sts)] > min_log / 2).all(axis=0).sum())
+        out.append(StageHost(h, sts, hits, float(np.expm1(np.median(med[np.isin(have, sts)]))), len(sts) < 2))
     return out
 
 
