@@ -91,6 +91,14 @@ def test_a_host_that_is_one_whole_stage_is_ambiguous():
     work[:4] *= 1.3                        # host 0 = stage 0 (every replica)
     found = stage_hosts(roles, work, lambda r: r // 4, z=4.0, fraction=0.6, min_effect=0.08)
     assert [(h.host, h.stages, h.ambiguous) for h in found] == [(0, [0], True)]
+    # a middle stage, built like its neighbours: the host is the simpler story
+    comms3 = {f"pp{i}": ("pp", [i, 4 + i, 8 + i]) for i in range(4)}
+    comms3.update({f"dp{s}": ("dp", [4 * s + j for j in range(4)]) for s in range(3)})
+    roles3 = Roles.from_communicators(comms3, 12)
+    work3 = _work(12, 20, 5, noise=0.01)
+    work3[4:8] *= 1.3                      # host 1 = stage 1 of 3
+    found3 = stage_hosts(roles3, work3, lambda r: r // 4, z=4.0, fraction=0.6, min_effect=0.08)
+    assert [(h.host, h.stages, h.ambiguous) for h in found3] == [(1, [1], False)]
     # a stage spread over two hosts is no host's
     assert stage_hosts(roles, work, lambda r: r % 2, z=4.0, fraction=0.6, min_effect=0.08) == []
 

@@ -183,7 +183,7 @@ class StageHost:
     stages: list[int]               # the slow stages on the host (all of their ranks are the host's)
     hits: int                       # iterations the stages stood out
     effect: float                   # median relative excess of the stages' work over the others'
-    ambiguous: bool                 # one stage: a slow host and a heavier stage look the same
+    ambiguous: bool                 # the first or last stage alone: a slow host and a heavier stage look the same
 
 
 def stage_hosts(roles: Roles, compute: np.ndarray, host_of: Any, *, z: float, fraction: float,
@@ -196,8 +196,9 @@ def stage_hosts(roles: Roles, compute: np.ndarray, host_of: Any, *, z: float, fr
     the faster half of the stages, with the significance, separation and continuity rules of
     :func:`compute_suspects`. A slow set of stages whose ranks are exactly the GPUs of whole hosts
     implicates those hosts; a host holding two or more of the slow stages is the simpler story (two
-    stages equally heavier by chance, exactly on one host), one stage alone is ``ambiguous`` (a
-    heavier stage, e.g. the first or last with the embedding or the loss, looks the same).
+    stages equally heavier by chance, exactly on one host), and so is a middle stage (built like its
+    neighbours); the first or the last stage alone is ``ambiguous``: it is heavier by design in many
+    models (the embedding; the output layer and the loss), which looks the same.
 
     >>> from holmes.localize.peers import Roles
     >>> roles = Roles.from_communicators({"pp0": ("pp", [0, 2, 4, 6]), "pp1": ("pp", [1, 3, 5, 7]),
@@ -245,7 +246,10 @@ def stage_hosts(roles: Roles, compute: np.ndarray, host_of: Any, *, z: float, fr
         if {r for st in sts for r in np.flatnonzero(ok & (roles.stage == st)).tolist()} != set(hosts[h]):
             continue  # its stages have ranks on other hosts too: their peers there would have shown it
         hits = int((d[np.isin(have, sts)] > min_log / 2).all(axis=0).sum())
-        out.append(StageHost(h, sts, hits, float(np.expm1(np.median(med[np.isin(have, sts)]))), len(sts) < 2))
+        # one stage alone is ambiguous when it is the first or the last (embedding, output layer and
+        # loss make those heavier by design); a middle stage is built like its neighbours
+        edge = len(sts) < 2 and sts[0] in (int(have[0]), int(have[-1]))
+        out.append(StageHost(h, sts, hits, float(np.expm1(np.median(med[np.isin(have, sts)]))), edge))
     return out
 
 
