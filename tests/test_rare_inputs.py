@@ -8,6 +8,7 @@ A hidden crash is exit 2 with "internal error" on stderr; every reproducer here 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from holmes.cli.main import main
-from holmes.errors import ConfigError
+from holmes.errors import ConfigError, HolmesError
 from holmes.simulate import simulate
 
 
@@ -157,3 +158,50 @@ def test_seed_beyond_64_bits(tmp_path, capsys, seed):
 def test_largest_seed_is_accepted(tmp_path):
     simulate(tmp_path / "s", tp=2, iterations=2, micro_batches=1, seed=2**63 - 1)
     assert (tmp_path / "s" / "job.json").is_file()
+
+
+# ------------------------------------------------------------------ Python API edges (item 5)
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(monitors=range(10**12)), "monitors: more than"),
+    (dict(monitors=(r for r in range(10**9))), "monitors: more than"),
+    (dict(monitors=[1, True]), "monitors: must be an integer, not a bool"),
+    (dict(pivot=True), "pivot: must be an integer, not a bool"),
+    (dict(top_k=10**20), "top_k: must be at most"),
+    (dict(window=np.int64(10**12)), "window: must be at most"),
+])
+def test_localize_refuses_absurd_parameters(base_job, kw, match):
+    import holmes
+
+    with pytest.raises(ConfigError, match=match):
+        holmes.localize(holmes.read_job(base_job), **kw)
+
+
+def test_localize_accepts_numpy_integers():
+    from holmes.localize.params import LocalizeParams
+
+    p = LocalizeParams(pivot=np.int64(3), monitors=np.arange(3), top_k=np.int32(4))
+    assert (p.pivot, p.monitors, p.top_k) == (3, (0, 1, 2), 4)
+
+
+def test_write_html_paths(base_job, tmp_path, monkeypatch):
+    import holmes
+    from holmes.io.outputs import OutputError
+    from holmes.report.html import write_html
+
+    job = holmes.read_job(base_job)
+    rep = holmes.localize(job, analysis="hang")
+    out = write_html(rep, os.fsencode(tmp_path / "r.html"), job=job)  # a bytes path
+    assert out == tmp_path / "r.html" and out.read_text().startswith("<!DOCTYPE html>")
+    long = tmp_path / ("x" * 250 + ".html")  # a valid name whose temporary sibling would not be
+    assert write_html(rep, long, job=job) == long and long.is_file()
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(OutputError, match=r"^missing/\.\./r2\.html: cannot write") as e:
+        write_html(rep, Path("missing/../r2.html"), job=job)
+    assert ".holmes-tmp" not in str(e.value)
+    with pytest.raises(OutputError, match="NUL"):
+        write_html(rep, "a\x00b.html", job=job)
+    with pytest.raises(HolmesError, match="must be a str or os.PathLike, not int"):
+        write_html(rep, 42, job=job)
+    assert not list(tmp_path.glob(".holmes-tmp-*"))

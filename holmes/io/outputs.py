@@ -45,8 +45,9 @@ import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
-from holmes.errors import ConfigError
+from holmes.errors import ArgumentTypeError, ConfigError
 
 __all__ = ["OutputError", "OutputExistsError", "OutputInsideInputError", "check_output", "atomic_file",
            "atomic_write_bytes", "atomic_write_text", "staged_directory", "is_job_dir", "not_a_job_reason",
@@ -68,6 +69,23 @@ class OutputExistsError(OutputError):
 
 class OutputInsideInputError(OutputError):
     """The output lies inside an input (or contains one)."""
+
+
+def as_path(p: Any, what: str = "output path") -> Path:
+    """``p`` as a :class:`~pathlib.Path`: a ``str``, an ``os.PathLike`` or ``bytes`` (decoded as
+    the file system does); anything else, or a path holding a NUL byte, is a :class:`ConfigError`."""
+    if isinstance(p, (bytes, bytearray)):
+        p = os.fsdecode(bytes(p))
+    if not isinstance(p, (str, os.PathLike)):
+        raise ArgumentTypeError(f"{what} must be a str or os.PathLike, not {type(p).__name__}")
+    q = os.fspath(p)
+    if isinstance(q, bytes):
+        q = os.fsdecode(q)
+    if not q.strip():
+        raise OutputError(f"no {what} given")
+    if "\x00" in q:
+        raise OutputError(f"{q!r}: a path cannot hold a NUL byte")
+    return Path(q)
 
 
 def _resolve(p: str | os.PathLike[str]) -> Path:
@@ -210,14 +228,14 @@ def check_output(out: str | os.PathLike[str], *, inputs: Iterable[str | os.PathL
     """
     if kind not in ("file", "job"):
         raise ValueError(f"kind must be 'file' or 'job', not {kind!r}")
-    if out is None or (isinstance(out, str) and not out.strip()):
+    if out is None:
         raise OutputError("no output path given")
-    p = Path(out)
+    p = as_path(out)
     rp = _resolve(p)
     for src in inputs:
         if src is None:
             continue
-        rs = _resolve(src)
+        rs = _resolve(as_path(src, "input path"))
         if _within(rp, rs):
             raise OutputInsideInputError(f"{p}: output lies inside the input {src}; refusing to write there")
         if _within(rs, rp):
@@ -270,6 +288,12 @@ def current_umask() -> int:
     return old
 
 
+def _tmp_prefix(name: str) -> str:
+    """``.holmes-tmp-NAME.``, NAME cut so that the temporary name stays under the file system's
+    255-byte limit whatever the output's own name."""
+    return f"{TMP_PREFIX}{name[:100]}."
+
+
 def make_temp_file(directory: str | os.PathLike[str], prefix: str, suffix: str = "") -> Path:
     """Create an empty temporary file in ``directory`` with the umask's permissions (not 0600)."""
     fd, name = tempfile.mkstemp(dir=directory, prefix=prefix, suffix=suffix)
@@ -298,12 +322,19 @@ def atomic_file(path: str | os.PathLike[str], *, overwrite: bool = False,
     """
     p = check_output(path, inputs=inputs, overwrite=overwrite, kind="file")
     sfx = p.suffix if suffix is None else suffix
-    tmp = make_temp_file(p.parent, f"{TMP_PREFIX}{p.name}.", sfx)
+    parent = _resolve(p).parent  # ``missing/../r.html``: the directory the checks saw
+    try:
+        tmp = make_temp_file(parent, _tmp_prefix(p.name), sfx[:16])
+    except OSError as exc:
+        raise OutputError(f"{p}: cannot write in {parent}: {exc.strerror or exc}") from None
     try:
         yield tmp
         if not overwrite and os.path.lexists(p):
             raise OutputExistsError(f"{p}: output appeared while it was being written; not replacing it")
-        os.replace(tmp, p)
+        try:
+            os.replace(tmp, p)
+        except OSError as exc:
+            raise OutputError(f"{p}: cannot write: {exc.strerror or exc}") from None
     finally:
         if tmp.exists():
             with contextlib.suppress(OSError):
@@ -313,17 +344,24 @@ def atomic_file(path: str | os.PathLike[str], *, overwrite: bool = False,
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, overwrite: bool = False,
                        inputs: Iterable[str | os.PathLike[str]] = ()) -> Path:
     """Write ``data`` to ``path`` through a temporary sibling (see :func:`atomic_file`)."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise ArgumentTypeError(f"data must be bytes, not {type(data).__name__}")
     with atomic_file(path, overwrite=overwrite, inputs=inputs) as tmp:
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-    return Path(path)
+        try:
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except OSError as exc:  # a full disk, a quota: named on the user's path, not the temporary one
+            raise OutputError(f"{as_path(path)}: cannot write: {exc.strerror or exc}") from None
+    return as_path(path)
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str, *, overwrite: bool = False,
                       inputs: Iterable[str | os.PathLike[str]] = ()) -> Path:
     """Write UTF-8 ``text`` to ``path`` through a temporary sibling (see :func:`atomic_file`)."""
+    if not isinstance(text, str):
+        raise ArgumentTypeError(f"text must be a str, not {type(text).__name__}")
     return atomic_write_bytes(path, text.encode("utf-8"), overwrite=overwrite, inputs=inputs)
 
 
@@ -333,7 +371,7 @@ def replace_file_text(path: Path, text: str) -> None:
     For files inside a directory this process is building or owns (``job.json`` in a staging
     directory, a logger's own job directory).
     """
-    tmp = make_temp_file(path.parent, f"{TMP_PREFIX}{path.name}.")
+    tmp = make_temp_file(path.parent, _tmp_prefix(path.name))
     try:
         with open(tmp, "w", encoding="utf-8") as fh:
             fh.write(text)
@@ -357,7 +395,7 @@ def staged_directory(path: str | os.PathLike[str], *, overwrite: bool = False,
     p = check_output(path, inputs=inputs, overwrite=overwrite, kind="job")
     rp = _resolve(p)
     rp.parent.mkdir(parents=True, exist_ok=True)
-    tmp = make_temp_dir(rp.parent, f"{TMP_PREFIX}{rp.name}.")
+    tmp = make_temp_dir(rp.parent, _tmp_prefix(rp.name))
     try:
         yield tmp
         _swap_in(tmp, rp, overwrite)
@@ -384,7 +422,7 @@ def _swap_in(tmp: Path, target: Path, overwrite: bool) -> None:
     if _exchange(tmp, target):  # one atomic step: no instant without a job at ``target``
         shutil.rmtree(tmp, ignore_errors=True)  # now the old job
         return
-    old = Path(tempfile.mkdtemp(dir=target.parent, prefix=f"{TMP_PREFIX}{target.name}.old."))
+    old = Path(tempfile.mkdtemp(dir=target.parent, prefix=_tmp_prefix(target.name) + "old."))
     os.rmdir(old)
     os.rename(target, old)
     try:

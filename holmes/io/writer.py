@@ -74,7 +74,7 @@ class JobWriter:
     def __init__(self, path: str | os.PathLike[str], meta: JobMeta | Mapping[str, Any], *,
                  overwrite: bool = False, compression: str = "zstd",
                  inputs: Iterable[str | os.PathLike[str]] = ()) -> None:
-        from holmes.io.outputs import TMP_PREFIX, OutputError, check_output, make_temp_dir
+        from holmes.io.outputs import OutputError, _tmp_prefix, check_output, make_temp_dir
 
         if not isinstance(path, (str, os.PathLike)):
             raise ConfigError(f"job path must be a path, not {type(path).__name__}")
@@ -93,7 +93,7 @@ class JobWriter:
         except OSError as exc:
             raise JobError(f"{self.path}: cannot create {parent}: {exc.strerror or exc}") from None
         try:
-            self.staging = make_temp_dir(parent, f"{TMP_PREFIX}{self.path.name}.")
+            self.staging = make_temp_dir(parent, _tmp_prefix(self.path.name))
         except OSError as exc:
             raise JobError(f"{self.path}: cannot write in {parent}: {exc.strerror or exc}") from None
         (self.staging / "ranks").mkdir()
