@@ -30,8 +30,9 @@ import contextlib
 import warnings
 from collections.abc import Iterator, Sequence
 
-import numba
 import numpy as np
+
+from holmes._jit import njit
 
 __all__ = ["MAD_SIGMA", "NORMAL_Q25_Q05", "robust_sigma", "group_order", "group_quantiles", "group_medians",
            "healthy_low", "excess_over_low", "quantile_sorted", "nan_quiet"]
@@ -88,7 +89,7 @@ def group_order(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return order.astype(np.int64), bounds
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def quantile_sorted(a, m, q):  # pragma: no cover - compiled
     """The ``q`` quantile of the sorted ``a[:m]``, interpolated linearly as ``np.quantile``."""
     pos = q * (m - 1)
@@ -98,7 +99,7 @@ def quantile_sorted(a, m, q):  # pragma: no cover - compiled
     return a[lo] + (a[hi] - a[lo]) * frac
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _group_quantiles(values, order, bounds, qs, out):  # pragma: no cover - compiled
     for g in range(bounds.size - 1):
         a = bounds[g]

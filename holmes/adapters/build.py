@@ -82,6 +82,25 @@ def _rank_table(rows: RankRows, notes: Notes) -> pa.Table:
     return ops_table(**cols)
 
 
+def _warn_non_members(notes: Notes, tables: Mapping[int, pa.Table], comms: Mapping[str, Any]) -> None:
+    """Warn (and count in ``details``) where a rank logged ops on a process group whose member
+    list leaves it out: the reader excludes those ops, so the trace contradicts itself."""
+    outside: dict[int, list[str]] = {}
+    for r, t in tables.items():
+        for cid in t.column("comm_id").unique().to_pylist():
+            if r not in comms[cid]["ranks"]:
+                outside.setdefault(r, []).append(cid)
+    if not outside:
+        return
+    r0 = min(outside)
+    cid = outside[r0][0]
+    members = list(comms[cid]["ranks"])
+    shown = members if len(members) <= 8 else members[:8] + ["..."]
+    notes.warn(f"{len(outside)} of {len(tables)} rank(s) logged ops on a process group that does not list them "
+               f"(rank {r0} on {cid!r}, members {shown}): the trace contradicts itself and readers exclude those ops")
+    notes.details["ranks_outside_their_groups"] = sorted(outside)
+
+
 def build_job(out: str | Path, notes: Notes, registry: GroupRegistry, rows: Mapping[int, RankRows], *,
               world_size: int, iterations: Mapping[int, pa.Table] | None = None, overwrite: bool = False,
               parallel: Mapping[str, Any] | None = None, name: str | None = None,
@@ -120,6 +139,7 @@ def build_job(out: str | Path, notes: Notes, registry: GroupRegistry, rows: Mapp
         raise ConvertError(f"{notes.path}: process group {bad[0]} lists ranks outside world_size {world_size}")
     if not comms:
         raise ConvertError(f"{notes.path}: no communication operators found")
+    _warn_non_members(notes, tables, comms)
     missing = [r for r in range(world_size) if r not in tables]
     if missing:
         shown = missing if len(missing) <= 20 else missing[:20] + ["..."]

@@ -33,7 +33,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from holmes.adapters.build import build_job, check_output
 from holmes.adapters.groups import GroupRegistry
@@ -41,6 +40,7 @@ from holmes.adapters.notes import Notes
 from holmes.adapters.rows import RankRows
 from holmes.errors import ConvertError, ParseError
 from holmes.io import iterations_table
+from holmes.io.capped_parquet import read_parquet_capped
 
 __all__ = ["convert_wia", "WIA_OPS"]
 
@@ -180,7 +180,7 @@ def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, ove
     notes = Notes("wia", str(src))
     meta = _read_meta(meta_path, notes)
     try:
-        t = pq.read_table(trace)
+        t = read_parquet_capped(trace, where="WIA trace")
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
         raise ParseError(f"{trace}: not a readable parquet file, truncated or corrupt: {exc}") from None
     missing = [c for c in REQUIRED if c not in t.column_names]

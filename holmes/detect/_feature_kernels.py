@@ -9,9 +9,9 @@ feature columns straight into the float32 matrix. Column indices are those of
 
 from __future__ import annotations
 
-import numba
 import numpy as np
 
+from holmes._jit import njit
 from holmes.stats import quantile_sorted
 
 _F32_MAX = np.float32(np.finfo(np.float32).max)
@@ -20,7 +20,7 @@ _F32_MAX = np.float32(np.finfo(np.float32).max)
 _WBATCH = 32  # windows whose statistics are computed together (SIMD lanes across windows)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _count_less(a, m, v):
     """``np.searchsorted(a[:m], v)`` for sorted ``a`` and non-NaN ``v`` (the values here are
     finite): a branch-free count for short windows, a binary search for long ones."""
@@ -32,7 +32,7 @@ def _count_less(a, m, v):
     return c
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _flush_windows(snap, m, nw, wstat, rat, best, ncand, first):
     """Statistics of the ``nw`` sorted windows in the columns of ``snap`` (``snap[j, w]``, ``m`` values each).
 
@@ -105,7 +105,7 @@ def _flush_windows(snap, m, nw, wstat, rat, best, ncand, first):
         wstat[9, w] = np.log(max(snap[m - 1, w], 1e-6) / max(snap[0, w], 1e-6)) / (m - 1)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _group_stats(vals, order, s, e, window, out, srt, snap, rat, wstat, best, ncand, first, win_of):
     """Windowed statistics of ``vals`` over the rows ``order[s:e]`` (one op position, in iteration order).
 
@@ -185,7 +185,7 @@ def _group_stats(vals, order, s, e, window, out, srt, snap, rat, wstat, best, nc
         out[10, q] = vals[order[i + 1]] if i + 1 < e else v
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _window_stats(vals, order, starts, stops, window, out):
     """:func:`_group_stats` of every group ``[starts[g], stops[g])``; ``out[k, row]`` in table order."""
     L = 1
@@ -202,7 +202,7 @@ def _window_stats(vals, order, starts, stops, window, out):
                 out[k, order[p]] = buf[k, p - s]
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _window_scratch(m):
     """Work arrays of :func:`_group_stats` for windows of at most ``m`` values."""
     W = _WBATCH
@@ -213,7 +213,7 @@ def _window_scratch(m):
             np.empty(W + 1, dtype=np.int64))
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _dense_index(a, lo, span):
     """``(sorted distinct values, index of each element among them)`` like ``np.unique(a,
     return_inverse=True)``, for integers within ``[lo, lo + span)``."""
@@ -237,7 +237,7 @@ def _dense_index(a, lo, span):
     return vals, inv
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _per_iteration(inv, n_it, st, en, dur, ixf):
     """Per iteration: first start, last end, summed op time (row order, as ``np.bincount``), max op_index (>= 0)."""
     first = np.full(n_it, np.iinfo(np.int64).max, dtype=np.int64)
@@ -256,7 +256,7 @@ def _per_iteration(inv, n_it, st, en, dur, ixf):
     return first, last, comm, max_ix
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _issue_order_sorted(it, ix):
     """Whether rows are already ordered by (iteration, op_index): then ``np.lexsort((ix, it))`` is the identity."""
     for i in range(1, it.size):
@@ -265,7 +265,7 @@ def _issue_order_sorted(it, ix):
     return True
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _gaps(order_t, st, en, gap):
     """Compute time before each op in issue order: start minus the latest end of the ops before it (ms, >= 0)."""
     prev_end = np.iinfo(np.int64).min
@@ -280,7 +280,7 @@ def _gaps(order_t, st, en, gap):
             prev_end = en[i]
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _group_order(key, key_lo, key_span, inv, n_it):
     """Rows sorted by (key, iteration), stable (``np.lexsort((it, key))``), and the group bounds.
 
@@ -323,22 +323,22 @@ def _group_order(key, key_lo, key_span, inv, n_it):
     return order, starts, stops
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _mx(a, b):  # np.maximum (NaN propagates)
     return a if (a >= b or a != a) else b
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _mn(a, b):  # np.minimum (NaN propagates)
     return a if (a <= b or a != a) else b
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _sdiv(a, b, floor):  # _safe_div
     return a / _mx(b, floor)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _put(X, i, j, v):
     """``X[i, j] = float32(v)`` then ``np.nan_to_num(nan=0, posinf=1e4, neginf=-1e4)``."""
     f = np.float32(v)
@@ -347,7 +347,7 @@ def _put(X, i, j, v):
     X[i, j] = f
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _context_means(key, span, lr, slow_thr):
     """Per-row mean of ``lr`` over the rows sharing ``key`` (sums in row order, as ``np.bincount``),
     the group's row count and its fraction of rows with ``lr > slow_thr``."""
@@ -362,7 +362,7 @@ def _context_means(key, span, lr, slow_thr):
     return s, c, sl
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _features_core(X, dur, gap, order, starts, stops, window, it_ms, inv, comm_it, max_ix, ixf, log2_nb,
                    op_code, is_p2p, avg_op, iter_med, comm_med, p10_out):
     """Every feature but the iteration-context ones (29..33), group by group.
@@ -449,7 +449,7 @@ def _features_core(X, dur, gap, order, starts, stops, window, it_ms, inv, comm_i
                 _put(X, i, j, v[j])
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _context_features(X, lr, slow_thr, k_op, n_op, k_comm, n_comm, inv, n_it):
     """Features 29..33: the mean of ``lr`` over the rows of the same iteration with the same
     (comm_id, op code) / comm_id / any op, sums in row order (as ``np.bincount``), the group's

@@ -43,6 +43,7 @@ from numba import types
 from numba.cpython.unsafe.numbers import trailing_zeros
 from numba.extending import intrinsic
 
+from holmes._jit import njit
 from holmes.errors import ConfigError, ModelFormatError
 
 __all__ = ["CompiledForest"]
@@ -64,7 +65,7 @@ _KIND_QS64 = 2   # 33..64 leaves: uint64 bitvectors
 # Reference kernel: plain traversal of the sklearn-shaped arrays (used only when the packed
 # layout below cannot represent a forest, e.g. more than 2**32 packed node slots).
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _chunk(X, feature, threshold, left, right, value, roots, out, lo, hi):
     for i in range(lo, hi):
         out[i] = 0.0
@@ -83,7 +84,7 @@ def _chunk(X, feature, threshold, left, right, value, roots, out, lo, hi):
         out[i] = out[i] / t
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _forest_proba_reference(X, feature, threshold, left, right, value, roots, out):
     n = X.shape[0]
     for lo in range(0, n, 1024):
@@ -112,7 +113,7 @@ def _forest_proba_reference(X, feature, threshold, left, right, value, roots, ou
 # ``x <= t32_down  <=>  float64(x) <= t64`` (t32_down is the largest float32 <= t64), so the
 # comparisons, and thus the leaves, are exactly scikit-learn's.
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _pack(feature, thr32, left, right, value, roots, n_nodes, n_features, fb):
     """Build both layouts; returns ``ok`` False when a structure check fails (use the reference kernel)."""
     T = roots.size
@@ -236,7 +237,7 @@ def _pack(feature, thr32, left, right, value, roots, n_nodes, n_features, fb):
         w_node[:2 * pos], w_val[:pos], w_root, w_depth
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _block(X, Xf, lo, hi, kind, q_feat, q_thr, q_mask, q_start, q_val, q_lstart,
            w_node, w_thr, w_val, w_root, w_depth, fb, n_qs, out, Xt, bits, bits32, idx, acc):
     """P(class 1) of rows ``lo:hi`` (at most ``_BLOCK``): trees in order, all rows of the block per tree."""
@@ -296,14 +297,14 @@ def _block(X, Xf, lo, hi, kind, q_feat, q_thr, q_mask, q_start, q_val, q_lstart,
         out[lo + r] = acc[r] / t
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _scratch(nf):
     """Per-thread work buffers of one block of ``_BLOCK`` rows."""
     return (np.zeros(nf * _BLOCK, np.float32), np.empty(_BLOCK, np.uint64), np.empty(_BLOCK, np.uint32),
             np.empty(_BLOCK, np.uint32), np.empty(_BLOCK, np.float64))
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _proba_serial(X, kind, q_feat, q_thr, q_mask, q_start, q_val, q_lstart, w_node, w_val, w_root, w_depth,
                   fb, n_qs, out):
     n, nf = X.shape
@@ -329,7 +330,7 @@ def _fetch_add(typingctx, counter, inc):
     return sig, codegen
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _proba_claiming(X, kind, q_feat, q_thr, q_mask, q_start, q_val, q_lstart, w_node, w_val, w_root, w_depth,
                     fb, n_qs, out, counter):
     """Evaluate blocks claimed one at a time from ``counter`` until none is left (run by several threads)."""

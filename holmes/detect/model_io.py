@@ -85,10 +85,9 @@ def load_model(path: str | os.PathLike[str]) -> tuple[CompiledForest, dict[str, 
     js, npz = model_paths(path)
     if not js.is_file():
         raise ModelFormatError(f"{js}: model file not found")
-    try:
-        doc = json.loads(js.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelFormatError(f"{js}: not a JSON model description ({exc})") from None
+    from holmes.io.limits import read_json_capped
+
+    doc = read_json_capped(js, error=ModelFormatError, what="model description")
     if not isinstance(doc, dict) or doc.get("format") != MODEL_FORMAT:
         got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
         raise ModelFormatError(f"{js}: format is {got!r}, expected {MODEL_FORMAT!r}")

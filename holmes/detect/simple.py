@@ -75,7 +75,13 @@ class LabelDetector:
             rank = ops.column("rank")[0].as_py() if ops.num_rows else "?"
             raise SchemaError(f"rank {rank}: no '{self.column}' column for the label detector "
                               "(only generated or labelled jobs carry it)")
-        return np.asarray(ops.column(self.column).fill_null(False).to_numpy(zero_copy_only=False), dtype=bool)
+        col = ops.column(self.column)
+        if not (pa.types.is_boolean(col.type) or pa.types.is_integer(col.type)):
+            rank = ops.column("rank")[0].as_py() if ops.num_rows else "?"
+            raise SchemaError(f"rank {rank}: column '{self.column}' has type {col.type}, expected bool "
+                              "(the label the label detector reads)")
+        return np.asarray(col.fill_null(0 if pa.types.is_integer(col.type) else False)
+                          .to_numpy(zero_copy_only=False)).astype(bool)
 
     def __repr__(self) -> str:
         return f"LabelDetector(column={self.column!r})"

@@ -212,7 +212,8 @@ def label_counts(job: Any, label: str = "abnormal") -> np.ndarray:
 
 
 def _label_count(j: Any, r: int, label: str) -> int:
-    import pyarrow.parquet as pq
+    from holmes.io.capped_parquet import read_parquet_capped
 
-    t = pq.read_table(j.rank_path(r), columns=[label]) if hasattr(j, "rank_path") else j.ops(r).select([label])
+    t = read_parquet_capped(j.rank_path(r), where=f"rank {r}", columns=[label]) if hasattr(j, "rank_path") \
+        else j.ops(r).select([label])
     return int(np.count_nonzero(t.column(label).to_numpy(zero_copy_only=False)))

@@ -466,8 +466,9 @@ def run_real_job(out: str | os.PathLike[str], config: RealRunConfig, *, overwrit
     cfg, faults, topo = config.validate()
     outp = Path(out)
     if outp.exists():
-        if not overwrite:
-            raise ConfigError(f"{outp}: exists; pass overwrite=True (--overwrite) to replace it")
+        from holmes.io.outputs import check_output
+
+        check_output(outp, overwrite=overwrite, kind="job")  # only a job Holmes wrote is replaced
         shutil.rmtree(outp)
     outp.mkdir(parents=True)
     factors = active_factors(faults, cfg.iterations, cfg.seed)

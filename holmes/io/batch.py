@@ -39,9 +39,9 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from holmes.errors import HolmesError, MissingRankError, ParseError, SchemaError
+from holmes.io.capped_parquet import read_parquet_capped
 from holmes.io.consistency import check_ops_batch
 from holmes.io.schema import OPS_SCHEMA, validate_ops
 
@@ -123,13 +123,7 @@ def read_rank_file(path: Any, rank: int, columns: Sequence[str] | None = None) -
     if size == 0:
         raise ParseError(f"{path}: empty file (rank {rank})")
     try:
-        with pq.ParquetFile(path) as pf:
-            cols = None
-            if columns is not None:
-                have = pf.schema_arrow.names
-                want = set(columns)
-                cols = [c for c in have if c in want]
-            t = pf.read(columns=cols, use_threads=False)
+        t = read_parquet_capped(path, columns=columns)
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
         raise ParseError(f"{path}: not a readable parquet file, truncated or corrupt (rank {rank}): {exc}") from None
     return t, size

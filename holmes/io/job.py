@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from holmes.errors import (ArgumentTypeError, ConfigError, HolmesError, JobError, MissingRankError, ParseError,
                            SchemaError)
 from holmes.io import parts
 from holmes.io.batch import RankBatch, RankRead, iter_batches, read_rank_file, sort_ops
+from holmes.io.capped_parquet import read_parquet_capped
 from holmes.io.consistency import ConsistencyLog, check_iterations, check_ops
 from holmes.io.crosscheck import MemberIndex
 from holmes.io.limits import read_json_capped
@@ -402,7 +402,7 @@ class Job(_JobBase):
         if size == 0:
             raise ParseError(f"{p}: empty file (rank {rank})")
         try:
-            t = pq.read_table(p, memory_map=True)
+            t = read_parquet_capped(p, memory_map=True)
         except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
             raise ParseError(f"{p}: not a readable parquet file, truncated or corrupt (rank {rank}): {exc}") from None
         self.stats.bytes_read += size

@@ -18,7 +18,14 @@ trace file read whole      1 GiB                         ``HOLMES_MAX_TRACE_BYTE
 decompressed gzip stream   1 GiB                         ``HOLMES_MAX_TRACE_BYTES``
 world size / ranks         262,144                       ``HOLMES_MAX_WORLD_SIZE``
 JSON nesting depth         64                            ``HOLMES_MAX_JSON_DEPTH``
+rows of one rank's log     16,777,216                    ``HOLMES_MAX_ROWS_PER_RANK``
+one string value           4,096 bytes                   ``HOLMES_MAX_STRING_BYTES``
+a rank's strings, decoded  1 GiB                         ``HOLMES_MAX_RANK_BYTES``
 ========================== ============================= ====================================
+
+Parquet files (rank logs, iteration tables, parts, WIA traces) are read through
+:func:`holmes.io.capped_parquet.read_parquet_capped`, which checks the row cap from the footer
+before reading and the string caps before decoding.
 
 Examples
 --------
@@ -44,7 +51,8 @@ import numpy as np
 
 from holmes.errors import ConfigError, HolmesError, ParseError
 
-__all__ = ["max_json_bytes", "max_trace_bytes", "max_world_size", "max_json_depth", "check_world_size",
+__all__ = ["max_json_bytes", "max_trace_bytes", "max_world_size", "max_json_depth", "max_rows_per_rank",
+           "max_string_bytes", "max_rank_bytes", "check_world_size",
            "read_capped", "read_json_capped", "decode_json", "gunzip_capped", "json_depth", "LimitError"]
 
 _MiB = 1 << 20
@@ -80,6 +88,22 @@ def max_trace_bytes() -> int:
 def max_world_size() -> int:
     """Cap on a world size (job.json, converter input) and on the ranks a range may name."""
     return _env_int("HOLMES_MAX_WORLD_SIZE", 1 << 18)
+
+
+def max_rows_per_rank() -> int:
+    """Cap on the rows of one rank's log (all its parts together) or one parquet input."""
+    return _env_int("HOLMES_MAX_ROWS_PER_RANK", 1 << 24)
+
+
+def max_string_bytes() -> int:
+    """Cap on one string value of a parquet log (a communicator id, an operator name)."""
+    return _env_int("HOLMES_MAX_STRING_BYTES", 4096)
+
+
+def max_rank_bytes() -> int:
+    """Cap on the decoded size of a parquet log's string columns (a short string repeated on
+    millions of rows compresses to nothing and decodes to gigabytes)."""
+    return _env_int("HOLMES_MAX_RANK_BYTES", 1024 * _MiB)
 
 
 def max_json_depth() -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -75,7 +74,7 @@ class JobWriter:
     def __init__(self, path: str | os.PathLike[str], meta: JobMeta | Mapping[str, Any], *,
                  overwrite: bool = False, compression: str = "zstd",
                  inputs: Iterable[str | os.PathLike[str]] = ()) -> None:
-        from holmes.io.outputs import TMP_PREFIX, OutputError, check_output
+        from holmes.io.outputs import OutputError, _tmp_prefix, check_output, make_temp_dir
 
         if not isinstance(path, (str, os.PathLike)):
             raise ConfigError(f"job path must be a path, not {type(path).__name__}")
@@ -93,7 +92,10 @@ class JobWriter:
             parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise JobError(f"{self.path}: cannot create {parent}: {exc.strerror or exc}") from None
-        self.staging = Path(tempfile.mkdtemp(dir=parent, prefix=f"{TMP_PREFIX}{self.path.name}."))
+        try:
+            self.staging = make_temp_dir(parent, _tmp_prefix(self.path.name))
+        except OSError as exc:
+            raise JobError(f"{self.path}: cannot write in {parent}: {exc.strerror or exc}") from None
         (self.staging / "ranks").mkdir()
         self._comm_ids = None if self.meta.communicators is None else set(self.meta.communicators)
         self.ranks_written: set[int] = set()

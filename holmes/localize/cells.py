@@ -166,14 +166,18 @@ class CellEvidence:
         self.common_q = float(common_q)
         self.host_of = host_of
         per = [ranks[r].iteration_compute() for r in self.rank_ids]
-        its = per[0][0] if per else np.zeros(0, np.int64)
-        for i, _ in per[1:]:
-            its = np.intersect1d(its, i)
+        its = _shared_iterations([i for i, _ in per])
         self.iterations = its
+        #: ranks holding none of :attr:`iterations` (no operator in the window, or only iterations
+        #: their peers lack): their cells are NaN, never compared
+        self.absent = [r for r, (i, _) in zip(self.rank_ids, per) if not np.isin(i, its).any()]
         comp = np.full((len(per), its.size), np.nan)
         for k, (i, c) in enumerate(per):
-            pos = np.searchsorted(i, its)
-            comp[k] = c[pos]
+            if not i.size:
+                continue
+            pos = np.minimum(np.searchsorted(i, its), i.size - 1)
+            ok = i[pos] == its
+            comp[k, ok] = c[pos[ok]]
         self._hosts = hosts = np.array([host_of(r) for r in self.rank_ids])
         #: host -> its row in :meth:`host_pvalues`
         self._host_index = {int(h): j for j, h in enumerate(np.unique(hosts))}
@@ -193,7 +197,7 @@ class CellEvidence:
         self._crossing: dict[str, list[int]] = {}
         self.channels = tt.channels
         t = tt.table(its) if len(self.channels) else np.zeros((0, its.size))
-        tbase = _usual(t, self.usual_q) if t.size else np.zeros((0, 1))
+        tbase = _usual(t, self.usual_q) if t.size else np.zeros((t.shape[0], 1))
         tx = t - tbase
         # every channel's cells relative to its own spread (channels differ in size; a spread
         # that a slowdown of most iterations does not inflate); the common mode is what most
@@ -445,6 +449,25 @@ class CellEvidence:
         return Event(it, "gpu", (top,), z, p, excess, devices=[f"gpu:{top}"])
 
 
+def _shared_iterations(per: list[np.ndarray]) -> np.ndarray:
+    """The iterations held by the most ranks (sorted): every rank's where they all share them.
+
+    A rank with no operator in the window, or whose iterations its peers lack (its log shifted,
+    truncated, or the job's halves holding disjoint iterations), does not empty the comparison
+    of the others: it is left out of the iterations it lacks (its cells NaN).
+
+    >>> _shared_iterations([np.array([0, 1, 2]), np.array([], np.int64), np.array([1, 2, 3])]).tolist()
+    [1, 2]
+    """
+    if not per:
+        return np.zeros(0, np.int64)
+    allits = np.concatenate([np.unique(np.asarray(i, np.int64)) for i in per])
+    if not allits.size:
+        return np.zeros(0, np.int64)
+    vals, counts = np.unique(allits, return_counts=True)
+    return vals[counts == counts.max()]
+
+
 def _rest_over_top(excess: np.ndarray, usual: np.ndarray) -> float:
     """The rate at which the operators other than the most grown one grew (summed excess over
     summed usual length), over that one's rate (NaN under three operators or nothing grown)."""
@@ -462,7 +485,9 @@ def _rest_over_top(excess: np.ndarray, usual: np.ndarray) -> float:
 def _low_spread(x: np.ndarray) -> np.ndarray:
     """Per row, a normal's sigma from its lower half, ``(q50 - q10) / 1.2816``: a slowdown of
     up to half of the iterations (which only adds to the upper half) leaves it on the healthy
-    level."""
+    level. NaN for a row without a cell."""
+    if x.ndim != 2 or not x.size:
+        return np.full(x.shape[0] if x.ndim else 0, np.nan)
     with np.errstate(all="ignore"):
         q10, q50 = np.nanquantile(x, [0.10, 0.50], axis=1)
     return (q50 - q10) / 1.2816

@@ -144,6 +144,10 @@ class IrregularAnalysis:
             cells = None if run.source.missing else \
                 CellEvidence(search.graph.ranks, search.graph.members, topo.host_of, transfers,
                              usual_q=p.cell_usual_q, tail=p.cell_tail, per_op=p.cell_per_op)
+            if cells is not None and cells.absent:
+                shown = cells.absent[:8] + (["..."] if len(cells.absent) > 8 else [])
+                run.assume(f"{len(cells.absent)} rank(s) hold no operator in the iterations their peers share "
+                           f"({', '.join(map(str, shown))}): their cells are not compared")
             if cells is not None and cells.noise <= p.cell_noise:
                 # the pivot's irregular iterations are not what is explained: every iteration is
                 sel.weights = {}

@@ -20,10 +20,12 @@ holmes.errors.ConfigError: localize: window: Input should be a valid integer (go
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from holmes.detect.monitor import DEFAULT_DELTA
@@ -364,6 +366,19 @@ class LocalizeParams(BaseModel):
             raise ValueError("must be > 1")
         return v
 
+    @field_validator("pivot", "window", "top_k", "max_iterations", "max_starts", "probe_reads", "rate_lag",
+                     "host_reads", "noise_window", "null_iterations", "full_read", "scan_reads", mode="before")
+    @classmethod
+    def _integer(cls, v: Any) -> Any:
+        """A plain integer (a bool is not one) of at most 2**31 - 1: counts and ranks, never more."""
+        if isinstance(v, (bool, np.bool_)):
+            raise ValueError("must be an integer, not a bool")
+        if isinstance(v, np.integer):
+            v = int(v)
+        if isinstance(v, int) and v > _INT_MAX:
+            raise ValueError(f"must be at most {_INT_MAX}")
+        return v
+
     @field_validator("monitors", mode="before")
     @classmethod
     def _monitors(cls, v: Any) -> Any:
@@ -371,7 +386,16 @@ class LocalizeParams(BaseModel):
             return ()
         if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
             raise ValueError("must be a sequence of ranks")
-        return tuple(v)
+        from holmes.io.limits import max_world_size
+
+        cap = max_world_size()  # more distinct ranks than any job may hold: refused before it is listed
+        n = len(v) if hasattr(v, "__len__") else None
+        ranks = tuple(itertools.islice(v, cap + 1)) if n is None or n <= cap else None
+        if ranks is None or len(ranks) > cap:
+            raise ValueError(f"more than {cap} ranks (the world size cap, HOLMES_MAX_WORLD_SIZE)")
+        for m in ranks:
+            cls._integer(m)
+        return ranks
 
     @field_validator("prior")
     @classmethod
@@ -425,6 +449,10 @@ class LocalizeParams(BaseModel):
         return out
 
 
+#: the largest integer parameter (counts, ranks): an int32
+_INT_MAX = 2**31 - 1
+
+
 def _one_line(exc: ValidationError) -> str:
     parts = []
     for e in exc.errors():
@@ -433,5 +461,6 @@ def _one_line(exc: ValidationError) -> str:
         if e.get("type") == "extra_forbidden":
             parts.append(f"unknown parameter {loc!r}")
         else:
-            parts.append(f"{loc}: {msg} (got {e.get('input')!r})")
+            got = repr(e.get("input"))
+            parts.append(f"{loc}: {msg} (got {got if len(got) <= 80 else got[:77] + '...'})")
     return "localize: " + "; ".join(parts)

@@ -36,9 +36,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numba
 import numpy as np
 
+from holmes._jit import njit
 from holmes.localize.persistent_rank import _RBITS, FIELDS, PersistentSummary
 from holmes.localize.whatif import Program
 
@@ -239,7 +239,7 @@ def _slot_info(k: int, comm_ids: list[str], communicators: Mapping[str, Any]) ->
     return ("p", kind, (snd, rcv), cid)
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _seq_range(slot, seq, smin, smax):  # pragma: no cover - compiled
     for j in range(len(slot)):
         s = slot[j]
@@ -249,7 +249,7 @@ def _seq_range(slot, seq, smin, smax):  # pragma: no cover - compiled
             smax[s] = seq[j]
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _fold(inst, rank, dur, own, widx, nbytes, cnt, d1, d2, r1, g1, it1, nb):  # pragma: no cover - compiled
     # rows in ascending rank order: on equal durations the lower rank stays the shortest copy
     for j in range(len(inst)):

@@ -37,8 +37,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-import numba
 import numpy as np
+
+from holmes._jit import njit
 
 __all__ = ["Program", "replay"]
 
@@ -107,7 +108,7 @@ def replay(prog: Program, *, gap: np.ndarray | None = None, x: np.ndarray | None
     return out
 
 
-@numba.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def _replay(iter_ptr, inst, gap, new_batch, x, size, rank_of, nxt, its, out):  # pragma: no cover - compiled
     W = iter_ptr.shape[0]
     n_inst = len(x)

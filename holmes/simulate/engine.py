@@ -28,9 +28,9 @@ exactly the same noise as the faulted one and nothing has to be stored.
 
 from __future__ import annotations
 
-import numba as nb
 import numpy as np
 
+from holmes._jit import njit
 from holmes.simulate.program import TAIL_CAP
 
 __all__ = ["noise_factor", "iteration_noise", "run_iteration", "rank_starts", "label_and_store", "gap_ns"]
@@ -42,14 +42,14 @@ _INV53 = 1.0 / 9007199254740992.0
 _TAIL_CAP = TAIL_CAP
 
 
-@nb.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _mix(z):
     z = (z ^ (z >> np.uint64(30))) * _M2
     z = (z ^ (z >> np.uint64(27))) * _M3
     return z ^ (z >> np.uint64(31))
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _hash4(seed, a, b, c):
     h = _mix(np.uint64(seed) + _M1)
     h = _mix(h ^ (np.uint64(a) + _M1))
@@ -58,7 +58,7 @@ def _hash4(seed, a, b, c):
     return h
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def _normal(h):
     u1 = (float(h >> np.uint64(11)) + 0.5) * _INV53
     h2 = _mix(h + _M1)
@@ -66,12 +66,12 @@ def _normal(h):
     return np.sqrt(-2.0 * np.log(u1)) * np.cos(2.0 * np.pi * u2)
 
 
-@nb.njit(cache=True, inline="always")
+@njit(cache=True, inline="always")
 def _uniform(h):
     return (float(h >> np.uint64(11)) + 0.5) * _INV53
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def noise_factor(h, sigma, tail_p, tail_s):
     """The noise factor of one draw from hash ``h``: ``exp(sigma * z)``, times ``1 + tail_s *
     min(E, TAIL_CAP)`` (``E ~ Exp(1)``) with probability ``tail_p`` -- a lognormal body with a
@@ -85,7 +85,7 @@ def noise_factor(h, sigma, tail_p, tail_s):
     return f
 
 
-@nb.njit(cache=True)
+@njit(cache=True)
 def gap_ns(mean, mult, sigma, tail_p, tail_s, seed, rank, it, opi):
     """Compute gap (int ns) before op ``opi`` of ``rank`` in iteration ``it``:
     ``round((mean * noise_factor) * mult)``."""
@@ -94,7 +94,7 @@ def gap_ns(mean, mult, sigma, tail_p, tail_s, seed, rank, it, opi):
     return np.int64(mean * noise_factor(_hash4(seed, rank, it, opi), sigma, tail_p, tail_s) * mult + 0.5)
 
 
-@nb.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def iteration_noise(it, seed, sigma, tail_p, tail_s, xsigma, xtail_p, xtail_s, rank_ptr, gap_mean, tail_mean,
                     noise, tail_noise, inst_noise):
     """The noisy gaps ``mean * noise_factor`` of every op and tail and the transfer noise
@@ -115,7 +115,7 @@ def iteration_noise(it, seed, sigma, tail_p, tail_s, xsigma, xtail_p, xtail_s, r
         inst_noise[i] = noise_factor(_hash4(seed ^ 0x5EED, i, it, 0x7F4A7C15), xsigma, xtail_p, xtail_s)
 
 
-@nb.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def run_iteration(noise, tail_noise, inst_noise, rank_ptr, inst, inst_ptr, inst_members,
                   inst_xgroup, inst_vol, inst_lat, xg_inv_bw, xg_fptr, xg_fidx, xg_finv, fac_it, mult,
                   row_rank, clock, out_start, out_end, arrivals, maxentry, pos, stack):
@@ -174,7 +174,7 @@ def run_iteration(noise, tail_noise, inst_noise, rank_ptr, inst, inst_ptr, inst_
     return done
 
 
-@nb.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def label_and_store(f_start, f_end, c_start, c_end, row_rank, iter_start, margin, abs_ns, store, abn):
     """Label abnormal ops (faulted vs counterfactual duration) and store end offsets.
 
@@ -193,7 +193,7 @@ def label_and_store(f_start, f_end, c_start, c_end, row_rank, iter_start, margin
     return big
 
 
-@nb.njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True)
 def rank_starts(rank, ends, it_start, gap_mean, mult, sigma, tail_p, tail_s, seed):
     """Rebuild the ``start_ns`` of one rank (iterations x ops) from its ends and the noise."""
     n_it, n = ends.shape

@@ -49,6 +49,8 @@ log = logging.getLogger(__name__)
 
 #: wall-clock origin of simulated jobs (2023-11-14T22:13:20Z), so timestamps look like real ones
 BASE_NS = 1_700_000_000 * 10**9
+#: seeds are int64 inside the numba noise kernels: ``0 <= seed < SEED_LIMIT``
+SEED_LIMIT = 1 << 63
 
 
 def resolve_topology(topology: Any, world_size: int, gpus_per_host: int):
@@ -236,8 +238,8 @@ def run_simulation(*, tp: int = 1, pp: int = 1, dp: int = 1, ep: int = 1, cp: in
     for nm, v in (("iterations", iterations), ("gpus_per_host", gpus_per_host)):
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise ConfigError(f"{nm}={v!r} must be an integer >= 1")
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ConfigError(f"seed={seed!r} must be an integer >= 0")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or not 0 <= seed < SEED_LIMIT:
+        raise ConfigError(f"seed={seed!r} must be an integer in [0, 2**63) (the noise kernels hash it as int64)"[:300])
     if not np.isfinite(drift) or drift <= -1.0 / max(iterations, 1):
         raise ConfigError(f"drift={drift!r} must be a finite per-iteration fraction > -1/iterations")
     if not (abnormal_margin >= 0 and abnormal_abs_us >= 0):

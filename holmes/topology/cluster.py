@@ -606,14 +606,13 @@ class ClusterTopology:
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ClusterTopology:
-        """Read a topology.json; any problem raises :class:`TopologyError` naming the file."""
-        try:
-            with open(path, encoding="utf-8") as fh:
-                data = json.load(fh)
-        except OSError as exc:
-            raise TopologyError(f"{path}: cannot read topology file: {exc.strerror or exc}") from None
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise TopologyError(f"{path}: not valid JSON: {exc}") from None
+        """Read a topology.json; any problem raises :class:`TopologyError` naming the file.
+
+        Read through :func:`holmes.io.limits.read_json_capped`: a regular file only (a FIFO or
+        ``/dev/zero`` is refused, not read forever), at most ``HOLMES_MAX_JSON_BYTES``."""
+        from holmes.io.limits import read_json_capped
+
+        data = read_json_capped(path, error=TopologyError, what="topology file")
         topo = cls.from_dict(data, source=str(path))
         logger.debug("loaded topology %s from %s", topo, path)
         return topo

@@ -1,0 +1,174 @@
+"""Reading a parquet file under the caps of :mod:`holmes.io.limits`.
+
+Parquet compresses a constant column to almost nothing: 60 million identical rows fit in 2.4 MB
+and a 100,000-character communicator id repeated on every row costs one dictionary entry, yet
+both decode to gigabytes. :func:`read_parquet_capped` refuses such a file before decoding it:
+
+* only a regular file is opened (a FIFO would block, ``/dev/zero`` never ends);
+* the row count in the footer is checked against :func:`~holmes.io.limits.max_rows_per_rank`
+  (``rows_before``: rows already read for the same rank, e.g. its earlier parts);
+* where the footer cannot show the string columns to be within the caps (a chunk large enough,
+  uncompressed, to hold a value over :func:`~holmes.io.limits.max_string_bytes`, or rows x chunk
+  sizes over :func:`~holmes.io.limits.max_rank_bytes`), they are read as dictionaries, their
+  longest value and decoded size checked, and only then decoded. Small files (every job of a
+  few thousand operators per rank) take the plain read.
+
+The table returned is the one :meth:`pyarrow.parquet.ParquetFile.read` gives (plain strings).
+
+Examples
+--------
+>>> import tempfile, pyarrow as pa, pyarrow.parquet as pq, os
+>>> p = os.path.join(tempfile.mkdtemp(), "r.parquet")
+>>> pq.write_table(pa.table({"comm_id": ["x" * 5000] * 3, "n": [1, 2, 3]}), p)
+>>> read_parquet_capped(p).num_rows  # doctest: +ELLIPSIS
+Traceback (most recent call last):
+...
+holmes.io.limits.LimitError: .../r.parquet: column 'comm_id' holds a string of 5000 bytes, over the cap of 4096 ...
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import Sequence
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from holmes.errors import HolmesError, ParseError
+from holmes.io.limits import LimitError, max_rank_bytes, max_rows_per_rank, max_string_bytes
+
+__all__ = ["read_parquet_capped", "parquet_rows"]
+
+
+def _at(p: Path, where: str | None) -> str:
+    return f"{where}: {p}" if where else str(p)
+
+
+def _regular(p: Path, where: str | None, error: type[HolmesError]) -> None:
+    st = os.stat(p)  # FileNotFoundError / OSError: the caller's to name
+    if stat.S_ISDIR(st.st_mode):
+        raise error(f"{_at(p, where)}: is a directory, expected a parquet file")
+    if not stat.S_ISREG(st.st_mode):
+        raise error(f"{_at(p, where)}: not a regular file (a device, FIFO or socket); refusing to read it")
+
+
+def _is_string(t: pa.DataType) -> bool:
+    if pa.types.is_dictionary(t):
+        t = t.value_type
+    return pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_binary(t) \
+        or pa.types.is_large_binary(t)
+
+
+def parquet_rows(path: str | os.PathLike[str], *, where: str | None = None,
+                 error: type[HolmesError] = ParseError) -> int:
+    """The row count in a parquet file's footer (the file is not read)."""
+    p = Path(path)
+    _regular(p, where, error)
+    return int(pq.read_metadata(p).num_rows)
+
+
+def read_parquet_capped(path: str | os.PathLike[str], *, where: str | None = None,
+                        columns: Sequence[str] | None = None, memory_map: bool = False, rows_before: int = 0,
+                        error: type[HolmesError] = ParseError) -> pa.Table:
+    """Read a parquet file (``columns`` of it, those it has, when given) under the caps.
+
+    Parameters
+    ----------
+    path : path-like
+    where : str, optional
+        What the file is (``"WIA trace"``), put before the file's path in error messages; leave it
+        out where the caller's own message says it.
+    columns : sequence of str, optional
+    memory_map : bool, default False
+    rows_before : int, default 0
+        Rows already read for the same rank; the row cap applies to the sum.
+    error : HolmesError subclass, default ParseError
+        Raised for a file that is not a regular file.
+
+    Raises
+    ------
+    LimitError
+        Too many rows, a string too long, or string columns that decode to too many bytes.
+    error
+        Not a regular file.
+    FileNotFoundError, OSError, pyarrow.ArrowException
+        Left to the caller (each names missing, truncated and corrupt files its own way).
+    """
+    p = Path(path)
+    _regular(p, where, error)
+    # a memory map is left to the tables' buffers to release (they may point into it)
+    with open(p, "rb") if not memory_map else contextlib.nullcontext(pa.memory_map(str(p), "r")) as fh:
+        pf = pq.ParquetFile(fh)
+        md = pf.metadata
+        rows = int(md.num_rows)
+        cap = max_rows_per_rank()
+        if rows + rows_before > cap:
+            raise LimitError(f"{_at(p, where)}: {rows + rows_before} rows exceed the cap of {cap} rows per rank "
+                             "(raise HOLMES_MAX_ROWS_PER_RANK; see docs/limits.md)")
+        schema = pf.schema_arrow
+        want = None if columns is None else [c for c in schema.names if c in set(columns)]
+        names = [n for n in (schema.names if want is None else want) if _is_string(schema.field(n).type)]
+        scap = max_string_bytes()
+        risky = _may_exceed(md, names, scap, max_rank_bytes())
+        if not risky:
+            return pf.read(columns=want, use_threads=False)
+        pfd = pq.ParquetFile(fh, metadata=md, read_dictionary=risky)
+        t = pfd.read(columns=want, use_threads=False)
+    return _decode_checked(t, risky, schema, where, p, scap)
+
+
+def _may_exceed(md: pq.FileMetaData, names: list[str], scap: int, bcap: int) -> list[str]:
+    """The string columns the footer cannot show to be within the caps: no value is longer than
+    its chunk's uncompressed size, so a column whose chunks are all under ``scap`` holds no longer
+    string, and decodes to at most rows x chunk size -- if that stays under ``bcap`` for all
+    the columns together, nothing needs checking value by value."""
+    if not names:
+        return []
+    index = {md.schema.column(i).path: i for i in range(md.num_columns)}
+    out, bound = [], 0
+    for n in names:
+        i = index.get(n)
+        if i is None:  # a nested column: check it exactly
+            out.append(n)
+            continue
+        sizes = [(md.row_group(g).num_rows, md.row_group(g).column(i).total_uncompressed_size)
+                 for g in range(md.num_row_groups)]
+        bound += sum(r * u for r, u in sizes)
+        if any(u > scap for _, u in sizes):
+            out.append(n)
+    if bound > bcap:
+        return list(names)
+    return out
+
+
+def _decode_checked(t: pa.Table, names: list[str], schema: pa.Schema, where: str | None, p: Path,
+                    scap: int) -> pa.Table:
+    total = 0
+    bcap = max_rank_bytes()
+    for n in names:
+        col = t.column(n)
+        if not pa.types.is_dictionary(col.type):
+            continue
+        plain = []
+        for ch in col.chunks:
+            lengths = pc.binary_length(ch.dictionary)
+            longest = pc.max(lengths).as_py() or 0
+            if longest > scap:
+                raise LimitError(f"{_at(p, where)}: column '{n}' holds a string of {longest} bytes, over the cap of "
+                                 f"{scap} (raise HOLMES_MAX_STRING_BYTES; see docs/limits.md)")
+            idx = ch.indices
+            total += int(pc.sum(pc.take(lengths, idx.filter(pc.is_valid(idx)))).as_py() or 0)
+            if total > bcap:
+                raise LimitError(f"{_at(p, where)}: string columns decode to more than the cap of {bcap} bytes "
+                                 "(raise HOLMES_MAX_RANK_BYTES; see docs/limits.md)")
+            plain.append(ch.dictionary_decode())
+        target = schema.field(n).type
+        if pa.types.is_dictionary(target):  # stored as a dictionary: kept one
+            continue
+        arr = pa.chunked_array([c.cast(target) for c in plain], type=target) if plain else pa.chunked_array([], target)
+        t = t.set_column(t.schema.get_field_index(n), schema.field(n), arr)
+    return t
