@@ -140,6 +140,7 @@ class HangEvidence:
     waiting: list[int] = field(default_factory=list)          # stuck ranks that wait (for a root)
     behind: dict[int, int] = field(default_factory=dict)      # root -> stuck ranks whose chain ends there
     chains: list[list[list[Any]]] = field(default_factory=list)   # [[rank, op, comm_id, seq, waits_for], ...]
+    inside: list[int] = field(default_factory=list)           # ranks in an operator all its participants entered
     graph: WaitGraph | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -152,7 +153,7 @@ class HangEvidence:
                 "deadlock": sorted(self.deadlocks[0]) if self.deadlocks else None,
                 "deadlocks": [sorted(c) for c in self.deadlocks], "waiting_count": len(self.waiting),
                 "root_kinds": {str(r): k for r, k in sorted((g.root_kind if g else {}).items())},
-                "behind": {str(r): n for r, n in sorted(self.behind.items())}}
+                "behind": {str(r): n for r, n in sorted(self.behind.items())}, "stuck_inside": list(self.inside)}
 
 
 class HangAnalysis:
@@ -218,14 +219,14 @@ class HangAnalysis:
         start = ops.column("start_ns").to_numpy(zero_copy_only=False)
         sched = ops.column("scheduled").to_numpy(zero_copy_only=False)
         for nd in g.nodes:
-            rows = nd.rows
+            rows = nd.rows[nd.rows < len(start)]   # rows past the table: collectives a status shows evicted
             st = start[rows]
             st = st[~np.isnan(st)] if st.dtype.kind == "f" else st
             t0 = int(st.min()) if len(st) else None
             have = ~nd.missing_no_log
             ev.communicators.append(CommHang(
                 comm_names[nd.comm], nd.seq, nd.op, [int(x) for x in nd.missing], [int(x) for x in nd.blocked],
-                sorted(int(x) for x in nd.blocked[sched[rows].astype(bool)]),
+                sorted(int(x) for x, r in zip(nd.blocked, nd.rows) if r < len(sched) and sched[r]),
                 {int(m): int(o) for m, o, h in zip(nd.missing, nd.missing_open, have) if h and 0 <= o < nd.seq},
                 [int(x) for x in nd.missing[nd.missing_no_log]], _waited(waited_at, t0),
                 [int(x) for x in nd.missing[have & (nd.missing_last < nd.seq)]],
@@ -237,9 +238,14 @@ class HangAnalysis:
         ev.all_waiting = sum(1 for r in g.roots if g.root_kind[r] == ROOT_INSIDE)
         if ev.all_waiting:
             run.assume(f"{ev.all_waiting} rank(s) wait in an operator every participant entered and none "
-                       "completed (stuck inside it: transport or kernel)")
+                       "completed (stuck inside it: transport, kernel, or a stream stopped behind it)")
         ends, depth = g.ends()
-        ev.culprits = {r: _CONF[g.root_kind[r]] for r in g.roots}
+        # ranks stuck inside an operator every participant entered are explained by a root
+        # elsewhere when there is one (a stream stopped behind it, order evicted from a ring
+        # buffer); they are the finding only when nothing else is
+        ev.inside = [r for r in g.roots if g.root_kind[r] == ROOT_INSIDE]
+        others = [r for r in g.roots if g.root_kind[r] != ROOT_INSIDE]
+        ev.culprits = {r: _CONF[g.root_kind[r]] for r in (others if others or g.deadlocks else g.roots)}
         for cyc in g.deadlocks:
             ev.culprits.update({r: CONF_DEADLOCK for r in cyc})
         ev.deadlocks = [list(c) for c in g.deadlocks]
@@ -329,7 +335,11 @@ def _graph(run: Any, sel: HangSelection) -> tuple[WaitGraph, list[str]]:
         if c is not None:
             members[code] = [int(x) for x in (getattr(c, "ranks", c) or ())]
     big = np.iinfo(np.int64).max
-    g = wait_graph(rank=ops.column("rank").to_numpy(zero_copy_only=False).astype(np.int64), comm=comm,
+    code = {c: i for i, c in enumerate(comm_names)}
+    prog = [(int(r), code[cid], int(v[0]), int(v[1])) for r, per in _progress(run.source).items()
+            for cid, v in per.items() if cid in code]
+    g = wait_graph(progress=tuple(np.asarray(x, np.int64) for x in zip(*prog)) if prog else None,
+                   rank=ops.column("rank").to_numpy(zero_copy_only=False).astype(np.int64), comm=comm,
                    seq=pc.fill_null(ops.column("seq"), -1).to_numpy(zero_copy_only=False),
                    op=op, op_names=op_names,
                    peer=pc.fill_null(ops.column("peer"), -1).to_numpy(zero_copy_only=False),
@@ -337,6 +347,23 @@ def _graph(run: Any, sel: HangSelection) -> tuple[WaitGraph, list[str]]:
                    is_open=ops.column("open").to_numpy(zero_copy_only=False), members=members,
                    world_size=run.source.world_size, comm_names=comm_names, no_log=sel.no_log)
     return g, comm_names
+
+
+def _progress(src: Any) -> dict[int, dict[str, list[int]]]:
+    """``job.json``'s ``extra["progress"]`` (rank -> comm_id -> [last enqueued, last completed]
+    collective seq, e.g. Flight Recorder's ``pg_status``), or nothing; malformed entries are skipped."""
+    meta = getattr(getattr(src, "job", None), "meta", None)
+    raw = (getattr(meta, "extra", None) or {}).get("progress") if meta is not None else None
+    out: dict[int, dict[str, list[int]]] = {}
+    if not isinstance(raw, dict):
+        return out
+    for r, per in raw.items():
+        if not isinstance(per, dict) or not str(r).lstrip("-").isdigit():
+            continue
+        for cid, v in per.items():
+            if isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(x, int) for x in v):
+                out.setdefault(int(r), {})[str(cid)] = [int(v[0]), int(v[1])]
+    return out
 
 
 def _waited(at_ns: int | None, t0: int | None) -> float | None:
@@ -398,7 +425,7 @@ def _explain(ev: HangEvidence, g: WaitGraph) -> list[str]:
     per wait chain drawn."""
     lines = []
     names = g.comm_names
-    for r in sorted(g.roots):
+    for r in sorted(x for x in g.roots if x in ev.culprits):
         c = next((c for c in ev.communicators if r in c.missing and c.peer is None), None)
         if c is None:
             c = next((c for c in ev.communicators if r in c.missing), None)

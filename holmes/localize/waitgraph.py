@@ -46,7 +46,7 @@ whose log ends in compute:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 from scipy.sparse import csr_matrix
@@ -170,12 +170,45 @@ class WaitGraph:
         return end, depth
 
 
+def _look(uk: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of ``keys`` in the sorted unique ``uk`` and whether each is there."""
+    if not len(uk):
+        return np.zeros(len(keys), np.int64), np.zeros(len(keys), bool)
+    i = np.minimum(np.searchsorted(uk, keys), len(uk) - 1)
+    return i, uk[i] == keys
+
+
+def _evicted(progress: tuple[np.ndarray, ...], rank: np.ndarray, comm: np.ndarray, seq: np.ndarray,
+             op_code: np.ndarray, peer: np.ndarray, start: np.ndarray, is_open: np.ndarray, op_names: list[str],
+             coll: np.ndarray, C: int) -> tuple[Any, ...]:
+    """The arrays with one row added per collective a rank's status shows in flight
+    (``last_completed + 1`` while ``last_enqueued`` is beyond it) although its log lost it: a ring
+    buffer evicts its oldest entries, in flight or not, so that collective was issued before every
+    entry the log kept (its issue time: before all of them). Its op is ``collective`` (unknown)."""
+    pr_r, pr_c, pr_e, pr_d = (np.asarray(x, np.int64) for x in progress)
+    key = rank[coll] * C + comm[coll]
+    uk, inv = np.unique(key, return_inverse=True)
+    first = np.full(len(uk), _BIG, np.int64)
+    np.minimum.at(first, inv, seq[coll])
+    i, found = _look(uk, pr_r * C + pr_c)
+    lost = (pr_e > pr_d) & (~found | (np.where(found, first[i], _BIG) > pr_d + 1))
+    n = int(lost.sum())
+    if not n:
+        return rank, comm, seq, op_code, peer, start, is_open, op_names
+    names = list(op_names) + ([] if "collective" in op_names else ["collective"])
+    code = names.index("collective")
+    return (np.r_[rank, pr_r[lost]], np.r_[comm, pr_c[lost]], np.r_[seq, pr_d[lost] + 1],
+            np.r_[op_code, np.full(n, code)], np.r_[peer, np.full(n, -1)],
+            np.r_[start, np.full(n, np.iinfo(np.int64).min)], np.r_[is_open, np.ones(n, bool)], names)
+
+
 def wait_graph(*, rank: Sequence[int] | np.ndarray, comm: Sequence[int] | np.ndarray,
                seq: Sequence[int] | np.ndarray, op: Sequence[str] | np.ndarray,
                peer: Sequence[int] | np.ndarray, start: Sequence[int] | np.ndarray,
                is_open: Sequence[bool] | np.ndarray, members: Mapping[int, Sequence[int]],
                world_size: int, comm_names: Sequence[str], no_log: Iterable[int] = (),
-               op_names: Sequence[str] | None = None) -> WaitGraph:
+               op_names: Sequence[str] | None = None,
+               progress: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None) -> WaitGraph:
     """Build the wait-for graph from every logged operator (completed and in flight).
 
     Parameters
@@ -195,6 +228,12 @@ def wait_graph(*, rank: Sequence[int] | np.ndarray, comm: Sequence[int] | np.nda
         Ranks without a log (they wait for nobody, and every operator waiting for them finds them missing).
     op_names : sequence of str, optional
         The names ``op`` codes index (a dictionary-encoded column), so no string is compared per row.
+    progress : tuple of arrays, optional
+        ``(rank, comm, last_enqueued, last_completed)``: collectives a rank is known to have issued
+        and completed beyond its log (Flight Recorder's ``pg_status`` outlives its ring buffer).
+        Used for the (rank, communicator) pairs the log holds no collective of: a member whose
+        window lost every entry of the communicator is then *passed* or *arrived* by its status,
+        not missing.
 
     Returns
     -------
@@ -212,6 +251,14 @@ def wait_graph(*, rank: Sequence[int] | np.ndarray, comm: Sequence[int] | np.nda
         op_names = [str(x) for x in names]
     else:
         op_names, op_code = [str(x) for x in op_names], np.asarray(op, np.int64)
+    if progress is not None and len(progress[0]):
+        # a status counts every operator of its group; on groups carrying P2P its numbers are not
+        # the collectives' seq: used only on groups without P2P in any log
+        p2p_rows = np.isin(op_code, [op_names.index(x) for x in P2P_NAMES if x in op_names])
+        keep = ~np.isin(np.asarray(progress[1], np.int64), np.unique(comm[p2p_rows]))
+        progress = tuple(np.asarray(x, np.int64)[keep] for x in progress)
+        rank, comm, seq, op_code, peer, start, is_open, op_names = _evicted(
+            progress, rank, comm, seq, op_code, peer, start, is_open, op_names, ~p2p_rows, max(len(comm_names), 1))
     send_c = op_names.index("send") if "send" in op_names else -2
     recv_c = op_names.index("recv") if "recv" in op_names else -2
     is_send = op_code == send_c
@@ -257,6 +304,17 @@ def wait_graph(*, rank: Sequence[int] | np.ndarray, comm: Sequence[int] | np.nda
     ckey = rank * C + comm
     pkey = ((rank * C + comm) * 2 + is_send) * W + np.where(is_p2p, peer, 0)
     c_uk, c_last, c_fo = table(ckey, ~is_p2p)
+    if progress is not None and len(progress[0]):  # (already without the P2P groups)
+        pr_r, pr_c, pr_e, pr_d = (np.asarray(x, np.int64) for x in progress)
+        k = pr_r * C + pr_c
+        _, found = _look(c_uk, k)
+        k, e, d = k[~found], pr_e[~found], pr_d[~found]
+        if len(k):
+            allk = np.r_[c_uk, k]
+            o_ = np.argsort(allk, kind="stable")
+            c_uk = allk[o_]
+            c_last = np.r_[c_last, e][o_]
+            c_fo = np.r_[c_fo, np.where(e > d, d + 1, _BIG)][o_]
     p_uk, p_last, p_fo = table(pkey, is_p2p)
     bl_c = blocking[~is_p2p[blocking]]
     bl_p = blocking[is_p2p[blocking]]
@@ -268,12 +326,7 @@ def wait_graph(*, rank: Sequence[int] | np.ndarray, comm: Sequence[int] | np.nda
     np.minimum.at(p_bmin, ip, seq[bl_p])
     np.maximum.at(p_bmax, ip, seq[bl_p])
 
-    def look(uk: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        i = np.searchsorted(uk, keys)
-        i = np.minimum(i, max(len(uk) - 1, 0))
-        found = (uk[i] == keys) if len(uk) else np.zeros(len(keys), bool)
-        return i, found
-
+    look = _look
     src_l: list[np.ndarray] = []
     dst_l: list[np.ndarray] = []
     lab_l: list[np.ndarray] = []
