@@ -139,3 +139,23 @@ def test_every_rank_waiting_for_a_no_log_rank_in_p2p(world):
     h = report.to_json()["hang"]
     assert h["culprit_ranks"] == [1] and h["ranks_without_log"] == [1]
     assert report.devices[0].id == "gpu:1" and report.devices[0].confidence == pytest.approx(0.9)
+
+
+def test_text_and_html_draw_the_wait_chains():
+    from holmes.report.html import render_html
+
+    comms = {"pp-0": [0, 4], "tp-1": [4, 5]}
+    report = _hang(6, comms, {0: [("recv", "pp-0", 4, C), ("recv", "pp-0", 4, S)],
+                              4: [("send", "pp-0", 0, C), ("all_reduce", "tp-1", None, S)],
+                              1: [], 2: [], 3: []})
+    text = report.to_text()
+    assert "Verdict: hang. Rank(s) 5 never arrived; 2 stuck rank(s) wait for them." in text
+    assert "    0 -[recv #1 pp-0]-> 4 -[all_reduce #0 tp-1]-> 5  (no log)" in text
+    page = render_html(report)
+    svg = page.split('id="hang-chains"')[1].split("</svg>")[0]
+    assert svg.count("<circle") == 3 and "recv #1 pp-0" in svg and "rank 5 (root)" in svg
+
+
+def test_a_deadlock_reads_as_one_in_the_text():
+    report = _hang(2, {"pp-0": [0, 1]}, {0: [("send", "pp-0", 1, S)], 1: [("send", "pp-0", 0, S)]})
+    assert report.to_text().splitlines()[1] == "Verdict: hang (deadlock). Ranks 0, 1 wait for each other."
