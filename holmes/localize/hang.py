@@ -1,33 +1,30 @@
-"""The hang analysis: which ranks never arrived at the collective the others wait in.
+"""The hang analysis: the ranks everyone's waiting comes down to, and who waits for whom.
 
 A hung job leaves logs whose last ops are in flight (CommOps ``state`` ``started`` or
 ``scheduled``, from a Flight Recorder dump or :mod:`holmes.logger`'s dump on a timeout, a signal or
 an exception). Its steps, as :class:`~holmes.localize.pipeline.Localizer` runs them:
 
-1. **select** -- the in-flight ops at the end of the logs. Only a job that can hold them is read
-   whole (``job.json`` has a ``dump``, or the pivot's log has a ``state`` column); an old job (no
-   ``state``) costs one read of the pivot, which the irregular analysis reads anyway;
-2. **gather** -- per communicator, from every member's log (collectives only; P2P ops are counted,
-   not matched):
-
-   * ``first_open[r]``: the first collective ``seq`` rank ``r`` has not completed (its oldest op in
-     flight, else one past the last op it issued); ``issued[r]``: the last ``seq`` it issued;
-   * the communicator is stuck on ``seq = max(first_open) `` (the first collective no member
-     completed): **missing** are the members that never issued it, those without a log, and those
-     **stalled** on an earlier collective that other members completed (their device stopped: an
-     op the peers finished never finished on it, so it cannot have entered ``seq`` either);
-     **waiting** are the others (they issued it and completed everything before it), and
-     **scheduled** those of them whose log shows it issued but not entered;
-   * only communicators where members disagree are reported (all members waiting in the same
-     collective, none missing, points below the collective: a transport or a rank stuck inside
-     the kernel; such communicators are counted in an assumption);
-
-3. **rank** -- the culprits across communicators: the ranks missing from some communicator and
-   waiting in none (a rank missing from one group because it waits in another is a victim of the
-   chain, not its origin), as ``gpu:<rank>`` devices with ``evidence=("hang",)``; a host when all
-   its ranks are culprits. A culprit with its own log is certain (confidence 0.99); a rank with no
-   log at all is a prime suspect (0.9); when every missing rank also waits somewhere (a cycle),
-   the ranks missing most often are candidates (0.5).
+1. **select** -- every rank's operators, collectives and P2P (rank, comm_id, seq, op, peer,
+   start_ns, state). Only a job that can hold ops in flight is read whole (``job.json`` has a
+   ``dump``, or the pivot's log has a ``state`` column); an old job (no ``state``) costs one read
+   of the pivot, which the irregular analysis reads anyway;
+2. **gather** -- the wait-for graph over every operator in flight
+   (:func:`holmes.localize.waitgraph.wait_graph`): a collective waits for its members that are
+   neither in it nor past it (no log, never issued it, or blocked on something else), a ``recv``
+   for the peer's matching ``send`` (same communicator, P2P ``seq``), a ``send`` for the matching
+   ``recv``, a batch of P2P for each half; an operator a peer completed while this rank still runs
+   it means the rank's own device stopped. Job-level ``extra["progress"]`` (Flight Recorder's
+   ``pg_status``) fills in what a ring buffer evicted. The **roots** (sinks the waiting reaches)
+   are the culprits; a sink of several ranks is a **deadlock**; every other stuck rank is
+   **waiting**, with a chain to its root (``wait_chains``). Per stuck collective (and P2P
+   operator) a ``communicators`` entry: ``missing``, ``waiting``, ``waiting_for``, ``stalled``
+   (missing members with an older collective in flight there), ``not_issued``, ``no_log``;
+3. **rank** -- the roots as ``gpu:<rank>`` devices with ``evidence=("hang",)`` scored by the share
+   of stuck ranks behind them; a host when all its ranks are roots. A root with its own log is
+   certain (confidence 0.99: it stopped inside an operator its peers completed, or has nothing in
+   flight -- its log ends in compute or its process exited), a rank with no log a prime suspect
+   (0.9), a deadlock's ranks 0.9; ranks stuck inside an operator every participant entered (none
+   missing) are named (0.5, below the naming bar) only when no other root explains them.
 
 Examples
 --------
@@ -53,7 +50,9 @@ Examples
 >>> c["comm_id"], c["seq"], c["op"], c["missing"], c["waiting"]
 ('dp-0', 2, 'all_reduce', [2], [0, 1, 3])
 >>> report.hang["explanation"][0]
-'rank 2 never entered all_reduce #2 of dp-0; ranks 0-1,3 waited 180 s'
+'rank 2 never entered all_reduce #2 of dp-0; ranks 0-1,3 waited 180 s; 3 stuck rank(s) wait behind it'
+>>> report.hang["wait_chains"][0], report.hang["deadlock"]
+([[0, 'all_reduce', 'dp-0', 2, 2]], None)
 """
 
 from __future__ import annotations
