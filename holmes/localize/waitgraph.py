@@ -447,7 +447,7 @@ def wait_graph(*, rank: Sequence[int] | np.ndarray, comm: Sequence[int] | np.nda
     g.roots = [int(r) for r in rk[root_mask]]
     for r in g.roots:
         g.root_kind[r] = (ROOT_NO_LOG if nolog[r] else ROOT_STALLED if stalled[r] else
-                          ROOT_INSIDE if inside[r] else ROOT_IDLE)
+                          ROOT_INSIDE if inside[r] or g.blocked[r] else ROOT_IDLE)
     cyc = sink[:W] & (csize[comp[:W]] > 1)
     for c in np.unique(comp[:W][cyc]):
         g.deadlocks.append([int(r) for r in rk[cyc & (comp[:W] == c)]])
