@@ -1,21 +1,28 @@
 """Hang localization at scale: synthetic hang dumps of N ranks (default 8,192), one rank stuck.
 
 The dumps are generated here (not by the simulator): a TP x DP x PP job whose ranks ran
-``--iterations`` complete steps (two tp all_reduces and one dp all_reduce each), then one rank (the
-culprit) stopped before the next tp all_reduce. Its TP peers wait in that all_reduce (``started``),
-every other rank completed its tp ops and waits in the step's dp all_reduce; ranks whose DP group
-holds a stuck member wait for it. The logs are what :meth:`holmes.logger.CommOpsRecorder.dump`
-writes (completed rows, then the in-flight rows with a null ``end_ns``), written once as a job
-directory and cached under ``--cache``.
+``--iterations`` complete steps of a pipelined schedule -- per stage a ``recv`` of activations from
+the previous stage, a tp all_reduce, a ``send`` to the next stage, a ``recv`` of gradients from the
+next stage, a second tp all_reduce, a ``send`` to the previous stage, then the dp all_reduce --
+then one rank (the culprit) stopped before its next step (its log ends in compute). The step
+that hung is played out with rendezvous semantics (a collective completes once every member is
+in it, a send and its recv together) until nothing moves, so every other rank is left where a
+real job leaves it: in a ``send`` to a stage that never posts the recv, a ``recv`` from a stage
+that never sends, a tp all_reduce its stuck peer never enters, or the dp all_reduce its replica
+never reaches. The logs are what :meth:`holmes.logger.CommOpsRecorder.dump` writes (completed
+rows, then the in-flight row with a null ``end_ns``), written once as a job directory and cached
+under ``--cache``.
 
 ``hang_s`` is what a user waits for: ``holmes.localize(<job dir>, analysis="hang")`` on a freshly
 opened job, end to end (job.json, every rank's log read with its schema check and consistency
-pass, the in-flight selection, the per-communicator disagreement, the culprits, the report);
-median of ``--repeats`` runs after a warm-up on a one-rank job (imports). ``read_s`` is, in the same
-run, every rank's log read once through the batch read path alone (:meth:`holmes.io.Job.iter_batches`),
-the part of ``hang_s`` spent reading. The culprit must be exactly the stuck rank.
+pass, the in-flight selection, the wait-for graph, its roots and chains, the report); median of
+``--repeats`` runs after a warm-up on a one-rank job (imports). ``read_s`` is, in the same run,
+every rank's log read once through the batch read path alone (:meth:`holmes.io.Job.iter_batches`),
+the part of ``hang_s`` spent reading. Correct means: the culprit is exactly the stuck rank, no
+deadlock, and every other stuck rank is reported waiting.
 
-Last line: ``hang_s=<s> hang_correct=<0|1> read_s=<s> world=<N> ops=<rows> load=<1-min load average>``.
+Last line: ``hang_s=<s> hang_correct=<0|1> read_s=<s> world=<N> ops=<rows> p2p_in_flight=<n>
+load=<1-min load average>``.
 """
 
 from __future__ import annotations
@@ -28,10 +35,12 @@ import statistics
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -42,57 +51,101 @@ from holmes.io.schema import ops_table  # noqa: E402
 STEP_NS = 50_000_000
 
 
+def _ids(tp: int, dp: int, r: int) -> tuple[int, int, int]:
+    """(tp index, dp index, pp stage) of rank ``r`` (rank = tp_i + tp * (dp_i + dp * pp_i))."""
+    return r % tp, (r // tp) % dp, r // (tp * dp)
+
+
+def _program(tp: int, dp: int, pp: int, r: int) -> list[tuple[str, str, int | None]]:
+    """One step of rank ``r``: ``(op, comm_id, peer)`` in issue order."""
+    ti, di, si = _ids(tp, dp, r)
+    tpc, dpc, ppc = f"tp-{r // tp}", f"dp-{ti}-{si}", f"pp-{ti}-{di}"
+    prev, nxt = r - tp * dp, r + tp * dp
+    out: list[tuple[str, str, int | None]] = []
+    if si > 0:
+        out.append(("recv", ppc, prev))
+    out.append(("all_reduce", tpc, None))
+    if si < pp - 1:
+        out += [("send", ppc, nxt), ("recv", ppc, nxt)]
+    out.append(("all_reduce", tpc, None))
+    if si > 0:
+        out.append(("send", ppc, prev))
+    out.append(("all_reduce", dpc, None))
+    return out
+
+
+def _play(progs: list[list[tuple[str, str, int | None]]], sizes: dict[str, int]) -> list[int]:
+    """How far each rank gets through ``progs`` under rendezvous semantics (index of the op it is
+    stuck in; ``len`` when it finished)."""
+    pos = [0] * len(progs)
+    seqs: list[list[int]] = []
+    for prog in progs:  # seq of each op: per comm for collectives, per (comm, direction, peer) for P2P
+        c: Counter = Counter()
+        s = []
+        for op, cid, peer in prog:
+            k = (cid,) if peer is None else (cid, op, peer)
+            s.append(c[k])
+            c[k] += 1
+        seqs.append(s)
+    moved = True
+    while moved:
+        moved = False
+        here: Counter = Counter()
+        p2p = set()
+        for r, prog in enumerate(progs):
+            if pos[r] < len(prog):
+                op, cid, peer = prog[pos[r]]
+                if peer is None:
+                    here[(cid, seqs[r][pos[r]])] += 1
+                else:
+                    p2p.add((cid, r, peer, op, seqs[r][pos[r]]))
+        for r, prog in enumerate(progs):
+            if pos[r] < len(prog):
+                op, cid, peer = prog[pos[r]]
+                k = seqs[r][pos[r]]
+                if (peer is None and here[(cid, k)] == sizes[cid]) or \
+                        (peer is not None and (cid, peer, r, "recv" if op == "send" else "send", k) in p2p):
+                    pos[r] += 1
+                    moved = True
+    return pos
+
+
 def synthetic_hang(tp: int, dp: int, pp: int, iterations: int, culprit: int) -> tuple[dict, dict[int, pa.Table]]:
-    """``(job.json dict, rank -> table)`` of a hung TP x DP x PP job (rank = tp_i + tp*(dp_i + dp*pp_i))."""
+    """``(job.json dict, rank -> table)`` of a hung TP x DP x PP job (see the module docstring)."""
     world = tp * dp * pp
-
-    def tp_id(r: int) -> str:
-        return f"tp-{r // tp}"
-
-    def dp_id(r: int) -> str:
-        return f"dp-{(r % tp) + tp * (r // (tp * dp))}"
-
-    comms = {}
+    progs = [_program(tp, dp, pp, r) for r in range(world)]
+    members: dict[str, set[int]] = {}
     for r in range(world):
-        comms.setdefault(tp_id(r), {"kind": "tp", "ranks": []})["ranks"].append(r)
-        comms.setdefault(dp_id(r), {"kind": "dp", "ranks": []})["ranks"].append(r)
-    stuck_tp = set(comms[tp_id(culprit)]["ranks"])
+        for op, cid, peer in progs[r]:
+            members.setdefault(cid, set()).add(r)
+    comms = {cid: {"kind": cid.split("-")[0], "ranks": sorted(m)} for cid, m in members.items()}
+    hung = [p if r != culprit else [] for r, p in enumerate(progs)]
+    pos = _play(hung, {k: len(v["ranks"]) for k, v in comms.items()})
     at = (iterations + 1) * STEP_NS + 180 * 10**9
     meta = {"world_size": world, "communicators": comms, "dump": {"reason": "timeout", "at_ns": at}}
-    n_done = 3 * iterations
-    base_it = np.repeat(np.arange(iterations), 3)
-    base_seq_tp = np.tile([0, 1, -1], iterations) + np.repeat(np.arange(iterations) * 2, 3)
-    base_seq_dp = np.repeat(np.arange(iterations), 3)
-    is_tp = np.tile([True, True, False], iterations)
-    base_start = base_it * STEP_NS + np.tile([0, 10, 20], iterations) * 1_000_000
     tables = {}
     for r in range(world):
-        its, seqs, cids, starts, ends, states, ops_ix = [], [], [], [], [], [], []
-        comm = np.where(is_tp, tp_id(r), dp_id(r))
-        seq = np.where(is_tp, base_seq_tp, base_seq_dp)
-        its, cids, seqs, starts = list(base_it), list(comm), list(seq), list(base_start)
-        ends = list(base_start + 5_000_000)
-        states = ["completed"] * n_done
-        ops_ix = list(np.tile([0, 1, 2], iterations))
-        t0 = iterations * STEP_NS
-        if r == culprit:
-            pass                                          # stopped before the step's first collective
-        elif r in stuck_tp:                               # waits in tp all_reduce #2I for the culprit
-            its += [iterations]; cids += [tp_id(r)]; seqs += [2 * iterations]; starts += [t0]
-            ends += [None]; states += ["started"]; ops_ix += [0]
-        else:                                             # tp done, waits in the dp all_reduce
-            its += [iterations] * 3; cids += [tp_id(r), tp_id(r), dp_id(r)]
-            seqs += [2 * iterations, 2 * iterations + 1, iterations]
-            starts += [t0, t0 + 10_000_000, t0 + 20_000_000]
-            ends += [t0 + 5_000_000, t0 + 15_000_000, None]; states += ["completed", "completed", "started"]
-            ops_ix += [0, 1, 2]
-        n = len(its)
-        tables[r] = ops_table(rank=np.full(n, r, np.int32), iteration=np.asarray(its, np.int64),
-                              op_index=np.asarray(ops_ix, np.int32), comm_id=pa.array(cids, pa.string()),
-                              seq=np.asarray(seqs, np.int64), op=pa.array(["all_reduce"] * n, pa.string()),
-                              peer=pa.nulls(n, pa.int32()), nbytes=np.full(n, 1 << 20, np.int64),
-                              start_ns=np.asarray(starts, np.int64), end_ns=pa.array(ends, pa.int64()),
-                              state=pa.array(states, pa.string()))
+        prog = progs[r]
+        n_it = len(prog)
+        cnt: Counter = Counter()
+        rows = []
+        for it in range(iterations + 1):
+            last = n_it if it < iterations else (0 if r == culprit else pos[r] + 1)
+            for j, (op, cid, peer) in enumerate(prog[:min(last, n_it)]):
+                k = (cid,) if peer is None else (cid, op, peer)
+                s0 = it * STEP_NS + j * 2_000_000
+                done = it < iterations or j < pos[r]
+                rows.append((it, j, cid, cnt[k], op, peer, s0, s0 + 1_000_000 if done else None,
+                             "completed" if done else "started"))
+                cnt[k] += 1
+        cols = list(zip(*rows))
+        n = len(rows)
+        tables[r] = ops_table(rank=np.full(n, r, np.int32), iteration=np.asarray(cols[0], np.int64),
+                              op_index=np.asarray(cols[1], np.int32), comm_id=pa.array(cols[2], pa.string()),
+                              seq=np.asarray(cols[3], np.int64), op=pa.array(cols[4], pa.string()),
+                              peer=pa.array(cols[5], pa.int32()), nbytes=np.full(n, 1 << 20, np.int64),
+                              start_ns=np.asarray(cols[6], np.int64), end_ns=pa.array(cols[7], pa.int64()),
+                              state=pa.array(cols[8], pa.string()))
     return meta, tables
 
 
@@ -110,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     world = args.tp * args.dp * args.pp
     culprit = random.Random(args.seed).randrange(world)
-    d = Path(args.cache) / f"hang{world}_tp{args.tp}_pp{args.pp}_it{args.iterations}_s{args.seed}"
+    d = Path(args.cache) / f"hang-pp{world}_tp{args.tp}_pp{args.pp}_it{args.iterations}_s{args.seed}"
     t = time.perf_counter()
     if not (d / "job.json").is_file():
         meta, tables = synthetic_hang(args.tp, args.dp, args.pp, args.iterations, culprit)
@@ -130,10 +183,18 @@ def main(argv: list[str] | None = None) -> int:
     hang_s = statistics.median(times)
     job = holmes.read_job(d)
     t = time.perf_counter()
-    rows = sum(b.table.num_rows for b in job.iter_batches())
+    rows, stuck, p2p = 0, set(), 0
+    for b in job.iter_batches():
+        rows += b.table.num_rows
+        t_open = b.table.filter(pc.not_equal(b.table.column("state"), "completed"))
+        stuck.update(t_open.column("rank").to_pylist())
+        p2p += sum(o in ("send", "recv") for o in t_open.column("op").to_pylist())
     read_s = time.perf_counter() - t
-    got = report.hang["culprit_ranks"] if report.hang else []
-    correct = int(report.verdict == "hang" and got == [culprit])
+    h = report.hang or {}
+    got = h.get("culprit_ranks", [])
+    # right: the stuck rank alone, no deadlock, every rank in flight reported waiting
+    correct = int(report.verdict == "hang" and got == [culprit] and h.get("deadlock") is None
+                  and h.get("waiting_count") == len(stuck - {culprit}))
     load = os.getloadavg()[0]
     print(f"{'world':>8} {'ops':>9} {'generate_s':>11} {'hang_s':>8} {'(runs)':>20} {'read_s':>8} {'culprit':>8} "
           f"{'found':>12} {'comms':>6}")
@@ -141,7 +202,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{read_s:>8.2f} {culprit:>8} {str(got):>12} {len(report.hang['communicators']) if report.hang else 0:>6}")
     if report.hang and report.hang["explanation"]:
         print(report.hang["explanation"][0])
-    print(f"hang_s={hang_s:.3f} hang_correct={correct} read_s={read_s:.3f} world={world} ops={rows} load={load:.1f}")
+    for line in h.get("explanation", [])[1:3]:
+        print(line[:300])
+    print(f"hang_s={hang_s:.3f} hang_correct={correct} read_s={read_s:.3f} world={world} ops={rows} "
+          f"p2p_in_flight={p2p} waiting={h.get('waiting_count')} stuck={len(stuck)} load={load:.1f}")
     return 0 if correct else 1
 
 

@@ -104,7 +104,8 @@ def _warn_non_members(notes: Notes, tables: Mapping[int, pa.Table], comms: Mappi
 def build_job(out: str | Path, notes: Notes, registry: GroupRegistry, rows: Mapping[int, RankRows], *,
               world_size: int, iterations: Mapping[int, pa.Table] | None = None, overwrite: bool = False,
               parallel: Mapping[str, Any] | None = None, name: str | None = None,
-              src: str | os.PathLike[str] | None = None, progress: Any = None) -> Path:
+              src: str | os.PathLike[str] | None = None, progress: Any = None,
+              extra: Mapping[str, Any] | None = None) -> Path:
     """Validate every rank's rows and write the job directory (``job.json`` last).
 
     The job is built in a temporary sibling of ``out`` and swapped in whole (an ``overwrite``
@@ -114,7 +115,8 @@ def build_job(out: str | Path, notes: Notes, registry: GroupRegistry, rows: Mapp
     Ranks of ``range(world_size)`` without rows are reported as missing in ``job.json``; a rank
     with rows outside ``world_size`` or a comm_id absent from the registry is a ConvertError.
     Nothing is written when a table fails validation. ``progress``: an optional progress factory
-    over the ranks written (:mod:`holmes.progress`).
+    over the ranks written (:mod:`holmes.progress`). ``extra``: kept as ``job.json``'s ``extra``
+    (e.g. the Flight Recorder's ``progress``, see :mod:`holmes.adapters.flight_recorder`).
     """
     if world_size < 1:
         raise ConvertError(f"{notes.path}: no ranks found")
@@ -151,7 +153,7 @@ def build_job(out: str | Path, notes: Notes, registry: GroupRegistry, rows: Mapp
         validate_ops(t, f"rank {r}", world_size=world_size, rank=r, comm_ids=comms)
     meta = JobMeta.model_validate({"world_size": world_size, "communicators": comms, "source": notes.finish(),
                                    **({"parallel": dict(parallel)} if parallel else {}),
-                                   **({"name": name} if name else {})})
+                                   **({"name": name} if name else {}), **({"extra": dict(extra)} if extra else {})})
     with JobWriter(out, meta, overwrite=overwrite, inputs=[] if src is None else [src]) as w:
         for r, t in track(tables.items(), progress, desc="convert: writing", unit="rank"):
             w.write_ops(r, t)

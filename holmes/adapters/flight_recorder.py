@@ -7,7 +7,16 @@ Dump versions 2.x are supported; other versions convert with a warning.
 
 What is taken from where (see ``docs/converters.md``):
 
-* rank: the trailing number of the file name (dumps do not carry it);
+* rank: the number after the last ``rank`` in the file name (``nccl_trace_rank_container-node07_40``,
+  ``host0.pci3_rank_12``; pytorch #140879 / #159490), else its trailing number (``_dump_12``);
+  dumps do not carry it. Ranks without a dump are listed missing (the hang analysis treats them
+  as ranks that wrote no log);
+* progress beyond the window: each dump's ``pg_status`` (per process group the last collective
+  enqueued, started and completed, which outlive the ring buffer's evicted entries, pytorch
+  #125173) is kept in ``job.json`` as ``extra["progress"]``: ``{rank: {comm_id: [last_enqueued,
+  last_completed]}}`` (``pg_status`` is keyed by the c10d ``pg_id``, mapped to the group through
+  the entries of every dump); the file's modification time, the dump's time, as
+  ``extra["flight_recorder"]["dump_mtime_ns"]``;
 * groups: ``pg_config`` of every dump (name, ``desc``, ``ranks``), kinds from Megatron
   descriptions through :func:`holmes.topology.kind_from_group_name`;
 * op: ``profiling_name`` without its backend prefix (``nccl:``, ``gloo:``, ``ncclx:``, ``xccl:``);
@@ -38,7 +47,7 @@ import numpy as np
 
 from holmes.adapters.build import build_job, check_output
 from holmes.adapters.groups import GroupRegistry
-from holmes.adapters.inputs import rank_from_filename, read_bytes
+from holmes.adapters.inputs import read_bytes
 from holmes.adapters.iterations import align_p2p_by_time, assign_iterations_from_pattern
 from holmes.adapters.notes import Notes
 from holmes.adapters.opnames import normalize_op, strip_backend
@@ -49,7 +58,7 @@ from holmes.io.schema import STATES
 from holmes.io.limits import decode_json
 from holmes.progress import track
 
-__all__ = ["convert_flight_recorder", "read_fr_dump", "DTYPE_BYTES"]
+__all__ = ["convert_flight_recorder", "read_fr_dump", "fr_rank", "DTYPE_BYTES"]
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +178,27 @@ def _parse_ranks(v: Any, where: str) -> list[int]:
     return [int(x) for x in v]
 
 
+_RANK_RE = re.compile(r"rank[_\-.]?(?:[A-Za-z][\w\-]*?[_\-.])?(\d+)(?!.*rank)", re.IGNORECASE)
+_EXT_RE = re.compile(r"(\.(json|pkl|pickle|gz))+$", re.IGNORECASE)
+
+
+def fr_rank(name: str) -> int | None:
+    """The rank of a dump from its file name: the number after the last ``rank`` (a host name
+    between them allowed), else the trailing number (extensions ``.json``/``.pkl``/``.pickle``/``.gz``
+    dropped); None when the name ends in no number.
+
+    >>> [fr_rank(n) for n in ("_dump_12", "nccl_trace_rank_container-node07_40", "host1.pci3_rank_5",
+    ...                       "rank3.json.gz", "trace_rank_12_host-node07", "README")]
+    [12, 40, 5, 3, 12, None]
+    """
+    base = _EXT_RE.sub("", name)
+    m = _RANK_RE.search(base)
+    if m:
+        return int(m.group(1))
+    m = re.search(r"(\d+)$", base)
+    return int(m.group(1)) if m else None
+
+
 def _list_dumps(src: Path, notes: Notes) -> dict[int, Path]:
     if src.is_file():
         files = [src]
@@ -179,7 +209,7 @@ def _list_dumps(src: Path, notes: Notes) -> dict[int, Path]:
     out: dict[int, Path] = {}
     ignored = []
     for f in files:
-        r = rank_from_filename(f) if re.search(r"\d+(\.(json|pkl|pickle|gz))*$", f.name) else None
+        r = fr_rank(f.name)
         if r is None:
             ignored.append(f.name)
             continue
@@ -190,7 +220,7 @@ def _list_dumps(src: Path, notes: Notes) -> dict[int, Path]:
         notes.infer(f"ignored files whose name does not end in a rank number: {ignored[:10]}")
     if not out:
         raise ConvertError(f"{src}: no Flight Recorder dumps (files named <prefix><rank>)")
-    notes.infer("rank of each dump taken from the trailing number of its file name")
+    notes.infer("rank of each dump taken from its file name (the number after 'rank', else the trailing number)")
     return out
 
 
@@ -280,8 +310,59 @@ def convert_flight_recorder(src: str | os.PathLike[str], out: str | os.PathLike[
     notes.infer("nbytes = the larger of input and output sizes x dtype width")
     _align_p2p(rows, notes)
     assign_iterations_from_pattern(rows, notes, "fr_collective_seq_id", "Flight Recorder dumps")
+    extra = {"progress": _progress(dumps, reg, notes),
+             "flight_recorder": {"dump_mtime_ns": {str(r): _mtime(files[r]) for r in sorted(files)}}}
     return build_job(out, notes, reg, rows, world_size=world_size, overwrite=overwrite, src=src,
-                     progress=progress)
+                     progress=progress, extra=extra)
+
+
+def _mtime(f: Path) -> int | None:
+    try:
+        return f.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
+def _progress(dumps: dict[int, dict[str, Any]], reg: GroupRegistry, notes: Notes) -> dict[str, dict[str, list[int]]]:
+    """``{rank: {comm_id: [last_enqueued, last_completed]}}`` from each dump's ``pg_status``.
+
+    ``pg_status`` is keyed by the c10d ``pg_id``; entries carry both it and ``process_group``
+    (the ``pg_config`` key), so the mapping is read from the entries, the rank's own first and
+    every dump's where they agree. A status whose group cannot be named is left out (counted)."""
+    pairs: dict[str, set[str]] = {}
+    own: dict[int, dict[str, str]] = {}
+    for r, d in dumps.items():
+        for e in d["entries"]:
+            if not isinstance(e, dict):
+                continue
+            pg, pid = e.get("process_group"), e.get("pg_id")
+            if pid is None or not isinstance(pg, (list, tuple)) or not pg:
+                continue
+            pairs.setdefault(str(pid), set()).add(str(pg[0]))
+            own.setdefault(r, {})[str(pid)] = str(pg[0])
+    shared = {pid: next(iter(k)) for pid, k in pairs.items() if len(k) == 1}
+    out: dict[str, dict[str, list[int]]] = {}
+    unnamed = 0
+    for r, d in dumps.items():
+        st = d.get("pg_status")
+        if not isinstance(st, dict):
+            continue
+        for pid, v in st.items():
+            key = own.get(r, {}).get(str(pid)) or shared.get(str(pid))
+            if key is None and str(pid) in reg and str(pid) == "0":
+                key = str(pid)
+            if key is None or key not in reg or not isinstance(v, dict):
+                unnamed += 1
+                continue
+            enq, done = _opt_int(v.get("last_enqueued_collective")), _opt_int(v.get("last_completed_collective"))
+            if enq is None or done is None:
+                continue
+            out.setdefault(str(r), {})[reg.comm_id(key)] = [enq, done]
+    if out:
+        notes.infer("pg_status kept as extra['progress'] (per rank and group: last collective enqueued, completed)")
+    if unnamed:
+        notes.infer(f"{unnamed} pg_status entr(ies) name a pg_id no entry maps to a group: left out")
+    return out
 
 
 def _dump_rows(rank: int, d: dict[str, Any], where: str, reg: GroupRegistry, notes: Notes) -> tuple[RankRows, int]:

@@ -1,33 +1,30 @@
-"""The hang analysis: which ranks never arrived at the collective the others wait in.
+"""The hang analysis: the ranks everyone's waiting comes down to, and who waits for whom.
 
 A hung job leaves logs whose last ops are in flight (CommOps ``state`` ``started`` or
 ``scheduled``, from a Flight Recorder dump or :mod:`holmes.logger`'s dump on a timeout, a signal or
 an exception). Its steps, as :class:`~holmes.localize.pipeline.Localizer` runs them:
 
-1. **select** -- the in-flight ops at the end of the logs. Only a job that can hold them is read
-   whole (``job.json`` has a ``dump``, or the pivot's log has a ``state`` column); an old job (no
-   ``state``) costs one read of the pivot, which the irregular analysis reads anyway;
-2. **gather** -- per communicator, from every member's log (collectives only; P2P ops are counted,
-   not matched):
-
-   * ``first_open[r]``: the first collective ``seq`` rank ``r`` has not completed (its oldest op in
-     flight, else one past the last op it issued); ``issued[r]``: the last ``seq`` it issued;
-   * the communicator is stuck on ``seq = max(first_open) `` (the first collective no member
-     completed): **missing** are the members that never issued it, those without a log, and those
-     **stalled** on an earlier collective that other members completed (their device stopped: an
-     op the peers finished never finished on it, so it cannot have entered ``seq`` either);
-     **waiting** are the others (they issued it and completed everything before it), and
-     **scheduled** those of them whose log shows it issued but not entered;
-   * only communicators where members disagree are reported (all members waiting in the same
-     collective, none missing, points below the collective: a transport or a rank stuck inside
-     the kernel; such communicators are counted in an assumption);
-
-3. **rank** -- the culprits across communicators: the ranks missing from some communicator and
-   waiting in none (a rank missing from one group because it waits in another is a victim of the
-   chain, not its origin), as ``gpu:<rank>`` devices with ``evidence=("hang",)``; a host when all
-   its ranks are culprits. A culprit with its own log is certain (confidence 0.99); a rank with no
-   log at all is a prime suspect (0.9); when every missing rank also waits somewhere (a cycle),
-   the ranks missing most often are candidates (0.5).
+1. **select** -- every rank's operators, collectives and P2P (rank, comm_id, seq, op, peer,
+   start_ns, state). Only a job that can hold ops in flight is read whole (``job.json`` has a
+   ``dump``, or the pivot's log has a ``state`` column); an old job (no ``state``) costs one read
+   of the pivot, which the irregular analysis reads anyway;
+2. **gather** -- the wait-for graph over every operator in flight
+   (:func:`holmes.localize.waitgraph.wait_graph`): a collective waits for its members that are
+   neither in it nor past it (no log, never issued it, or blocked on something else), a ``recv``
+   for the peer's matching ``send`` (same communicator, P2P ``seq``), a ``send`` for the matching
+   ``recv``, a batch of P2P for each half; an operator a peer completed while this rank still runs
+   it means the rank's own device stopped. Job-level ``extra["progress"]`` (Flight Recorder's
+   ``pg_status``) fills in what a ring buffer evicted. The **roots** (sinks the waiting reaches)
+   are the culprits; a sink of several ranks is a **deadlock**; every other stuck rank is
+   **waiting**, with a chain to its root (``wait_chains``). Per stuck collective (and P2P
+   operator) a ``communicators`` entry: ``missing``, ``waiting``, ``waiting_for``, ``stalled``
+   (missing members with an older collective in flight there), ``not_issued``, ``no_log``;
+3. **rank** -- the roots as ``gpu:<rank>`` devices with ``evidence=("hang",)`` scored by the share
+   of stuck ranks behind them; a host when all its ranks are roots. A root with its own log is
+   certain (confidence 0.99: it stopped inside an operator its peers completed, or has nothing in
+   flight -- its log ends in compute or its process exited), a rank with no log a prime suspect
+   (0.9), a deadlock's ranks 0.9; ranks stuck inside an operator every participant entered (none
+   missing) are named (0.5, below the naming bar) only when no other root explains them.
 
 Examples
 --------
@@ -53,7 +50,9 @@ Examples
 >>> c["comm_id"], c["seq"], c["op"], c["missing"], c["waiting"]
 ('dp-0', 2, 'all_reduce', [2], [0, 1, 3])
 >>> report.hang["explanation"][0]
-'rank 2 never entered all_reduce #2 of dp-0; ranks 0-1,3 waited 180 s'
+'rank 2 never entered all_reduce #2 of dp-0; ranks 0-1,3 waited 180 s; 3 stuck rank(s) wait behind it'
+>>> report.hang["wait_chains"][0], report.hang["deadlock"]
+([[0, 'all_reduce', 'dp-0', 2, 2]], None)
 """
 
 from __future__ import annotations
@@ -62,20 +61,27 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from holmes._ranges import format_int_ranges
 from holmes.io.schema import P2P_OPS
 from holmes.localize.report import DeviceScore
+from holmes.localize.waitgraph import (ROOT_IDLE, ROOT_INSIDE, ROOT_NO_LOG, ROOT_STALLED, WaitGraph,
+                                       wait_graph)
 
 __all__ = ["HangAnalysis", "HangSelection", "HangEvidence", "CommHang"]
 
 log = logging.getLogger(__name__)
 
-_COLS = ("rank", "comm_id", "seq", "op", "start_ns")
-#: confidence of a culprit with its own log / without any log / in a cycle of missing ranks
-CONF_CULPRIT, CONF_NO_LOG, CONF_CYCLE = 0.99, 0.9, 0.5
+_COLS = ("rank", "comm_id", "seq", "op", "peer", "start_ns")
+#: confidence of a root with its own log / without any log / stuck inside an operator every participant
+#: entered (which of them cannot be told) / in a wait cycle (the deadlock's ranks)
+CONF_CULPRIT, CONF_NO_LOG, CONF_CYCLE, CONF_DEADLOCK = 0.99, 0.9, 0.5, 0.9
+_CONF = {ROOT_IDLE: CONF_CULPRIT, ROOT_STALLED: CONF_CULPRIT, ROOT_NO_LOG: CONF_NO_LOG, ROOT_INSIDE: CONF_CYCLE}
+#: wait chains a report draws (every root's longest first); they bound the report, not the analysis
+MAX_CHAINS = 16
 
 
 @dataclass
@@ -104,13 +110,19 @@ class CommHang:
     no_log: list[int] = field(default_factory=list)
     waited_s: float | None = None
     not_issued: list[int] = field(default_factory=list)     # members whose log never issued ``seq``
+    waiting_for: list[int] = field(default_factory=list)    # the ranks its stuck members wait on
+    peer: int | None = None                                 # P2P: the peer waited for (``seq`` its P2P seq)
 
     def to_json(self) -> dict[str, Any]:
-        return {"comm_id": self.comm_id, "seq": self.seq, "op": self.op, "missing": list(self.missing),
-                "waiting": list(self.waiting), "scheduled": list(self.scheduled),
-                "stalled": {str(r): s for r, s in sorted(self.stalled.items())}, "no_log": list(self.no_log),
-                "not_issued": list(self.not_issued),
-                "waited_s": None if self.waited_s is None else round(self.waited_s, 3)}
+        out = {"comm_id": self.comm_id, "seq": self.seq, "op": self.op, "missing": list(self.missing),
+               "waiting": list(self.waiting), "scheduled": list(self.scheduled),
+               "stalled": {str(r): s for r, s in sorted(self.stalled.items())}, "no_log": list(self.no_log),
+               "not_issued": list(self.not_issued),
+               "waited_s": None if self.waited_s is None else round(self.waited_s, 3),
+               "waiting_for": list(self.waiting_for)}
+        if self.peer is not None:
+            out["peer"] = self.peer
+        return out
 
 
 @dataclass
@@ -123,12 +135,24 @@ class HangEvidence:
     all_waiting: int = 0      # communicators whose members all wait in the same collective
     explanation: list[str] = field(default_factory=list)
     no_log: list[int] = field(default_factory=list)
+    deadlocks: list[list[int]] = field(default_factory=list)  # the ranks of each wait cycle
+    waiting: list[int] = field(default_factory=list)          # stuck ranks that wait (for a root)
+    behind: dict[int, int] = field(default_factory=dict)      # root -> stuck ranks whose chain ends there
+    chains: list[list[list[Any]]] = field(default_factory=list)   # [[rank, op, comm_id, seq, waits_for], ...]
+    inside: list[int] = field(default_factory=list)           # ranks in an operator all its participants entered
+    graph: WaitGraph | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """DESIGN's ``hang`` object (plus ``explanation`` and ``ranks_without_log``)."""
+        """DESIGN's ``hang`` object (plus ``explanation``, ``ranks_without_log``, ``deadlocks`` (every
+        cycle), ``waiting_count``, ``root_kinds`` and ``behind``)."""
+        g = self.graph
         return {"communicators": [c.to_json() for c in self.communicators],
                 "culprit_ranks": sorted(self.culprits), "explanation": list(self.explanation),
-                "ranks_without_log": list(self.no_log)}
+                "ranks_without_log": list(self.no_log), "wait_chains": [list(map(list, c)) for c in self.chains],
+                "deadlock": sorted(self.deadlocks[0]) if self.deadlocks else None,
+                "deadlocks": [sorted(c) for c in self.deadlocks], "waiting_count": len(self.waiting),
+                "root_kinds": {str(r): k for r, k in sorted((g.root_kind if g else {}).items())},
+                "behind": {str(r): n for r, n in sorted(self.behind.items())}, "stuck_inside": list(self.inside)}
 
 
 class HangAnalysis:
@@ -172,58 +196,79 @@ class HangAnalysis:
             sel.in_flight = int(pc.sum(is_open).as_py() or 0)
             p2p = pc.is_in(ops.column("op"), value_set=pa.array(list(P2P_OPS)))
             sel.p2p_in_flight = int(pc.sum(pc.and_(p2p, is_open)).as_py() or 0)
-            sel.ops = ops.filter(pc.invert(p2p))
+            sel.ops = ops
         if sel.in_flight:
             log.info("hang: %d op(s) in flight over %d rank(s)", sel.in_flight, src.world_size)
         return sel
 
     def gather(self, run: Any, sel: HangSelection) -> HangEvidence:
-        """Per communicator the collective it is stuck on, its missing/waiting ranks; the culprits."""
+        """The wait-for graph over every operator in flight (:mod:`holmes.localize.waitgraph`): its
+        roots are the culprits, every other stuck rank waits, with a chain to its root."""
         ev = HangEvidence(no_log=sorted(sel.no_log))
         if not sel.in_flight:
             return ev
         ev.found = True
         ops = sel.ops
-        if sel.p2p_in_flight:
-            run.assume(f"{sel.p2p_in_flight} P2P op(s) in flight are not matched (the hang analysis reads "
-                       "collectives)")
         if ops is None or ops.num_rows == 0:
-            run.assume("no collective in the logs: the hang cannot be placed")
+            run.assume("no operator in the logs: the hang cannot be placed")
             return ev
-        per = _per_rank_comm(ops)
-        comms = run.source.communicators
+        g, comm_names = _graph(run, sel)
+        ev.graph = g
         waited_at = (sel.dump or {}).get("at_ns")
-        open_rows: dict[str, list[tuple]] = {}  # comm_id -> (rank, seq, op, scheduled, start_ns) of ops in flight
-        flying = ops.filter(ops.column("open"))
-        for row in zip(*(flying.column(k).to_pylist() for k in ("comm_id", "rank", "seq", "op", "scheduled",
-                                                                 "start_ns"))):
-            open_rows.setdefault(row[0], []).append(row[1:])
-        for cid in sorted(open_rows):
-            c = comms.get(cid)
-            members = sorted(int(x) for x in getattr(c, "ranks", c) or ()) if c is not None else \
-                sorted(r for (r, k) in per if k == cid)
-            ch = _stuck(cid, members, per, sel.no_log, open_rows[cid], waited_at)
-            if ch is None:
-                continue
-            if ch.missing:
-                ev.communicators.append(ch)
-            else:
-                ev.all_waiting += 1
+        start = ops.column("start_ns").to_numpy(zero_copy_only=False)
+        sched = ops.column("scheduled").to_numpy(zero_copy_only=False)
+        for nd in g.nodes:
+            rows = nd.rows[nd.rows < len(start)]   # rows past the table: collectives a status shows evicted
+            st = start[rows]
+            st = st[~np.isnan(st)] if st.dtype.kind == "f" else st
+            t0 = int(st.min()) if len(st) else None
+            have = ~nd.missing_no_log
+            ev.communicators.append(CommHang(
+                comm_names[nd.comm], nd.seq, nd.op, [int(x) for x in nd.missing], [int(x) for x in nd.blocked],
+                sorted(int(x) for x, r in zip(nd.blocked, nd.rows) if r < len(sched) and sched[r]),
+                {int(m): int(o) for m, o, h in zip(nd.missing, nd.missing_open, have) if h and 0 <= o < nd.seq},
+                [int(x) for x in nd.missing[nd.missing_no_log]], _waited(waited_at, t0),
+                [int(x) for x in nd.missing[have & (nd.missing_last < nd.seq)]],
+                waiting_for=[int(x) for x in nd.missing]))
+        for r, op, c, k, p in g.p2p:
+            ev.communicators.append(CommHang(comm_names[c], k, op, [p], [r], no_log=[p] if p in sel.no_log else [],
+                                             waiting_for=[p], peer=p))
+        ev.communicators.sort(key=lambda c: (c.comm_id, c.seq, c.op or "", c.waiting[:1]))
+        ev.all_waiting = sum(1 for r in g.roots if g.root_kind[r] == ROOT_INSIDE)
         if ev.all_waiting:
-            run.assume(f"{ev.all_waiting} communicator(s) have every member waiting in the same collective "
-                       "(none missing): blocked behind the ranks named, or inside the collective")
-        ev.culprits = _culprits(ev.communicators, sel.no_log)
-        ev.explanation = _explain(ev, run)
+            run.assume(f"{ev.all_waiting} rank(s) wait in an operator every participant entered and none "
+                       "completed (stuck inside it: transport, kernel, or a stream stopped behind it)")
+        ends, depth = g.ends()
+        # ranks stuck inside an operator every participant entered are explained by a root
+        # elsewhere when there is one (a stream stopped behind it, order evicted from a ring
+        # buffer); they are the finding only when nothing else is
+        ev.inside = [r for r in g.roots if g.root_kind[r] == ROOT_INSIDE]
+        others = [r for r in g.roots if g.root_kind[r] != ROOT_INSIDE]
+        ev.culprits = {r: _CONF[g.root_kind[r]] for r in (others if others or g.deadlocks else g.roots)}
+        for cyc in g.deadlocks:
+            ev.culprits.update({r: CONF_DEADLOCK for r in cyc})
+        ev.deadlocks = [list(c) for c in g.deadlocks]
+        ev.waiting = list(g.waiting)
+        counts = np.bincount(ends[ends >= 0], minlength=g.world_size)
+        ev.behind = {r: int(counts[r]) - 1 for r in g.roots}
+        for cyc in g.deadlocks:
+            ev.behind.update({r: int(counts[min(cyc)]) - len(cyc) for r in cyc})
+        ev.chains = _pick_chains(g, ends, depth)
+        ev.explanation = _explain(ev, g)
         if sel.no_log:
             run.assume(f"rank(s) {format_ranges(sorted(sel.no_log))} have no log (too dead to dump?): "
-                       "treated as prime suspects where their communicators wait")
+                       "they wait for nobody; those others wait for are named")
+        if ev.deadlocks:
+            run.assume(f"{len(ev.deadlocks)} wait cycle(s): a deadlock (send/recv or collective order "
+                       "mismatched), not a slow or dead device")
         return ev
 
     def rank(self, run: Any, ev: HangEvidence, sel: HangSelection | None = None) -> list[DeviceScore]:
-        """The culprits as ``gpu:<rank>`` (and ``host:<n>`` when all its ranks are culprits)."""
+        """The roots as ``gpu:<rank>`` (and ``host:<n>`` when all its ranks are roots); score: the
+        share of the stuck ranks whose chain ends at the root."""
         if not ev.culprits:
             return []
-        counts = {r: sum(r in c.missing for c in ev.communicators) for r in ev.culprits}
+        counts = {r: ev.behind.get(r, 0) + 1 for r in ev.culprits}  # itself and the ranks behind it
         total = float(sum(counts.values())) or 1.0
         out = [DeviceScore(f"gpu:{r}", "gpu", counts[r] / total, float(counts[r]), counts[r],
                            confidence=conf, evidence=(self.name,)) for r, conf in ev.culprits.items()]
@@ -266,88 +311,161 @@ def format_ranges(ranks: list[int]) -> str:
 
 def _unify(schema: pa.Schema) -> pa.Schema:
     """Plain string/int types so tables of ranks with dictionary or narrower columns concatenate."""
-    types = {"rank": pa.int32(), "comm_id": pa.string(), "seq": pa.int64(), "op": pa.string(),
+    types = {"rank": pa.int32(), "comm_id": pa.string(), "seq": pa.int64(), "op": pa.string(), "peer": pa.int32(),
              "start_ns": pa.int64(), "state": pa.string(), "open": pa.bool_(), "scheduled": pa.bool_()}
     return pa.schema([pa.field(f.name, types[f.name]) for f in schema])
 
 
-def _per_rank_comm(ops: pa.Table) -> dict[tuple[int, str], tuple[int, int, int | None]]:
-    """(rank, comm_id) -> (first seq not completed, last seq issued, first seq in flight or None)."""
-    seq = ops.column("seq")
-    open_seq = pc.if_else(ops.column("open"), seq, pa.scalar(None, pa.int64()))
-    t = pa.table({"rank": ops.column("rank"), "comm_id": ops.column("comm_id"), "seq": seq, "open_seq": open_seq})
-    g = t.group_by(["rank", "comm_id"]).aggregate([("seq", "max"), ("open_seq", "min")])
-    out = {}
-    for r, cid, last, first_open in zip(g.column("rank").to_pylist(), g.column("comm_id").to_pylist(),
-                                        g.column("seq_max").to_pylist(), g.column("open_seq_min").to_pylist()):
-        out[(r, cid)] = (first_open if first_open is not None else last + 1, last, first_open)
+def _codes(col: Any) -> tuple[np.ndarray, list[str]]:
+    """A string column as (int codes, names) through Arrow's dictionary encoding."""
+    d = pc.dictionary_encode(col).combine_chunks() if isinstance(col, pa.ChunkedArray) else pc.dictionary_encode(col)
+    return d.indices.to_numpy(zero_copy_only=False).astype(np.int64), [str(x) for x in d.dictionary.to_pylist()]
+
+
+def _graph(run: Any, sel: HangSelection) -> tuple[WaitGraph, list[str]]:
+    """The wait-for graph of ``sel.ops`` (numpy arrays from the Arrow columns, codes for strings)."""
+    ops = sel.ops
+    comm, comm_names = _codes(ops.column("comm_id"))
+    op, op_names = _codes(ops.column("op"))
+    comms = run.source.communicators
+    members = {}
+    for code, cid in enumerate(comm_names):
+        c = comms.get(cid)
+        if c is not None:
+            members[code] = [int(x) for x in (getattr(c, "ranks", c) or ())]
+    big = np.iinfo(np.int64).max
+    code = {c: i for i, c in enumerate(comm_names)}
+    prog = [(int(r), code[cid], int(v[0]), int(v[1])) for r, per in _progress(run.source).items()
+            for cid, v in per.items() if cid in code]
+    g = wait_graph(progress=tuple(np.asarray(x, np.int64) for x in zip(*prog)) if prog else None,
+                   rank=ops.column("rank").to_numpy(zero_copy_only=False).astype(np.int64), comm=comm,
+                   seq=pc.fill_null(ops.column("seq"), -1).to_numpy(zero_copy_only=False),
+                   op=op, op_names=op_names,
+                   peer=pc.fill_null(ops.column("peer"), -1).to_numpy(zero_copy_only=False),
+                   start=pc.fill_null(ops.column("start_ns"), big).to_numpy(zero_copy_only=False),
+                   is_open=ops.column("open").to_numpy(zero_copy_only=False), members=members,
+                   world_size=run.source.world_size, comm_names=comm_names, no_log=sel.no_log)
+    return g, comm_names
+
+
+def _progress(src: Any) -> dict[int, dict[str, list[int]]]:
+    """``job.json``'s ``extra["progress"]`` (rank -> comm_id -> [last enqueued, last completed]
+    collective seq, e.g. Flight Recorder's ``pg_status``), or nothing; malformed entries are skipped."""
+    meta = getattr(getattr(src, "job", None), "meta", None)
+    raw = (getattr(meta, "extra", None) or {}).get("progress") if meta is not None else None
+    out: dict[int, dict[str, list[int]]] = {}
+    if not isinstance(raw, dict):
+        return out
+    for r, per in raw.items():
+        if not isinstance(per, dict) or not str(r).lstrip("-").isdigit():
+            continue
+        for cid, v in per.items():
+            if isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(x, int) for x in v):
+                out.setdefault(int(r), {})[str(cid)] = [int(v[0]), int(v[1])]
     return out
 
 
-def _stuck(cid: str, members: list[int], per: dict, no_log: dict[int, str], flying: list[tuple],
-           at_ns: int | None) -> CommHang | None:
-    """Where communicator ``cid`` is stuck, or None when no member has an op in flight on it."""
-    have = [r for r in members if r not in no_log]
-    first = {r: per[(r, cid)][0] if (r, cid) in per else 0 for r in have}
-    issued = {r: per[(r, cid)][1] if (r, cid) in per else -1 for r in have}
-    inflight = {r: per[(r, cid)][2] for r in have if (r, cid) in per and per[(r, cid)][2] is not None}
-    if not inflight:
-        return None
-    done_max = max(first.values()) - 1          # the furthest any member completed
-    stalled = {r: s for r, s in inflight.items() if s <= done_max}
-    seq = done_max + 1
-    entered = [r for r in have if issued[r] >= seq]
-    if not entered:                             # nobody issued the next one: only the stalled disagree
-        seq = min(stalled.values())
-        entered = []
-    missing = sorted({r for r in have if issued[r] < seq} | set(stalled) | (set(members) - set(have)))
-    waiting = sorted(r for r in entered if r not in stalled)
-    at = [x for x in flying if x[1] == seq]     # (rank, seq, op, scheduled, start_ns) in flight at ``seq``
-    op = at[0][2] if at else None
-    sched = {x[0] for x in at if x[3]}
-    wait_set = set(waiting)
-    ts = [x[4] for x in at if x[0] in wait_set and x[4] is not None]
-    t0 = min(ts) if ts else None
-    waited = (at_ns - t0) / 1e9 if at_ns is not None and t0 is not None and at_ns >= t0 else None
-    return CommHang(cid, int(seq), op, missing, waiting, sorted(r for r in waiting if r in sched),
-                    {r: int(s) for r, s in stalled.items()}, sorted(set(members) - set(have)), waited,
-                    sorted(r for r in have if issued[r] < seq))
+def _waited(at_ns: int | None, t0: int | None) -> float | None:
+    return (at_ns - t0) / 1e9 if at_ns is not None and t0 is not None and at_ns >= t0 else None
 
 
-def _culprits(comms: list[CommHang], no_log: dict[int, str]) -> dict[int, float]:
-    """Ranks missing somewhere and waiting nowhere -> confidence (see the module docstring)."""
-    missing_in: dict[int, int] = {}
-    waiting = set()
-    for c in comms:
-        waiting.update(c.waiting)
-        for r in c.missing:
-            missing_in[r] = missing_in.get(r, 0) + 1
-    out = {r: (CONF_NO_LOG if r in no_log else CONF_CULPRIT) for r in sorted(missing_in) if r not in waiting}
-    if not out and missing_in:  # every missing rank waits elsewhere: a cycle; the most-missing are candidates
-        most = max(missing_in.values())
-        out = {r: CONF_CYCLE for r, k in sorted(missing_in.items()) if k == most}
-    return out
+def _pick_chains(g: WaitGraph, ends: np.ndarray, depth: np.ndarray) -> list[list[list[Any]]]:
+    """Up to :data:`MAX_CHAINS` wait chains: for every root (and deadlock) the longest chain ending
+    there, then the longest others; each starts at a rank nobody waits for."""
+    if not g.waiting:
+        return []
+    w = np.asarray(g.waiting, np.int64)
+    waited_on = np.zeros(g.world_size, bool)
+    for r, _, _, _, p in g.p2p:
+        waited_on[p] = True
+    for nd in g.nodes:
+        waited_on[nd.missing] = True
+    leaves = w[~waited_on[w]]
+    if not len(leaves):
+        leaves = w
+    order = leaves[np.lexsort((leaves, -depth[leaves]))]
+    picked: list[int] = []
+    seen_end: set[int] = set()
+    for r in order.tolist():
+        if int(ends[r]) not in seen_end:
+            seen_end.add(int(ends[r]))
+            picked.append(r)
+    for r in order.tolist():
+        if len(picked) >= MAX_CHAINS:
+            break
+        if r not in picked:
+            picked.append(r)
+    return [[list(x) for x in g.chain(r)] for r in picked[:max(MAX_CHAINS, len(seen_end))]]
 
 
-def _explain(ev: HangEvidence, run: Any) -> list[str]:
-    """One sentence per culprit: where it never arrived, and who waited how long."""
+def _link(rank: int, op: str, comm: str, seq: int, to: int) -> str:
+    if op == "recv":
+        return f"{rank} waits in recv #{seq} from {to} ({comm})"
+    if op == "send":
+        return f"{rank} waits in send #{seq} to {to} ({comm})"
+    return f"{rank} waits in {op} #{seq} of {comm} for {to}"
+
+
+def _root_words(g: WaitGraph, r: int, comm_names: list[str]) -> str:
+    kind = g.root_kind.get(r)
+    if kind == ROOT_NO_LOG:
+        return f"{r} wrote no log"
+    if kind == ROOT_IDLE:
+        return f"{r} has nothing in flight (its log ends in compute, or its process exited)"
+    op, c, k = g.root_op.get(r, ("operator", -1, -1))
+    where = f"{op} #{k} of {comm_names[c]}" if c >= 0 else op
+    if kind == ROOT_STALLED:
+        return f"{r} stopped inside {where}, which its peers completed"
+    return f"{r} is inside {where} with every peer (none completed it)"
+
+
+def _explain(ev: HangEvidence, g: WaitGraph) -> list[str]:
+    """One sentence per culprit (where it is missing, who waited how long), one per deadlock, one
+    per wait chain drawn."""
     lines = []
-    for r in sorted(ev.culprits):
-        c = next((c for c in ev.communicators if r in c.missing and c.waiting), None) or \
-            next(c for c in ev.communicators if r in c.missing)
-        where = f"{c.op or 'collective'} #{c.seq} of {c.comm_id}"
+    names = g.comm_names
+    for r in sorted(x for x in g.roots if x in ev.culprits):
+        c = next((c for c in ev.communicators if r in c.missing and c.peer is None), None)
+        if c is None:
+            c = next((c for c in ev.communicators if r in c.missing), None)
+        if c is None:
+            lines.append("rank " + _root_words(g, r, names))
+            continue
+        if c.peer is None:
+            where = f"{c.op or 'collective'} #{c.seq} of {c.comm_id}"
+        else:  # the operator it never posted: the other end of the one its peer waits in
+            where = (f"send #{c.seq} to {c.waiting[0]}" if c.op == "recv" else
+                     f"recv #{c.seq} from {c.waiting[0]}") + f" on {c.comm_id}"
         if r in c.no_log:
             s = f"rank {r} has no log; it is needed in {where}"
         elif r in c.stalled and c.stalled[r] < c.seq:
             s = (f"rank {r} never entered {where}" if r in c.not_issued else f"rank {r} issued {where} but never entered it")
-            done = [x for x in c.waiting] or None
+            done = list(c.waiting) or None
             s += f" (its device stopped at #{c.stalled[r]}, which " + \
                  (f"ranks {format_ranges(done)} completed)" if done else "its peers completed)")
         else:
             s = f"rank {r} never entered {where}"
+            if g.root_kind.get(r) in (ROOT_STALLED, ROOT_INSIDE):
+                s += "; " + _root_words(g, r, names)
         if c.waiting:
             w = format_ranges(c.waiting)
             w = f"{len(c.waiting)} ranks ({','.join(w.split(',')[:4])},...)" if w.count(",") >= 8 else f"ranks {w}"
             s += f"; {w} waited" + (f" {c.waited_s:.0f} s" if c.waited_s is not None else "")
+        if ev.behind.get(r):
+            s += f"; {ev.behind[r]} stuck rank(s) wait behind it"
         lines.append(s)
+    for cyc in ev.deadlocks:
+        links = []
+        for r in cyc:
+            ch = g.chain(r)
+            if ch:
+                links.append(_link(*ch[0]))
+        lines.append(f"deadlock: ranks {format_ranges(cyc)} wait for each other (" + "; ".join(links) +
+                     "): send/recv or collective order mismatched")
+    for ch in ev.chains:
+        if len(ch) < 2:
+            continue
+        end = ch[-1][4]
+        tail = next((f"{end} is in the deadlock" for c in ev.deadlocks if end in c), None) or _root_words(g, end, names)
+        lines.append("rank " + "; ".join(_link(*x) for x in ch) + "; " + tail)
     return lines

@@ -223,18 +223,43 @@ def _all_causes(causes: list[Any], durs: dict[int, int], usual: float | None) ->
     return out
 
 
+def _is_chain(sentence: str) -> bool:
+    """An explanation sentence that spells a wait chain (drawn as one instead)."""
+    head = sentence.split(";", 1)[0]
+    return head.startswith("rank ") and " waits in " in head
+
+
 def _hang_lines(h: dict[str, Any], devices: list[Any]) -> list[str]:
     """The text report of a hang: the culprits, why, and where each communicator is stuck."""
     culprits = h.get("culprit_ranks") or []
-    lines = ["Verdict: hang. " + (f"Rank(s) {', '.join(map(str, culprits))} never arrived; the others wait for them."
-                                if culprits else "Ops are in flight, but no rank is missing from the collectives.")]
-    lines += [f"  {s}" for s in h.get("explanation", [])]
+    if h.get("deadlock"):
+        head = f"Verdict: hang (deadlock). Ranks {', '.join(map(str, h['deadlock']))} wait for each other."
+    elif culprits:
+        head = (f"Verdict: hang. Rank(s) {', '.join(map(str, culprits))} never arrived; "
+                f"{h.get('waiting_count', 'the other')} stuck rank(s) wait for them.")
+    else:
+        head = "Verdict: hang. Ops are in flight, but no rank is missing from them."
+    lines = [head]
+    chains = h.get("wait_chains") or []
+    lines += [f"  {s}" for s in h.get("explanation", []) if not (chains and _is_chain(s))]
+    if chains:
+        lines.append("  Wait chains (waiting rank -[operator it waits in]-> the rank it waits for ... root):")
+        kinds = h.get("root_kinds") or {}
+        dl = set(h.get("deadlock") or [])
+        for ch in chains:
+            end = ch[-1][4]
+            tag = ("deadlock" if end in dl else {"no_log": "no log", "idle": "nothing in flight",
+                                                  "stalled": "stopped inside", "inside": "inside"}
+                   .get(kinds.get(str(end), ""), "root"))
+            lines.append("    " + f"{ch[0][0]}" + "".join(f" -[{op} #{seq} {comm}]-> {to}" for _, op, comm, seq, to in ch)
+                         + f"  ({tag})")
     for i, d in enumerate(devices, 1):
         conf = f"  confidence {d.confidence:.2f}" if d.confidence is not None else ""
         lines.append(f"  {i}. {d.id:<28}{conf}")
     comms = h.get("communicators", [])
     for c in comms[:10]:
-        lines.append(f"  {c['comm_id']}: stuck on {c['op'] or 'a collective'} #{c['seq']}; missing {c['missing']}, "
+        p2p = f" {'to' if c['op'] == 'send' else 'from'} {c['peer']}" if c.get("peer") is not None else ""
+        lines.append(f"  {c['comm_id']}: stuck on {c['op'] or 'a collective'} #{c['seq']}{p2p}; missing {c['missing']}, "
                      f"{len(c['waiting'])} rank(s) waiting")
     if len(comms) > 10:
         lines.append(f"  ... {len(comms) - 10} more communicator(s)")

@@ -280,9 +280,19 @@ def _impact(report: Any) -> str:
 
 
 def _hang(h: dict[str, Any]) -> str:
+    from holmes.report.hang_svg import chains_svg
+
     culprits = h.get("culprit_ranks") or []
-    out = [f"<p>Ranks that never arrived: <b>{esc(', '.join(map(str, culprits)) or 'none')}</b></p>"]
-    out += [f"<p>{esc(s)}</p>" for s in h.get("explanation", [])]
+    if h.get("deadlock"):
+        out = [f"<p>Deadlock: ranks <b>{esc(', '.join(map(str, h['deadlock'])))}</b> wait for each other</p>"]
+    else:
+        out = [f"<p>Ranks that never arrived (the roots): <b>{esc(', '.join(map(str, culprits)) or 'none')}</b>; "
+               f"{esc(h.get('waiting_count', 0))} stuck rank(s) wait behind them</p>"]
+    out += [f"<p>{esc(s)}</p>" for s in h.get("explanation", []) if not _is_chain(s)]
+    svg = chains_svg(h.get("wait_chains") or [], roots=culprits, deadlock=h.get("deadlock") or [])
+    if svg:
+        out.append('<p class="note">Wait chains: each waiting rank, the operator it waits in, the rank it '
+                   "waits for, down to a root</p>" + f'<div class="figure">{svg}</div>')
     rows = "".join(f"<tr><td>{esc(c.get('comm_id'))}</td><td>{esc(c.get('op') or 'a collective')}</td>"
                    f"<td>{esc(c.get('seq'))}</td><td>{esc(', '.join(map(str, c.get('missing', []))))}</td>"
                    f"<td>{len(c.get('waiting', []))}</td></tr>" for c in h.get("communicators", [])[:200])
@@ -291,6 +301,12 @@ def _hang(h: dict[str, Any]) -> str:
     if h.get("ranks_without_log"):
         out.append(f"<p>Ranks without a log (prime suspects): {esc(h['ranks_without_log'])}</p>")
     return "".join(out)
+
+
+def _is_chain(sentence: str) -> bool:
+    """An explanation sentence that spells a wait chain (drawn instead)."""
+    head = sentence.split(";", 1)[0]
+    return head.startswith("rank ") and " waits in " in head
 
 
 def _causes(report: Any, limit: int = 30) -> str:
