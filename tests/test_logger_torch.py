@@ -54,9 +54,10 @@ def test_enable_disable_restores_the_same_functions(tmp_path, world1):
     with lg:
         assert lg.enabled and holmes.logger.active_logger() is lg
         assert all(getattr(dist, n) is not f for n, f in before.items())
-        # torch's own check accepts the wrapped isend, and the P2POp keeps the original function
+        # torch's own check accepts the wrapped isend; the P2POp keeps the original function and
+        # hands out the logging wrapper while enabled (code calling p.op(...) itself is logged)
         op = dist.P2POp(dist.isend, torch.zeros(1), 0)
-        assert op.op is before["isend"]
+        assert op.__dict__["op"] is before["isend"] and op.op is dist.isend
         with pytest.raises(ConfigError, match="another CommOpsLogger"):
             holmes.logger.CommOpsLogger(tmp_path / "other", rank=0).enable()
         t = torch.ones(10, dtype=torch.float64)
@@ -66,7 +67,8 @@ def test_enable_disable_restores_the_same_functions(tmp_path, world1):
         dist.barrier()
     assert {n: getattr(dist, n) for n in before} == before
     assert all(getattr(dist, n) is f for n, f in before.items())
-    assert dist.P2POp.__dict__["__init__"] is init_before
+    assert dist.P2POp.__dict__["__init__"] is init_before and "op" not in dist.P2POp.__dict__
+    assert op.op is before["isend"]
     dist.all_reduce(torch.ones(1))  # not recorded: disabled
     job = holmes.read_job(tmp_path / "job")
     t = job.ops(0).to_pydict()

@@ -10,14 +10,18 @@ trace the converter reads:
   ``Group size`` when the list is truncated);
 * ops: ``record_param_comms`` CPU ops (``Collective name``, ``In/Out msg nelems``, ``dtype``,
   ``Seq``, ``Src Rank`` / ``Dst Rank`` / ``Rank`` for P2P); ``wait`` records are not operators;
+  a torch 2.x trace without them (gloo, CPU): ``c10d::allreduce_``-style dispatcher ops paired with
+  the backend's ``gloo:all_reduce``-style annotations (:mod:`holmes.adapters.kineto_c10d`);
 * GPU timing: ``nccl*Kernel*`` kernels (``ncclKernel_*``, ``ncclDevKernel_*``, any case) linked to
   their CPU op by ``External id``, else by ``correlation`` through the launching runtime call;
   a trace without ``record_param_comms`` uses the kernels' own metadata;
 * iteration: the ``ProfilerStep#N`` window holding the op's start.
 
 ``start_ns`` is the CPU op start (kernel start for kernel-only ops); ``end_ns`` the linked kernel's
-end, else the CPU op end; the extra column ``end_source`` says which (``gpu_kernel`` /
-``cpu_op``). Absolute times are ``baseTimeNanoseconds + ts * 1000``.
+end, else the backend annotation's end, else the CPU op end; the extra column ``end_source`` says
+which (``gpu_kernel`` / ``backend_op`` / ``cpu_op``). Absolute times are
+``baseTimeNanoseconds + ts * 1000``. The rank's own work goes to the optional compute table
+``compute/rank-NNNNN.parquet``: its GPU kernels other than NCCL's, else its top-level CPU operators.
 """
 
 from __future__ import annotations
@@ -31,11 +35,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from holmes.adapters.build import build_job, check_output
 from holmes.adapters.groups import GroupRegistry
 from holmes.adapters.inputs import load_json_file, rank_from_filename
 from holmes.adapters.iterations import infer_iterations_by_period
+from holmes.adapters.kineto_c10d import c10d_records, compute_rows, iterations_of
 from holmes.adapters.notes import Notes
 from holmes.adapters.opnames import normalize_op
 from holmes.adapters.rows import RankRows
@@ -57,7 +64,7 @@ KNOWN_TOP_LEVEL = frozenset({
     "schemaVersion", "deviceProperties", "traceEvents", "traceName", "displayTimeUnit", "baseTimeNanoseconds",
     "VERBOSE", "INFO", "WARNING", "STAGE", "ERROR", "USDT",
     "distributedInfo", "profile_memory", "with_stack", "record_shapes", "with_modules", "with_flops",
-    "DISABLE_CUPTI_LAZY_REINIT",
+    "DISABLE_CUPTI_LAZY_REINIT", "trace_id", "host_name",
 })
 
 
@@ -140,8 +147,11 @@ def _checked_event(i: int, e: dict[str, Any]) -> tuple[dict[str, Any] | None, st
     return out, None
 
 
-def parse_kineto_trace(path: Path, trace: Any, reg: GroupRegistry, notes: Notes) -> tuple[int, int | None, RankRows]:
-    """One trace's rank, world size and op rows (groups go into ``reg``)."""
+def parse_kineto_trace(path: Path, trace: Any, reg: GroupRegistry, notes: Notes,
+                       compute: dict[int, list[tuple[int, str, int, int]]] | None = None,
+                       ) -> tuple[int, int | None, RankRows]:
+    """One trace's rank, world size and op rows (groups go into ``reg``); with ``compute``, the
+    rank's compute rows ``(iteration, name, start_ns, end_ns)`` go into ``compute[rank]``."""
     if not isinstance(trace, dict) or not isinstance(trace.get("traceEvents"), list):
         raise ParseError(f"{path}: not a PyTorch profiler trace (no 'traceEvents' list)")
     for k in trace:
@@ -178,6 +188,10 @@ def parse_kineto_trace(path: Path, trace: Any, reg: GroupRegistry, notes: Notes)
 
     rpcs: list[dict[str, Any]] = []
     kernels: list[dict[str, Any]] = []
+    c10d: list[dict[str, Any]] = []  # torch 2.x dispatcher ops (c10d::allreduce_...) and the
+    backend_ops: list[dict[str, Any]] = []  # backend's annotations (gloo:all_reduce...)
+    work_kernels: list[tuple[str, int, int]] = []  # compute: GPU kernels other than NCCL's
+    cpu_ops: list[tuple[Any, str, float, float]] = []  # compute: CPU ops (tid, name, ts, dur)
     steps: list[tuple[int, int, int]] = []
     runtime_by_corr: dict[int, dict[str, Any]] = {}
     for i, e in enumerate(trace["traceEvents"]):
@@ -190,7 +204,19 @@ def parse_kineto_trace(path: Path, trace: Any, reg: GroupRegistry, notes: Notes)
         kind = ("rpc" if name == "record_param_comms" else
                 "kernel" if cat == "kernel" and _NCCL_KERNEL.search(name) else
                 "step" if name.startswith("ProfilerStep#") else
-                "runtime" if cat in ("cuda_runtime", "cuda_driver") else None)
+                "runtime" if cat in ("cuda_runtime", "cuda_driver") else
+                "c10d" if name.startswith("c10d::") else
+                "backend" if name.startswith("gloo:") else None)
+        if compute is not None and cat in ("kernel", "cpu_op", "user_annotation") and kind in (None, "step"):
+            try:
+                ts_, dur_ = float(e["ts"]), float(e.get("dur", 0.0))
+            except (TypeError, ValueError):
+                ts_ = dur_ = float("nan")
+            if np.isfinite(ts_) and np.isfinite(dur_) and abs(ts_) <= _MAX_US and 0 <= dur_ <= _MAX_US:
+                if cat == "kernel":
+                    work_kernels.append((name, ns(ts_), ns(ts_ + dur_)))
+                else:
+                    cpu_ops.append((_hashable(e.get("tid")), name, ts_, dur_))
         if kind is None:
             continue
         e, why = _checked_event(i, e)
@@ -199,6 +225,10 @@ def parse_kineto_trace(path: Path, trace: Any, reg: GroupRegistry, notes: Notes)
             continue
         if kind == "rpc":
             rpcs.append(e)
+        elif kind == "c10d":
+            c10d.append(e)
+        elif kind == "backend":
+            backend_ops.append(e)
         elif kind == "kernel":
             kernels.append(e)
         elif kind == "step":
@@ -245,6 +275,8 @@ def parse_kineto_trace(path: Path, trace: Any, reg: GroupRegistry, notes: Notes)
             records.append((e["args"], s, max(ks_end, s), "gpu_kernel", ks_start, ks_end))
         else:
             records.append((e["args"], s, s + int(round(e["dur"] * 1000)), "cpu_op", None, None))
+    if not rpcs and not kernels and c10d:  # torch 2.x without record_param_comms (gloo, CPU)
+        records = c10d_records(path.name, c10d, backend_ops, pgc, ns, notes)
     if not rpcs and orphans:
         notes.infer(f"{path.name}: no record_param_comms CPU ops; ops taken from NCCL kernels' own metadata")
         for k in orphans:
@@ -253,6 +285,12 @@ def parse_kineto_trace(path: Path, trace: Any, reg: GroupRegistry, notes: Notes)
             records.append((k["args"], s, e_, "gpu_kernel", s, e_))
     elif orphans:
         notes.details.setdefault("unlinked_kernels", {})[str(rank)] = len(orphans)
+    if compute is not None and records:
+        tids = {_hashable(e.get("tid")) for e in (rpcs or c10d)}
+        work = compute_rows(work_kernels, cpu_ops, tids, ns)
+        if work:
+            its = iterations_of([w[1] for w in work], sorted(steps))
+            compute[rank] = [(it, n, a, b) for it, (n, a, b) in zip(its, work)]
     n_cpu = sum(1 for r in records if r[3] == "cpu_op")
     if records and n_cpu == len(records):
         kind = "Gloo/CPU trace" if ("gloo" in backend.lower() or not kernels) else "trace"
@@ -373,8 +411,9 @@ def convert_kineto(src: str | os.PathLike[str], out: str | os.PathLike[str], *, 
     reg = GroupRegistry()
     rows: dict[int, RankRows] = {}
     sizes = set()
+    compute: dict[int, list[tuple[int, str, int, int]]] = {}
     for f in track(_trace_files(src), progress, desc="convert: reading", unit="file"):
-        rank, ws, rr = parse_kineto_trace(f, load_json_file(f), reg, notes)
+        rank, ws, rr = parse_kineto_trace(f, load_json_file(f), reg, notes, compute)
         if rank in rows:
             raise ConvertError(f"{f}: a second trace of rank {rank}")
         rows[rank] = rr
@@ -387,12 +426,37 @@ def convert_kineto(src: str | os.PathLike[str], out: str | os.PathLike[str], *, 
         if not (notes.inferred and any("world_size" in m for m in notes.inferred)):
             notes.infer(f"world_size {world_size} from " + ("distributedInfo" if world_size and rows else "ranks seen"))
     if not any(len(r) for r in rows.values()):
-        raise ConvertError(f"{src}: no NCCL/Gloo communication operators (record_param_comms or nccl kernels) found")
-    notes.infer("start_ns = CPU op start; end_ns = linked GPU kernel end (column end_source), else CPU op end")
+        raise ConvertError(f"{src}: no NCCL/Gloo communication operators (record_param_comms, c10d:: ops or nccl "
+                           "kernels) found")
+    notes.infer("start_ns = CPU op start; end_ns = linked GPU kernel end, else the backend's own annotation end "
+                "(gloo), else CPU op end (column end_source)")
     notes.infer("nbytes = max(In msg nelems, Out msg nelems) x dtype width")
     notes.infer("seq: the trace's 'Seq' for collectives when present, else order within the process group")
-    notes.details["end_source"] = {
-        "gpu_kernel": int(sum(v == "gpu_kernel" for r in rows.values() for v in r.cols["end_source"])),
-        "cpu_op": int(sum(v == "cpu_op" for r in rows.values() for v in r.cols["end_source"]))}
-    return build_job(out, notes, reg, rows, world_size=world_size, overwrite=overwrite, src=src,
+    notes.details["end_source"] = {k: int(sum(v == k for r in rows.values() for v in r.cols["end_source"]))
+                                   for k in ("gpu_kernel", "backend_op", "cpu_op")}
+    if compute:
+        notes.infer("compute/: the ranks' GPU kernels other than NCCL's, else their top-level CPU operators")
+    path = build_job(out, notes, reg, rows, world_size=world_size, overwrite=overwrite, src=src,
                      progress=progress)
+    write_compute(path.parent if path.name == "job.json" else path, compute)
+    return path
+
+
+#: the optional compute table of DESIGN.md
+COMPUTE_SCHEMA = pa.schema([("rank", pa.int32()), ("iteration", pa.int64()), ("name", pa.string()),
+                            ("start_ns", pa.int64()), ("end_ns", pa.int64())])
+
+
+def write_compute(job_dir: Path, compute: dict[int, list[tuple[int, str, int, int]]]) -> None:
+    """Write ``compute/rank-NNNNN.parquet`` (DESIGN.md's optional compute table) for each rank."""
+    if not compute:
+        return
+    d = Path(job_dir) / "compute"
+    d.mkdir(exist_ok=True)
+    for rank, rows in sorted(compute.items()):
+        its, names, starts, ends = zip(*rows) if rows else ((), (), (), ())
+        t = pa.table([pa.array([rank] * len(rows), pa.int32()), pa.array(its, pa.int64()), pa.array(names, pa.string()),
+                      pa.array(starts, pa.int64()), pa.array(ends, pa.int64())], schema=COMPUTE_SCHEMA)
+        tmp = d / f".rank-{rank:05d}.parquet.partial"
+        pq.write_table(t, tmp, compression="lz4")
+        os.replace(tmp, d / f"rank-{rank:05d}.parquet")

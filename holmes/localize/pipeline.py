@@ -141,6 +141,9 @@ class Localizer:
             if r >= world:
                 raise ConfigError(f"pivot rank {r} is outside world_size {world}")
         assumptions: list[str] = []
+        meta = getattr(src.job, "meta", None)
+        captured = getattr(getattr(meta, "source", None), "warnings", None) or []
+        assumptions.extend(f"capture: {w}" for w in captured)  # job.json's source.warnings (the logger's checks)
         topo = _topology(p.topology, src, world, assumptions)
         det = resolve_detector(p.detector, delta=p.delta)
         assumptions.append("abnormal operators flagged by " + " ".join(repr(det).split()))

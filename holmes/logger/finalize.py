@@ -2,7 +2,8 @@
 
 Every rank's :class:`~holmes.logger.recorder.CommOpsRecorder` writes ``comms/rank-XXXXX.json``
 (the communicators that rank used) when it closes. :func:`finalize_job` waits for all of them,
-merges them, writes ``job.json`` and checks the result with :func:`holmes.read_job`.
+merges them, writes ``job.json`` and checks the result with :func:`holmes.read_job` and
+:func:`~holmes.logger.checks.capture_warnings` (what looks missing goes to ``source.warnings``).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from holmes.io.job import read_job
 from holmes.io.limits import read_json_capped
 from holmes.io.models import JobMeta
 from holmes.io.outputs import replace_file_text
+from holmes.logger.checks import capture_warnings
 from holmes.logger.recorder import COMMS_DIR
 
 __all__ = ["finalize_job", "live_meta"]
@@ -128,6 +130,15 @@ def finalize_job(out_dir: str | os.PathLike[str], world_size: int | None = None,
             if job.has_rank(r):
                 job.ops(r)
                 job.iterations(r)
+        marked = {r: tuple(s["marked"]) for r, s in sides.items()
+                  if isinstance(s.get("marked"), list) and len(s["marked"]) == 2}
+        found_warnings = capture_warnings(job, marked)
+        if found_warnings:
+            for w in found_warnings:
+                log.warning("%s: %s", out, w)
+            assert model.source is not None
+            model.source.warnings.extend(found_warnings)
+            replace_file_text(path, json.dumps(model.to_json_dict(), indent=1, sort_keys=True, allow_nan=False))
     log.info("%s: job.json written for %d ranks, %d communicators", out, ws, len(meta["communicators"]))
     return path
 

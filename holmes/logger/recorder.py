@@ -195,6 +195,7 @@ class CommOpsRecorder:
         self._iter_start: int | None = None
         self._flushed_first: int | None = None  # earliest start written while no mark was seen
         self._iters: list[tuple[int, int, int]] = []
+        self._marked: list[int] = []  # the first and the last iteration a step mark started
         self._writer: pq.ParquetWriter | None = None
         self._iter_writer: pq.ParquetWriter | None = None
         self.rows_written = 0
@@ -290,6 +291,9 @@ class CommOpsRecorder:
         if iteration is not None:
             iteration = _check_iteration(iteration)
         with self._lock:
+            self._marked.append(self._cur_iter + 1 if iteration is None else iteration)
+            if len(self._marked) > 2:  # first and last are enough (job.json's capture checks)
+                del self._marked[1]
             if iteration == self._cur_iter:
                 if self._iter_start is None:  # ops issued before the first mark stay in it
                     first = self._unmarked_first()
@@ -350,6 +354,8 @@ class CommOpsRecorder:
     def _write_sidecar(self, live: bool = False, dump: dict[str, Any] | None = None) -> None:
         side: dict[str, Any] = {"rank": self.rank, "world_size": self.world_size, "rows": self.rows_written,
                                 "communicators": self._comm_info}
+        if self._marked:
+            side["marked"] = [self._marked[0], self._marked[-1]]
         if live:
             side["live"] = True
         if dump is not None:

@@ -29,6 +29,7 @@ import atexit
 import functools
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from holmes.errors import ConfigError
+from holmes.logger._dispatch import DispatchHook
 from holmes.logger._work import (_COLL_SPECS, _P2P_SPECS, WRAPPED_FUNCTIONS, CudaClock, TimedWork, arg, async_issued,
                                   finish_on_completion, global_peer, is_cuda, nbytes_of, nbytes_of_list)
 from holmes.logger.recorder import _OP_CODE, CommOpsRecorder, _op_key
@@ -51,6 +53,12 @@ class _Depth(threading.local):
 _tls = _Depth()
 _ACTIVE: "CommOpsLogger | None" = None
 _ENABLE_LOCK = threading.Lock()
+# set by enable(): torch._C._AutoDispatchBelowAutograd (the wrappers call torch below the autograd
+# keys, so the dispatcher hook does not see their operators twice) and c10d's coalescing state
+# (group -> the operators a _coalescing_manager defers; they are recorded as the coalesced operator
+# the manager issues at its exit, through the dispatcher hook)
+_below: Any = None
+_coalescing: dict = {}
 
 
 
@@ -142,7 +150,8 @@ class CommOpsLogger:
     def __init__(self, out_dir: str | os.PathLike[str], rank: int | None = None, world_size: int | None = None, *,
                  flush_every: int = 8192, layout: Any = None,
                  groups: Mapping[str, Iterable[Any]] | None = None, start_iteration: int = 0,
-                 parts_every: int | None = None, parts_interval: float | None = None) -> None:
+                 parts_every: int | None = None, parts_interval: float | None = None,
+                 dispatch: bool = True) -> None:
         self.out_dir = Path(out_dir)
         self._rank = None if rank is None else int(rank)
         self._world_size = None if world_size is None else int(world_size)
@@ -154,7 +163,7 @@ class CommOpsLogger:
         self.parts_interval = parts_interval
         self._rec: CommOpsRecorder | None = None
         self._saved: dict[str, Any] = {}
-        self._saved_p2pop_init: Any = None
+        self._saved_p2pop_op: Any = _NOTHING
         self._group_cache: dict[int, tuple[Any, str, tuple[int, ...]]] = {}
         # group -> the counter numbering its collectives (the wrappers' look-up: a process group
         # hashes by identity, cheaper than id() plus an identity check)
@@ -163,6 +172,8 @@ class CommOpsLogger:
         self._layout_ids: dict[tuple[int, ...], tuple[str, str]] | None = None
         self._cuda = CudaClock()
         self._atexit = False
+        self.dispatch = bool(dispatch)
+        self._dispatch = DispatchHook(active_logger)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -191,7 +202,8 @@ class CommOpsLogger:
 
     def enable(self) -> "CommOpsLogger":
         """Wrap the ``torch.distributed`` functions (see :data:`WRAPPED_FUNCTIONS`); returns self."""
-        global _ACTIVE
+        global _ACTIVE, _below, _coalescing
+        import torch
         import torch.distributed as dist
         from torch.distributed import distributed_c10d as c10d
 
@@ -214,14 +226,13 @@ class CommOpsLogger:
                     continue
                 handler = _p2p_handler(name) if name in _P2P_SPECS else _batch_handler
                 setattr(dist, name, _Wrapper(base, name, handler))
-            cls = c10d.P2POp
-            self._saved_p2pop_init = cls.__dict__.get("__init__")
-            orig_init = cls.__init__
-
-            def _init(p2p: Any, op: Any, *args: Any, **kwargs: Any) -> None:
-                orig_init(p2p, op.__wrapped__ if isinstance(op, _Wrapper) else op, *args, **kwargs)
-
-            cls.__init__ = _init
+            self._saved_p2pop_op = c10d.P2POp.__dict__.get("op", _NOTHING)
+            c10d.P2POp.op = _p2p_op_property({getattr(dist, n).__wrapped__: getattr(dist, n)
+                                              for n in ("isend", "irecv") if n in self._saved})
+            _below = torch._C._AutoDispatchBelowAutograd
+            _coalescing = c10d._world.pg_coalesce_state
+            if self.dispatch:
+                self._dispatch.install()
             _ACTIVE = self
             if not self._atexit:
                 atexit.register(self._atexit_close)
@@ -245,9 +256,13 @@ class CommOpsLogger:
                 else:
                     log.warning("torch.distributed.%s was replaced by someone else while logging; left as is", name)
             self._saved.clear()
-            if self._saved_p2pop_init is not None:
-                c10d.P2POp.__init__ = self._saved_p2pop_init
-            self._saved_p2pop_init = None
+            if self._saved_p2pop_op is _NOTHING:
+                if isinstance(c10d.P2POp.__dict__.get("op"), property):
+                    del c10d.P2POp.op
+            else:
+                c10d.P2POp.op = self._saved_p2pop_op
+            self._saved_p2pop_op = _NOTHING
+            self._dispatch.uninstall()
             _ACTIVE = None
 
     def __enter__(self) -> "CommOpsLogger":
@@ -478,7 +493,8 @@ _time_ns = time.time_ns
 def _run(orig: Callable, args: tuple, kwargs: dict) -> Any:
     _tls.depth = getattr(_tls, "depth", 0) + 1
     try:
-        return orig(*args, **kwargs)
+        with _below():
+            return orig(*args, **kwargs)
     finally:
         _tls.depth -= 1
 
@@ -517,6 +533,37 @@ def _issue(lg: CommOpsLogger, orig: Callable, args: tuple, kwargs: dict, cuda: b
             return [finish_on_completion(out[0], handles, None)]
         return [finish_on_completion(w, handles if i == len(out) - 1 else [], None) for i, w in enumerate(out)]
     return finish_on_completion(out, handles, None)
+
+
+_NOTHING = object()
+_C10D = "torch.distributed.distributed_c10d"
+
+
+def _p2p_op_property(wrappers: dict[Callable, "_Wrapper"]) -> property:
+    """``P2POp.op`` while the logger is enabled: the instance keeps torch's own ``isend``/``irecv``
+    (what ``batch_isend_irecv`` tests with ``is``, and what is left once the logger is disabled),
+    and reading it outside a wrapped call hands out the logging wrapper, so that code calling
+    ``p.op(...)`` itself (``torch.distributed.pipelining``'s ``_batch_p2p``) is logged too."""
+
+    def get(p2p: Any) -> Any:
+        f = p2p.__dict__.get("op")
+        if _ACTIVE is not None and not _tls.depth:
+            w = wrappers.get(f)
+            # torch's own module (batch_isend_irecv called by send_object_list...) tests `is isend`
+            if w is not None and sys._getframe(1).f_globals.get("__name__") != _C10D:
+                return w
+        return f
+
+    def set_(p2p: Any, f: Any) -> None:
+        p2p.__dict__["op"] = f.__wrapped__ if isinstance(f, _Wrapper) else f
+
+    return property(get, set_)
+
+
+def _default_group() -> Any:
+    from torch.distributed import distributed_c10d as c10d
+
+    return c10d._get_default_group()
 
 
 def _is_wrapper(f: Any) -> bool:
@@ -559,6 +606,8 @@ def _collective_wrapper(orig: Callable, name: str) -> Callable:
                 nbytes, cuda = nbytes_of(t), is_cuda(t)
         else:
             nbytes, cuda = (nbytes_of_list(t) if sizing == "list" else 0), is_cuda(t)
+        if _coalescing and (group if group is not None else _default_group()) in _coalescing:
+            return orig(*args, **kwargs)  # deferred by a _coalescing_manager (see _coalescing)
         try:
             seq = lg._seq_of.get(group)
         except TypeError:  # an unhashable group
@@ -571,7 +620,8 @@ def _collective_wrapper(orig: Callable, name: str) -> Callable:
         head = (next(rec._index), key, opk, nbytes, start)
         inflight = rec._inflight
         inflight[key] = head
-        out = orig(*args, **kwargs)  # an exception leaves it in flight (close ends it, a dump shows it)
+        with _below():
+            out = orig(*args, **kwargs)  # an exception leaves it in flight (close ends it, a dump shows it)
         if is_async:
             return async_issued(rec, out, key, head)
         end = _time_ns()

@@ -1,0 +1,193 @@
+"""The logger's second hook: the ``c10d`` operators of PyTorch's dispatcher, for callers that bypass
+the ``torch.distributed`` namespace.
+
+Every collective and point-to-point operator a ``ProcessGroup`` runs in PyTorch 2.x is a
+dispatcher operator (``c10d::allreduce_``, ``c10d::_allgather_base_``, ``c10d::send``...),
+whoever calls it: the Python functions of ``torch.distributed``, ``ProcessGroup`` methods called
+directly (``_coalescing_manager``'s coalesced operators, FSDP's internals), and C++ callers that
+never enter Python: DistributedDataParallel's reducer (gradient buckets), functional collectives
+(``_c10d_functional``, DTensor), ``_broadcast_coalesced``. :class:`DispatchHook` registers a Python
+kernel for each of them at the ``Autograd`` dispatch key (the c10d operators have none of their
+own there); the kernel notes the operator, redispatches below autograd to the real kernel and
+finishes the operator when its work's future completes.
+
+A boxed Python kernel costs about 9 us of CPU time per operator, so the namespace wrappers of
+:mod:`holmes.logger.torch_hooks` stay the fast path: they call torch below the autograd keys
+(``torch._C._AutoDispatchBelowAutograd``, about 0.4 us), where this hook is not called. Operators
+issued under ``torch.inference_mode()`` skip the autograd keys too, so only the wrappers see them.
+
+PyTorch is imported lazily (in :meth:`DispatchHook.install`).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["DispatchHook", "C10D_SPECS"]
+
+log = logging.getLogger(__name__)
+
+# c10d operator -> (CommOps op, index of the process group argument, index of the argument whose
+# bytes are the message size (-1: none), how that argument is sized: "one" tensor, a "list" of
+# tensors or a "nested" list of lists, index of the peer argument (P2P) or -1)
+C10D_SPECS: dict[str, tuple[str, int, int, str, int]] = {
+    "allreduce_": ("all_reduce", 1, 0, "list", -1),
+    "allreduce_coalesced_": ("all_reduce", 1, 0, "list", -1),
+    "allgather_": ("all_gather", 2, 0, "nested", -1),
+    "allgather_coalesced_": ("all_gather", 2, 0, "nested", -1),
+    "allgather_into_tensor_coalesced_": ("all_gather", 2, 0, "list", -1),
+    "_allgather_base_": ("all_gather", 2, 0, "one", -1),
+    "reduce_scatter_": ("reduce_scatter", 2, 1, "nested", -1),
+    "reduce_scatter_tensor_coalesced_": ("reduce_scatter", 2, 1, "list", -1),
+    "_reduce_scatter_base_": ("reduce_scatter", 2, 1, "one", -1),
+    "alltoall_": ("all_to_all", 2, 1, "list", -1),
+    "alltoall_base_": ("all_to_all", 2, 1, "one", -1),
+    "broadcast_": ("broadcast", 1, 0, "list", -1),
+    "reduce_": ("reduce", 1, 0, "list", -1),
+    "barrier": ("barrier", 1, -1, "one", -1),
+    "monitored_barrier_": ("barrier", 1, -1, "one", -1),
+    "send": ("send", 1, 0, "list", 2),
+    "recv_": ("recv", 1, 0, "list", 2),
+}
+# not recorded: gather_/scatter_ (no CommOps v1 operator name) and recv_any_source_ (its peer is
+# known only once it completed); the namespace wrappers record dist.recv without a source.
+
+
+def _size(x: Any, how: str) -> int:
+    try:
+        if how == "one":
+            return int(x.nbytes)
+        if how == "list":
+            return sum(int(t.nbytes) for t in x)
+        return sum(int(t.nbytes) for ts in x for t in ts)
+    except (AttributeError, TypeError):
+        return 0
+
+
+def _work_of(out: Any) -> Any:
+    """The ``Work`` script object an operator returned (alone or last in a tuple), or None."""
+    if isinstance(out, tuple):
+        out = out[-1] if out else None
+    return out if out is not None and not isinstance(out, (list, tuple)) else None
+
+
+class DispatchHook:
+    """Python kernels for the ``c10d`` operators at the ``Autograd`` dispatch key.
+
+    Parameters
+    ----------
+    active : callable
+        Returns the enabled :class:`~holmes.logger.CommOpsLogger` or None (then the kernel only
+        redispatches).
+
+    Notes
+    -----
+    The kernels are registered by :meth:`install` and removed by :meth:`uninstall`; while they
+    are, every ``c10d`` operator called above the autograd keys passes through Python.
+    """
+
+    def __init__(self, active: Callable[[], Any]) -> None:
+        self._active = active
+        self._lib: Any = None
+        self._warned = False
+        self.seen = 0  # operators recorded through this hook
+
+    @property
+    def installed(self) -> bool:
+        return self._lib is not None
+
+    def install(self) -> "DispatchHook":
+        if self._lib is not None:
+            return self
+        import torch
+        import torch.distributed  # noqa: F401 - registers the c10d operators
+
+        lib = torch.library.Library("c10d", "IMPL")
+        after = torch._C._after_autograd_keyset
+        try:
+            for name, spec in C10D_SPECS.items():
+                packet = getattr(torch.ops.c10d, name, None)
+                if packet is None:  # not in this torch version
+                    continue
+                lib.impl(name, self._kernel(packet.default, after, spec), "Autograd", with_keyset=True)
+        except Exception:
+            lib._destroy()
+            raise
+        self._lib = lib
+        return self
+
+    def uninstall(self) -> None:
+        lib, self._lib = self._lib, None
+        if lib is not None:
+            lib._destroy()
+
+    def _kernel(self, op: Any, after: Any, spec: tuple[str, int, int, str, int]) -> Callable:
+        name, gi, si, how, pi = spec
+        active = self._active
+
+        def kernel(keyset: Any, *args: Any) -> Any:
+            lg = active()
+            if lg is None:
+                return op.redispatch(keyset & after, *args)
+            try:
+                note = self._note(lg, args, name, gi, si, how, pi)
+            except Exception:  # noqa: BLE001 - logging must never break the training step
+                note = None
+                self._warn_once(name)
+            start = time.time_ns()
+            out = op.redispatch(keyset & after, *args)
+            if note is not None:
+                try:
+                    self._issued(lg, note, start, _work_of(out))
+                except Exception:  # noqa: BLE001
+                    self._warn_once(name)
+            return out
+
+        return kernel
+
+    def _warn_once(self, name: str) -> None:
+        if not self._warned:
+            self._warned = True
+            log.warning("holmes logger: recording a c10d::%s operator failed; it and others like it may be missing "
+                        "from the log", name, exc_info=True)
+
+    @staticmethod
+    def _note(lg: Any, args: tuple, name: str, gi: int, si: int, how: str, pi: int) -> tuple[str, str, int | None, int]:
+        from torch._C._distributed_c10d import ProcessGroup
+
+        pg = ProcessGroup.unbox(args[gi])
+        nbytes = _size(args[si], how) if si >= 0 else 0
+        if pi < 0:
+            return lg.comm_of(pg)[0], name, None, nbytes
+        import torch.distributed as dist
+
+        peer = int(dist.get_global_rank(pg, int(args[pi])))
+        return lg._p2p_comm(pg, peer), name, peer, nbytes
+
+    def _issued(self, lg: Any, note: tuple[str, str, int | None, int], start: int, work: Any) -> None:
+        cid, name, peer, nbytes = note
+        rec = lg.recorder
+        self.seen += 1
+        if work is None:  # a synchronous operator (monitored_barrier_) has returned
+            rec.record(cid, name, peer=peer, nbytes=nbytes, start_ns=start, end_ns=time.time_ns())
+            return
+        h = rec.begin(cid, name, peer=peer, nbytes=nbytes, start_ns=start)
+        from torch._C._distributed_c10d import Work
+
+        w = Work.unbox(work)
+        try:
+            fut = w.get_future()
+        except (RuntimeError, AttributeError):  # e.g. gloo's send/recv works: polled at the next flush
+            fut = None
+        if fut is None:
+            h.poll = w.is_completed
+            return
+        fut.add_done_callback(functools.partial(_finish, h))
+
+
+def _finish(h: Any, _fut: Any) -> None:
+    h.finish(time.time_ns())
