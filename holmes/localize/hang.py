@@ -125,7 +125,7 @@ class HangEvidence:
     no_log: list[int] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        """DESIGN's ``hang`` object (plus ``explanation`` and ``ranks_without_log``)."""
+        """The report's ``hang`` object (``docs/cli.md``) (plus ``explanation`` and ``ranks_without_log``)."""
         return {"communicators": [c.to_json() for c in self.communicators],
                 "culprit_ranks": sorted(self.culprits), "explanation": list(self.explanation),
                 "ranks_without_log": list(self.no_log)}

@@ -1,6 +1,6 @@
 """The result of a localization: ranked devices, root causes, evidence, what was read.
 
-:meth:`Report.to_json` returns the dict ``holmes localize --format json`` prints (DESIGN.md keys
+:meth:`Report.to_json` returns the dict ``holmes localize --format json`` prints (``docs/cli.md`` lists the keys:
 ``devices``, ``root_causes``, ``irregular_iterations``, ``fetched_ranks``, ``world_size``,
 ``assumptions``, plus ``missing_ranks``, ``bytes_read``, ``pivots`` and others); :meth:`Report.to_text`
 a readable summary.
@@ -84,7 +84,7 @@ class Report:
         ``{"kind": "pipeline_stage_imbalance" | "microbatch_imbalance", ...}`` when no device
         explains a slowdown.
     hang : dict or None
-        DESIGN's ``hang`` object when ops were in flight at the end of the logs (``communicators``:
+        The ``hang`` object (``docs/cli.md``) when ops were in flight at the end of the logs (``communicators``:
         where each is stuck, ``missing`` / ``waiting`` ranks; ``culprit_ranks``; ``explanation``).
     verdict : {"culprit", "healthy", "inconclusive", "hang"}
         ``culprit``: devices are named; ``healthy``: nothing to explain; ``inconclusive``:
