@@ -143,7 +143,6 @@ class Localizer:
         assumptions: list[str] = []
         topo = _topology(p.topology, src, world, assumptions)
         det = resolve_detector(p.detector, delta=p.delta)
-        assumptions.append("abnormal operators flagged by " + " ".join(repr(det).split()))
         search = GraphSearch(src, det, late_ratio=p.late_ratio, scan_reads=p.scan_reads,
                              follow_waits=p.follow_waits)
         return Run(p, src, topo, det, search, assumptions)
@@ -193,6 +192,11 @@ class Localizer:
         ranked = merge_devices([f.devices for f in findings])
         irr = next((f for f in findings if f.analysis == "irregular"), None)
         causes: list[RootCause] = irr.evidence.causes if irr else []
+        if irr is not None and getattr(irr.evidence, "cells", None) is None and len(irr.selection.chosen):
+            # the operator flags steered Algorithm 1's search; a job compared cell by cell (read
+            # whole), or one with nothing searched, used no operator label: nothing to assume
+            run.assumptions.insert(min(1, len(run.assumptions)),
+                                   "abnormal operators flagged by " + " ".join(repr(run.detector).split()))
         verdict = decide_verdict(findings, ranked, p.min_confidence)
         pers = next((f for f in findings if f.analysis == "persistent"), None)
         slowdown = getattr(pers.evidence, "slowdown", None) if pers else None
