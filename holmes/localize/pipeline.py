@@ -43,6 +43,7 @@ from holmes.localize.hang import HangAnalysis
 from holmes.localize.irregular import IrregularAnalysis
 from holmes.localize.params import LocalizeParams
 from holmes.localize.persistent import PersistentAnalysis
+from holmes.localize.rank_summary import pipeline_stages, rank_summary
 from holmes.localize.report import DeviceScore, Report
 from holmes.localize.search import GraphSearch, RootCause
 from holmes.localize.sources import JobSource, open_source
@@ -212,7 +213,8 @@ class Localizer:
                       assumptions=run.assumptions, pivots=p.pivots,
                       window=[int(i) for i in irr.selection.window] if irr else [], bytes_read=src.bytes_read,
                       params=p.to_json(), hang=_hang_json(findings), iterations_without_cause=irr.evidence.without_cause if irr else [],
-                      slowdown=slowdown, non_device_cause=non_device, **_timing(irr, p.delta))
+                      slowdown=slowdown, non_device_cause=non_device, rank_summary=_rank_summary(run, irr, verdict),
+                      **_timing(irr, p.delta))
 
 
 def localize(job: Any, **params: Any) -> Report:
@@ -338,6 +340,21 @@ def _timing(irr: Finding | None, delta: float) -> dict[str, Any]:
             "usual_iteration_ns": float(usual),
             "device_cost": {d: {"excess_ns": float(sum(excess.get(i, 0.0) for i in its)), "iterations": len(its)}
                             for d, its in iters.items()}}
+
+
+def _rank_summary(run: Run, irr: Finding | None, verdict: str, max_ranks: int = 512) -> list[dict[str, Any]]:
+    """Each rank read: compute, waiting and transfer per step against its peers, over the window
+    (:mod:`holmes.localize.rank_summary`; from the logs already in memory; none for a hang)."""
+    if verdict == "hang":
+        return []
+    ranks = run.search.graph.ranks
+    tables = {r: ranks[r].table for r in sorted(ranks)[:max_ranks]}
+    window = [int(i) for i in irr.selection.window] if irr is not None and len(irr.selection.window) else None
+    try:
+        return rank_summary(tables, window, pipeline_stages(run.source.communicators))
+    except (KeyError, ValueError, TypeError) as exc:  # a table the analyses read but this cannot: say so
+        run.assume(f"no per-rank summary: {exc}")
+        return []
 
 
 def _consistency(run: Run) -> bool:

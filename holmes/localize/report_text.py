@@ -107,12 +107,58 @@ def render_text(r: Any, max_causes: int = 10, show_all: bool = False) -> str:
         nd = r.non_device_cause
         where = f" (stage {nd['stage']})" if "stage" in nd else ""
         lines.append(f"Non-device cause: {nd['kind'].replace('_', ' ')}{where}; no device explains the slowdown")
+    lines += _rank_lines(r, show_all)
     if r.root_causes:
         lines += (_all_causes(r.root_causes, durs, usual) if show_all
                   else _folded_causes(r.root_causes, durs, usual, max_causes))
     for a in r.assumptions:
         lines.append(f"Assumption: {a}")
     return "\n".join(lines)
+
+
+def rank_rows(r: Any, limit: int | None = 6) -> list[dict[str, Any]]:
+    """The per-rank summary rows worth showing first: the named devices' ranks, then the ranks
+    furthest from their peers (compute or transfer, relative); every row with ``limit=None``."""
+    rows = list(getattr(r, "rank_summary", None) or [])
+    if limit is None or len(rows) <= limit:
+        return sorted(rows, key=lambda x: x["rank"])
+    named = set()
+    for d in list(r.devices) + list(r.candidates):
+        kind, _, n = d.id.partition(":")
+        if kind in ("gpu", "nic") and n.isdigit():
+            named.add(int(n))
+
+    def off(x: dict[str, Any]) -> float:
+        c = abs((x.get("compute_vs_peers") or 1.0) - 1.0)
+        pt = x.get("peers_transfer_ms") or 0.0
+        t = abs(x["transfer_ms"] / pt - 1.0) if pt > 0 else 0.0
+        return max(c, t)
+
+    ordered = sorted(rows, key=lambda x: (x["rank"] not in named, -off(x), x["rank"]))
+    return sorted(ordered[:limit], key=lambda x: x["rank"])
+
+
+def _rank_lines(r: Any, show_all: bool) -> list[str]:
+    """The per-rank summary table: each rank's compute, waiting and transfer per step, its peers' beside."""
+    all_rows = getattr(r, "rank_summary", None) or []
+    if not all_rows:
+        return []
+    rows = rank_rows(r, None if show_all else 6)
+    steps = max(x["steps"] for x in all_rows)
+    more = "" if len(rows) == len(all_rows) else f"; the {len(rows)} furthest from their peers of {len(all_rows)}, --all lists each"
+    out = [f"Per-rank time per step (median of {steps} iteration(s); peers: the ranks of its pipeline stage{more}):",
+           f"  {'rank':>6} {'stage':>5}  {'compute ms (peers)':>20}  {'waiting ms (peers)':>20}  "
+           f"{'transfer ms (peers)':>20}  compute/peers"]
+    for x in rows:
+        vs = x.get("compute_vs_peers")
+        out.append(f"  {x['rank']:>6} {x['stage']:>5}  {_pair(x['compute_ms'], x['peers_compute_ms']):>20}  "
+                   f"{_pair(x['waiting_ms'], x['peers_waiting_ms']):>20}  "
+                   f"{_pair(x['transfer_ms'], x['peers_transfer_ms']):>20}  " + (f"{vs:.2f}x" if vs is not None else "-"))
+    return out
+
+
+def _pair(v: float, peers: float) -> str:
+    return f"{v:.1f} ({peers:.1f})"
 
 
 def _missing_lines(missing: dict[int, str], show_all: bool) -> list[str]:
