@@ -1,6 +1,6 @@
 """Holmes: find why a large distributed training job is slow, from its communication-operator logs.
 
-The pipeline (see ``DESIGN.md``): per-rank CommOps logs -> iteration monitor on a pivot rank ->
+The pipeline (see ``docs/ARCHITECTURE.md``): per-rank CommOps logs -> iteration monitor on a pivot rank ->
 abnormal-operator detector -> communication-operator graph search, fetching only the ranks it
 visits -> cross-iteration device ranking -> report with a verdict.
 

@@ -36,6 +36,10 @@ def test_train_then_detect_with_that_model(sim_job, tmp_path, capsys):
     s = t.column("score").to_numpy()
     f = t.column("flagged").to_numpy(zero_copy_only=False)
     assert np.array_equal(f, s >= OperatorDetector.load(model).threshold)
+    # --detector (the name holmes localize uses) is the same option as --model
+    out2 = tmp_path / "flags2.parquet"
+    assert main(["detect", str(sim_job), "--ranks", "2,6", "--detector", str(model), "--out", str(out2)]) == 0
+    assert pq.read_table(out2).column("score").equals(t.column("score"))
 
 
 def test_detect_default_model_finds_abnormal_ops(sim_job, tmp_path):

@@ -49,7 +49,7 @@ def test_repeated_causes_fold_into_one_line_with_count_seq_and_stretch():
     assert len(folded) == 1, text
     line = folded[0]
     assert "seq 40-51" in line and "iteration(s) 8-10" in line
-    assert "118.0-125.0 ms" in line and "1.18-1.25x the usual" in line and "+18.0-25.0 ms" in line
+    assert "118.0-125.0 ms" in line and "1.18-1.25x the usual" in line and "+18.0 to +25.0 ms" in line
     assert "+3.0 ms compute before it" in line
     assert sum("1x compute on rank(s) 3" in ln and "seq 75" in ln for ln in lines) == 1
     assert "Root causes (5 in 4 iteration(s), 2 distinct" in text

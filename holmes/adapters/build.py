@@ -71,7 +71,7 @@ def _rank_table(rows: RankRows, notes: Notes) -> pa.Table:
         comm_id=pa.array(comm.tolist(), type=pa.string()), seq=pa.array(seq), op=pa.array(op.tolist(), type=pa.string()),
         peer=pa.array(peer.astype(np.int32), mask=peer < 0), nbytes=pa.array(nbytes),
         start_ns=pa.array(start), end_ns=pa.array(end))
-    if "state" in c:  # ops dumped in flight (DESIGN: end_ns is null where state is not 'completed')
+    if "state" in c:  # ops dumped in flight (docs/formats.md: end_ns is null where state is not 'completed')
         state = np.array([c["state"][i] for i in order], dtype=object)
         cols["end_ns"] = pa.array(end, mask=state != "completed")
     for name in c:

@@ -24,7 +24,7 @@ What is taken from where (see ``docs/converters.md``):
 * seq: collectives ``collective_seq_id``; P2P: order per (group, direction, peer), aligned between
   the two ends by creation time because each dump holds only the newest entries (a ring buffer);
 * time: ``start_ns`` = ``time_created_ns`` (issue); ``end_ns`` = ``time_discovered_completed_ns``, or
-  started + ``duration_ms``; the entry's ``state`` is kept (DESIGN's optional column:
+  started + ``duration_ms``; the entry's ``state`` is kept (the schema's optional column:
   ``completed``, ``started``, ``scheduled``) and entries that never completed have a null ``end_ns``
   (``start_ns`` stays the issue time, ``time_created_ns``); ``end_known``, ``fr_record_id``,
   ``fr_collective_seq_id`` (the collective sequence id per process group) and ``fr_p2p_seq_id`` are
@@ -256,7 +256,7 @@ def convert_flight_recorder(src: str | os.PathLike[str], out: str | os.PathLike[
     --------
     >>> import holmes
     >>> from holmes.adapters import convert_flight_recorder
-    >>> job = holmes.read_job(convert_flight_recorder("../shared/data/flight_recorder/gpu_error_1st",
+    >>> job = holmes.read_job(convert_flight_recorder("traces/flight_recorder/gpu_error_1st",
     ...                                               "/tmp/fr-job"))          # doctest: +SKIP
     >>> job.world_size                                                           # doctest: +SKIP
     16

@@ -400,7 +400,7 @@ def convert_kineto(src: str | os.PathLike[str], out: str | os.PathLike[str], *, 
     --------
     >>> import holmes
     >>> from holmes.adapters import convert_kineto
-    >>> job = holmes.read_job(convert_kineto("../shared/data/kineto/nccl_data.json.gz",
+    >>> job = holmes.read_job(convert_kineto("traces/kineto/nccl_data.json.gz",
     ...                                      "/tmp/kineto-job"))      # doctest: +SKIP
     >>> job.ops(0).column("op").unique().to_pylist()                  # doctest: +SKIP
     ['broadcast', 'all_reduce']

@@ -170,7 +170,7 @@ def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, ove
     --------
     >>> import holmes
     >>> from holmes.adapters import convert_wia
-    >>> job = holmes.read_job(convert_wia("../shared/data/wia", "/tmp/wia-job"))  # doctest: +SKIP
+    >>> job = holmes.read_job(convert_wia("traces/wia", "/tmp/wia-job"))  # doctest: +SKIP
     >>> job.world_size                                                          # doctest: +SKIP
     8
     """

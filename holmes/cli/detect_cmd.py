@@ -1,4 +1,6 @@
-"""``holmes detect JOB [--ranks R,...] [--model M] --out FILE.parquet``: flag abnormal operators.
+"""``holmes detect JOB [--ranks R,...] [--detector M] --out FILE.parquet``: flag abnormal operators.
+
+``--model M`` is the same option under its older name.
 
 Writes the ops of the chosen ranks (all ranks by default) with two added columns, ``score``
 (float64, P(abnormal)) and ``flagged`` (bool, ``score >= threshold``). When the model uses the
@@ -66,7 +68,9 @@ def _concat(tables: list[pa.Table], ranks: list[int]) -> pa.Table:
 def add_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument("job", metavar="JOB", help="CommOps job directory")
     p.add_argument("--ranks", metavar="R,...", help="ranks to score (e.g. 0,3,8-11); default: every rank")
-    p.add_argument("--model", metavar="M", help="detector model (NAME, NAME.json); default: the shipped model")
+    p.add_argument("--detector", "--model", dest="model", metavar="M",
+                   help="detector model (NAME, NAME.json, as written by holmes train); default: the shipped model. "
+                        "--detector as in holmes localize; --model is the same option's older name")
     p.add_argument("--threshold", type=float, help="flag ops with score >= this (default: the model's)")
     p.add_argument("--out", required=True, metavar="FILE.parquet",
                    help="output parquet file (never inside JOB; an existing file needs --overwrite)")

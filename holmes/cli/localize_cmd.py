@@ -1,8 +1,10 @@
-"""``holmes localize JOB [--pivot R] [--window N] [--top K] [--delta D] [--format text|json] [--all]``.
+"""``holmes localize JOB [--pivot R] [--window N] [--top K] [--delta D] [--format text|json] [--all] [--exit-code]``.
 
 Prints the ranked devices, root causes and what was read; JSON on stdout with ``--format json``
-(keys of DESIGN.md plus evidence, missing ranks, bytes read). A progress bar of the ranks read is
-drawn on stderr when stderr is a terminal (not with ``--quiet``); stdout carries only the report.
+(the keys of docs/report.md plus evidence, missing ranks, bytes read). A progress bar of the ranks
+read is drawn on stderr when stderr is a terminal (not with ``--quiet``); stdout carries only the
+report. With ``--exit-code`` the exit status carries the verdict (:data:`VERDICT_EXIT`): 0 healthy,
+1 culprit or hang, 3 inconclusive; 2 stays bad input.
 """
 
 from __future__ import annotations
@@ -12,7 +14,19 @@ import sys
 
 from holmes.localize.params import ANALYSES
 
-__all__ = ["add_parser", "run"]
+__all__ = ["VERDICT_EXIT", "add_parser", "exit_status", "run"]
+
+#: exit status of ``holmes localize --exit-code`` per verdict (2 is bad input, as for every command)
+VERDICT_EXIT: dict[str, int] = {"healthy": 0, "culprit": 1, "hang": 1, "inconclusive": 3}
+
+
+def exit_status(verdict: str) -> int:
+    """The ``--exit-code`` status of a verdict: 0 healthy, 1 culprit or hang, 3 inconclusive.
+
+    >>> [exit_status(v) for v in ("healthy", "culprit", "hang", "inconclusive")]
+    [0, 1, 1, 3]
+    """
+    return VERDICT_EXIT[verdict]
 
 
 def _ranks(text: str) -> list[int]:
@@ -50,6 +64,9 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--all", dest="show_all", action="store_true",
                         help="text: list every root cause (not folded) and every implicated device")
     parser.add_argument("-q", "--quiet", action="store_true", help="no progress bar on stderr")
+    parser.add_argument("--exit-code", action="store_true",
+                        help="exit with the verdict: 0 healthy, 1 culprit or hang, 3 inconclusive "
+                             "(2 stays bad input)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -67,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(report.dumps(evidence=not args.no_evidence) + "\n")
     else:
         sys.stdout.write(report.to_text(show_all=args.show_all) + "\n")
-    return 0
+    return exit_status(report.verdict) if args.exit_code else 0
 
 
 def _run_distributed(args: argparse.Namespace) -> int:
@@ -85,4 +102,4 @@ def _run_distributed(args: argparse.Namespace) -> int:
         sys.stdout.write(report.dumps(evidence=not args.no_evidence) + "\n")
     else:
         sys.stdout.write(report.to_text() + "\n")
-    return 0
+    return exit_status(report.verdict) if args.exit_code else 0

@@ -1,4 +1,4 @@
-"""Reading and writing CommOps job directories (see ``DESIGN.md``, "The job directory").
+"""Reading and writing CommOps job directories (see ``docs/formats.md``, "The job directory").
 
 A :class:`Job` opens instantly: it parses ``job.json`` and nothing else. A rank's parquet file is
 read (memory-mapped) the first time :meth:`Job.ops` asks for it and kept in a small LRU cache, so

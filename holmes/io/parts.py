@@ -1,4 +1,4 @@
-"""A rank's log written in parts while the job runs (``DESIGN.md``, "The job directory").
+"""A rank's log written in parts while the job runs (``docs/formats.md``, "The job directory").
 
 A live job may hold, instead of ``ranks/rank-00042.parquet``, a directory
 ``ranks/rank-00042/`` of parts ``part-000000.parquet``, ``part-000001.parquet``, ... Each part is

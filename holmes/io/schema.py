@@ -1,6 +1,6 @@
 """CommOps schema v1: the per-rank table of communication operators.
 
-The schema is fixed by ``DESIGN.md``; this module is the one place that knows it. Readers validate
+The schema is fixed by ``docs/formats.md``; this module is the one place that knows it. Readers validate
 with :func:`validate_ops` (required columns present, types castable without loss); writers build
 tables with :func:`ops_table`. Extra columns are allowed and kept.
 """

@@ -1,4 +1,4 @@
-"""Writing CommOps job directories (see ``DESIGN.md``, "The job directory"): :class:`JobWriter`
+"""Writing CommOps job directories (see ``docs/formats.md``, "The job directory"): :class:`JobWriter`
 rank by rank into a staging directory swapped in whole, :func:`write_job` all at once."""
 
 from __future__ import annotations

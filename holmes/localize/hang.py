@@ -143,8 +143,8 @@ class HangEvidence:
     graph: WaitGraph | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """DESIGN's ``hang`` object (plus ``explanation``, ``ranks_without_log``, ``deadlocks`` (every
-        cycle), ``waiting_count``, ``root_kinds`` and ``behind``)."""
+        """The report's ``hang`` object (``docs/cli.md``; plus ``explanation``, ``ranks_without_log``,
+        ``deadlocks`` (every cycle), ``waiting_count``, ``root_kinds`` and ``behind``)."""
         g = self.graph
         return {"communicators": [c.to_json() for c in self.communicators],
                 "culprit_ranks": sorted(self.culprits), "explanation": list(self.explanation),

@@ -43,6 +43,7 @@ from holmes.localize.hang import HangAnalysis
 from holmes.localize.irregular import IrregularAnalysis
 from holmes.localize.params import LocalizeParams
 from holmes.localize.persistent import PersistentAnalysis
+from holmes.localize.rank_summary import pipeline_stages, rank_summary
 from holmes.localize.report import DeviceScore, Report
 from holmes.localize.search import GraphSearch, RootCause
 from holmes.localize.sources import JobSource, open_source
@@ -146,7 +147,6 @@ class Localizer:
         assumptions.extend(f"capture: {w}" for w in captured)  # job.json's source.warnings (the logger's checks)
         topo = _topology(p.topology, src, world, assumptions)
         det = resolve_detector(p.detector, delta=p.delta)
-        assumptions.append("abnormal operators flagged by " + " ".join(repr(det).split()))
         search = GraphSearch(src, det, late_ratio=p.late_ratio, scan_reads=p.scan_reads,
                              follow_waits=p.follow_waits)
         return Run(p, src, topo, det, search, assumptions)
@@ -196,6 +196,11 @@ class Localizer:
         ranked = merge_devices([f.devices for f in findings])
         irr = next((f for f in findings if f.analysis == "irregular"), None)
         causes: list[RootCause] = irr.evidence.causes if irr else []
+        if irr is not None and getattr(irr.evidence, "cells", None) is None and len(irr.selection.chosen):
+            # the operator flags steered Algorithm 1's search; a job compared cell by cell (read
+            # whole), or one with nothing searched, used no operator label: nothing to assume
+            run.assumptions.insert(min(1, len(run.assumptions)),
+                                   "abnormal operators flagged by " + " ".join(repr(run.detector).split()))
         verdict = decide_verdict(findings, ranked, p.min_confidence)
         pers = next((f for f in findings if f.analysis == "persistent"), None)
         slowdown = getattr(pers.evidence, "slowdown", None) if pers else None
@@ -216,7 +221,8 @@ class Localizer:
                       assumptions=run.assumptions, pivots=p.pivots,
                       window=[int(i) for i in irr.selection.window] if irr else [], bytes_read=src.bytes_read,
                       params=p.to_json(), hang=_hang_json(findings), iterations_without_cause=irr.evidence.without_cause if irr else [],
-                      slowdown=slowdown, non_device_cause=non_device, **_timing(irr, p.delta))
+                      slowdown=slowdown, non_device_cause=non_device, rank_summary=_rank_summary(run, irr, verdict),
+                      **_timing(irr, p.delta))
 
 
 def localize(job: Any, **params: Any) -> Report:
@@ -344,6 +350,21 @@ def _timing(irr: Finding | None, delta: float) -> dict[str, Any]:
             "usual_iteration_ns": float(usual),
             "device_cost": {d: {"excess_ns": float(sum(excess.get(i, 0.0) for i in its)), "iterations": len(its)}
                             for d, its in iters.items()}}
+
+
+def _rank_summary(run: Run, irr: Finding | None, verdict: str, max_ranks: int = 512) -> list[dict[str, Any]]:
+    """Each rank read: compute, waiting and transfer per step against its peers, over the window
+    (:mod:`holmes.localize.rank_summary`; from the logs already in memory; none for a hang)."""
+    if verdict == "hang":
+        return []
+    ranks = run.search.graph.ranks
+    tables = {r: ranks[r].table for r in sorted(ranks)[:max_ranks]}
+    window = [int(i) for i in irr.selection.window] if irr is not None and len(irr.selection.window) else None
+    try:
+        return rank_summary(tables, window, pipeline_stages(run.source.communicators))
+    except (KeyError, ValueError, TypeError) as exc:  # a table the analyses read but this cannot: say so
+        run.assume(f"no per-rank summary: {exc}")
+        return []
 
 
 def _consistency(run: Run) -> bool:

@@ -1,6 +1,6 @@
 """The result of a localization: ranked devices, root causes, evidence, what was read.
 
-:meth:`Report.to_json` returns the dict ``holmes localize --format json`` prints (DESIGN.md keys
+:meth:`Report.to_json` returns the dict ``holmes localize --format json`` prints (``docs/cli.md`` lists the keys:
 ``devices``, ``root_causes``, ``irregular_iterations``, ``fetched_ranks``, ``world_size``,
 ``assumptions``, plus ``missing_ranks``, ``bytes_read``, ``pivots`` and others); :meth:`Report.to_text`
 a readable summary.
@@ -84,7 +84,7 @@ class Report:
         ``{"kind": "pipeline_stage_imbalance" | "microbatch_imbalance", ...}`` when no device
         explains a slowdown.
     hang : dict or None
-        DESIGN's ``hang`` object when ops were in flight at the end of the logs (``communicators``:
+        The ``hang`` object (``docs/cli.md``) when ops were in flight at the end of the logs (``communicators``:
         where each is stuck, ``missing`` / ``waiting`` ranks; ``culprit_ranks``; ``explanation``).
     verdict : {"culprit", "healthy", "inconclusive", "hang"}
         ``culprit``: devices are named; ``healthy``: nothing to explain; ``inconclusive``:
@@ -110,6 +110,9 @@ class Report:
     device_cost : dict
         device id -> ``{"excess_ns", "iterations"}``: how much longer than usual, in total, the
         searched irregular iterations whose causes implicate the device were, and how many.
+    rank_summary : list of dict
+        Per rank read: median compute, waiting and transfer ms per step and its peers'
+        (:mod:`holmes.localize.rank_summary`).
     """
 
     devices: list[DeviceScore] = field(default_factory=list)
@@ -133,6 +136,7 @@ class Report:
     iteration_ns: dict[int, int] = field(default_factory=dict)
     usual_iteration_ns: float | None = None
     device_cost: dict[str, dict[str, float]] = field(default_factory=dict)
+    rank_summary: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def top(self) -> DeviceScore | None:
@@ -165,12 +169,20 @@ class Report:
             "slowdown": _num(self.slowdown),
             "non_device_cause": dict(self.non_device_cause) if self.non_device_cause else None,
             "hang": dict(self.hang) if self.hang else None,
+            "rank_summary": [dict(r) for r in self.rank_summary],
             "params": dict(self.params),
             "timing": {"usual_iteration_ns": _num(self.usual_iteration_ns),
                        "iteration_ns": {str(i): int(d) for i, d in sorted(self.iteration_ns.items())},
                        "device_cost": {k: {"excess_ns": _num(v["excess_ns"]), "iterations": int(v["iterations"])}
                                        for k, v in self.device_cost.items()}},
         }
+
+    def rank_rows(self, limit: int | None = 6) -> list[dict[str, Any]]:
+        """The :attr:`rank_summary` rows worth showing first (the named devices' ranks, then those
+        furthest from their peers), at most ``limit`` (None: all), by rank."""
+        from holmes.localize.report_text import rank_rows
+
+        return rank_rows(self, limit)
 
     def dumps(self, **kw: Any) -> str:
         """:meth:`to_json` as strict JSON text (no NaN or Infinity)."""

@@ -14,6 +14,8 @@ Examples
 ('12.3 ms', '2.50 s', '0.45 ms')
 >>> int_ranges([8, 9, 10, 11, 19, 3])
 '3,8-11,19'
+>>> signed_span(-1.04e6, 16.9e6), signed_span(2e6, 2e6), signed_span(1e6, 16.9e6)
+('-1.0 to +16.9 ms', '+2.0 ms', '+1.0 to +16.9 ms')
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 from holmes._ranges import format_int_ranges
 
-__all__ = ["render_text", "fmt_ns", "int_ranges"]
+__all__ = ["render_text", "fmt_ns", "int_ranges", "signed_span", "device_figures"]
 
 
 def fmt_ns(ns: float) -> str:
@@ -42,6 +44,24 @@ def int_ranges(values: Iterable[int], limit: int = 12) -> str:
 def _span(lo: float, hi: float, fmt: str) -> str:
     a, b = format(lo, fmt), format(hi, fmt)
     return a if a == b else f"{a}-{b}"
+
+
+def signed_span(lo_ns: float, hi_ns: float) -> str:
+    """A range of differences in ms, each end with its sign: ``'-1.0 to +16.9 ms'``, ``'+2.0 ms'``."""
+    a, b = f"{lo_ns / 1e6:+.1f}", f"{hi_ns / 1e6:+.1f}"
+    return f"{a} ms" if a == b else f"{a} to {b} ms"
+
+
+def device_figures(d: Any) -> str:
+    """A device's figures in the order devices are ranked: confidence, then coverage, then score
+    (and the what-if impact where measured), so the order of a listing can be read off it."""
+    parts = [f"confidence {d.confidence:.2f}" if d.confidence is not None else "no confidence"]
+    if d.coverage is not None:
+        parts.append(f"coverage {100 * d.coverage:.0f}%")
+    parts.append(f"score {d.score:.3f}")
+    if d.impact_pct is not None:
+        parts.append(f"impact {d.impact_pct:.1f}% of the step")
+    return "  ".join(parts)
 
 
 def render_text(r: Any, max_causes: int = 10, show_all: bool = False) -> str:
@@ -70,33 +90,75 @@ def render_text(r: Any, max_causes: int = 10, show_all: bool = False) -> str:
         lines.append("Verdict: inconclusive. No device is named with confidence"
                      + ("." if r.root_causes else " (no root cause could be attributed)."))
         for d in (r.all_devices if show_all and r.all_devices else r.candidates):
-            conf = f"confidence {d.confidence:.2f}" if d.confidence is not None else "no confidence"
-            lines.append(f"  candidate {d.id:<28} score {d.score:.3f}  {conf}  ({d.causes} cause(s))")
+            lines.append(f"  candidate {d.id:<28} {device_figures(d)}  ({d.causes} cause(s))")
             lines += _cost_line(r, d, usual)
     else:
-        lines.append(f"Verdict: {r.verdict}. Most likely anomalous devices:")
+        lines.append(f"Verdict: {r.verdict}. Most likely anomalous devices (by confidence, then coverage):")
         for i, d in enumerate(r.devices, 1):
-            conf = f"  confidence {d.confidence:.2f}" if d.confidence is not None else ""
-            imp = f"  impact {d.impact_pct:.1f}% of the step" if d.impact_pct is not None else ""
-            lines.append(f"  {i}. {d.id:<28} score {d.score:.3f}{conf}{imp}  ({d.causes} cause(s))")
+            lines.append(f"  {i}. {d.id:<28} {device_figures(d)}  ({d.causes} cause(s))")
             lines += _cost_line(r, d, usual)
         if show_all:
             rest = [d for d in r.all_devices if d.id not in {x.id for x in r.devices}]
             for d in rest:
-                conf = f"confidence {d.confidence:.2f}" if d.confidence is not None else "no confidence"
-                lines.append(f"     also implicated: {d.id:<22} score {d.score:.3f}  {conf}")
+                lines.append(f"     also implicated: {d.id:<22} {device_figures(d)}")
     if r.slowdown is not None:
         lines.append(f"Straggling slowdown: the step is {r.slowdown:.3f}x the ideal (what-if replay)")
     if r.non_device_cause:
         nd = r.non_device_cause
         where = f" (stage {nd['stage']})" if "stage" in nd else ""
         lines.append(f"Non-device cause: {nd['kind'].replace('_', ' ')}{where}; no device explains the slowdown")
+    lines += _rank_lines(r, show_all)
     if r.root_causes:
         lines += (_all_causes(r.root_causes, durs, usual) if show_all
                   else _folded_causes(r.root_causes, durs, usual, max_causes))
     for a in r.assumptions:
         lines.append(f"Assumption: {a}")
     return "\n".join(lines)
+
+
+def rank_rows(r: Any, limit: int | None = 6) -> list[dict[str, Any]]:
+    """The per-rank summary rows worth showing first: the named devices' ranks, then the ranks
+    furthest from their peers (compute or transfer, relative); every row with ``limit=None``."""
+    rows = list(getattr(r, "rank_summary", None) or [])
+    if limit is None or len(rows) <= limit:
+        return sorted(rows, key=lambda x: x["rank"])
+    named = set()
+    for d in list(r.devices) + list(r.candidates):
+        kind, _, n = d.id.partition(":")
+        if kind in ("gpu", "nic") and n.isdigit():
+            named.add(int(n))
+
+    def off(x: dict[str, Any]) -> float:
+        c = abs((x.get("compute_vs_peers") or 1.0) - 1.0)
+        pt = x.get("peers_transfer_ms") or 0.0
+        t = abs(x["transfer_ms"] / pt - 1.0) if pt > 0 else 0.0
+        return max(c, t)
+
+    ordered = sorted(rows, key=lambda x: (x["rank"] not in named, -off(x), x["rank"]))
+    return sorted(ordered[:limit], key=lambda x: x["rank"])
+
+
+def _rank_lines(r: Any, show_all: bool) -> list[str]:
+    """The per-rank summary table: each rank's compute, waiting and transfer per step, its peers' beside."""
+    all_rows = getattr(r, "rank_summary", None) or []
+    if not all_rows:
+        return []
+    rows = rank_rows(r, None if show_all else 6)
+    steps = max(x["steps"] for x in all_rows)
+    more = "" if len(rows) == len(all_rows) else f"; the {len(rows)} furthest from their peers of {len(all_rows)}, --all lists each"
+    out = [f"Per-rank time per step (median of {steps} iteration(s); peers: the ranks of its pipeline stage{more}):",
+           f"  {'rank':>6} {'stage':>5}  {'compute ms (peers)':>20}  {'waiting ms (peers)':>20}  "
+           f"{'transfer ms (peers)':>20}  compute/peers"]
+    for x in rows:
+        vs = x.get("compute_vs_peers")
+        out.append(f"  {x['rank']:>6} {x['stage']:>5}  {_pair(x['compute_ms'], x['peers_compute_ms']):>20}  "
+                   f"{_pair(x['waiting_ms'], x['peers_waiting_ms']):>20}  "
+                   f"{_pair(x['transfer_ms'], x['peers_transfer_ms']):>20}  " + (f"{vs:.2f}x" if vs is not None else "-"))
+    return out
+
+
+def _pair(v: float, peers: float) -> str:
+    return f"{v:.1f} ({peers:.1f})"
 
 
 def _missing_lines(missing: dict[int, str], show_all: bool) -> list[str]:
@@ -117,18 +179,37 @@ def _iteration_lines(r: Any, usual: float | None, durs: dict[int, int]) -> list[
     if not usual or not durs:
         return []
     piv = f"pivot rank{'s' if len(r.pivots) > 1 else ''} {','.join(map(str, r.pivots))}" if r.pivots else "pivot"
-    irr = [durs[i] for i in r.irregular_iterations if i in durs]
-    if not irr:
-        return [f"Iterations ({piv}): usual {fmt_ns(usual)}"]
-    lo, hi = min(irr), max(irr)
-    return [f"Iterations ({piv}): usual {fmt_ns(usual)}; the irregular ones took {_span(lo / 1e6, hi / 1e6, '.1f')} ms, "
-            f"{_span(lo / usual, hi / usual, '.2f')}x the usual (+{_span((lo - usual) / 1e6, (hi - usual) / 1e6, '.1f')} ms)"]
+    flagged = [i for i in r.irregular_iterations if i in durs]
+    longer = [durs[i] for i in flagged if durs[i] > usual]
+    if not longer:
+        head = f"Iterations ({piv}): usual {fmt_ns(usual)}"
+    else:
+        lo, hi = min(longer), max(longer)
+        head = (f"Iterations ({piv}): usual {fmt_ns(usual)}; the irregular ones took {_span(lo / 1e6, hi / 1e6, '.1f')} "
+                f"ms, {_span(lo / usual, hi / usual, '.2f')}x the usual ({signed_span(lo - usual, hi - usual)})")
+    out = [head]
+    within = sorted(i for i in flagged if durs[i] <= usual)
+    if within:
+        # flagged on another monitored rank, or against the iterations around them: not longer
+        # than the usual on this pivot, so not counted among the irregular ones above
+        ratios = [durs[i] / usual for i in within]
+        out.append(f"  {len(within)} more flagged iteration(s) ({int_ranges(within)}) are not longer than the usual "
+                   f"on this pivot ({_span(min(ratios), max(ratios), '.2f')}x): flagged on another monitored rank "
+                   f"or against the iterations around them")
+    return out
 
 
 def _healthy_reason(r: Any, usual: float | None, durs: dict[int, int]) -> str:
     """Why nothing is named."""
     if not r.irregular_iterations:
-        return "no iteration was irregular." if durs else "nothing irregular to explain."
+        if durs:
+            return "no iteration was irregular."
+        analysis = (r.params or {}).get("analysis")
+        if analysis == "hang":
+            return "no operator was in flight when the logs were written: the job did not hang."
+        if analysis == "persistent":
+            return "no rank made its peers wait beyond the job's own noise."
+        return "nothing irregular to explain."
     delta = (r.params or {}).get("delta")
     n = len(r.irregular_iterations)
     ratios = [durs[i] / usual for i in r.irregular_iterations if i in durs] if usual else []
@@ -176,7 +257,7 @@ def _where(c: Any) -> str:
 
 
 def _path(c: Any) -> str:
-    return " -> ".join(f"{s['op']}@{s['rank']}" + (f" (+{fmt_ns(s['gap_excess_ns'])} compute before)"
+    return " -> ".join(f"{s['op']}@{s['rank']}" + (f" ({'+' if s['gap_excess_ns'] > 0 else ''}{fmt_ns(s['gap_excess_ns'])} compute before)"
                                                     if s.get("gap_excess_ns") else "") for s in c.evidence)
 
 
@@ -187,7 +268,7 @@ def _stretch(its: Sequence[int], durs: dict[int, int], usual: float | None) -> s
         return ""
     lo, hi = min(got), max(got)
     return (f"{_span(lo / 1e6, hi / 1e6, '.1f')} ms, {_span(lo / usual, hi / usual, '.2f')}x the usual "
-            f"(+{_span((lo - usual) / 1e6, (hi - usual) / 1e6, '.1f')} ms)")
+            f"({signed_span(lo - usual, hi - usual)})")
 
 
 def _folded_causes(causes: list[Any], durs: dict[int, int], usual: float | None, max_causes: int) -> list[str]:
@@ -203,7 +284,7 @@ def _folded_causes(causes: list[Any], durs: dict[int, int], usual: float | None,
         seqs = [int(c.op["seq"]) for c in g if c.op.get("seq") is not None]
         seq = f" seq {_span(min(seqs), max(seqs), 'd')}" if seqs else ""
         gaps = [s["gap_excess_ns"] for c in g for s in c.evidence[-1:] if s.get("gap_excess_ns")]
-        gap = f"; +{_span(min(gaps) / 1e6, max(gaps) / 1e6, '.1f')} ms compute before it" if gaps else ""
+        gap = f"; {signed_span(min(gaps), max(gaps))} compute before it" if gaps else ""
         st = _stretch(its, durs, usual)
         out.append(f"  {len(g)}x {_where(c0)}{seq}: iteration(s) {int_ranges(its)}"
                    + (f" took {st}" if st else "") + f"{gap}; R={_span(min(c.rate for c in g), max(c.rate for c in g), '.2f')}")

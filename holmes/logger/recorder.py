@@ -3,7 +3,7 @@
 :class:`CommOpsRecorder` knows nothing about PyTorch. A framework hook tells it that an operator
 started (:meth:`CommOpsRecorder.begin`) and finished (:meth:`PendingOp.finish`) or hands it a
 finished operator (:meth:`CommOpsRecorder.record`); the recorder numbers the operators (``seq``
-per communicator, ``op_index`` per iteration, as ``DESIGN.md`` defines them), keeps at most
+per communicator, ``op_index`` per iteration, as ``docs/formats.md`` defines them), keeps at most
 ``flush_every`` rows (packed int tuples, converted with numpy) and appends them as a row group to
 ``JOB/ranks/rank-XXXXX.parquet`` whenever the buffer fills. Step marks
 (:meth:`CommOpsRecorder.step`) give iteration boundaries, written to

@@ -250,11 +250,15 @@ def heatmap_svg(m: SlownessMap, *, irregular: Any = (), marked: dict[int, str] |
     rows, cols = m.values.shape
     if rows == 0 or cols == 0:
         return '<p class="note">No rank log could be read for the heatmap.</p>'
-    left, top, right, bottom = 70.0, 26.0, 150.0, 44.0
+    left, top, bottom = 70.0, 26.0, 44.0
     cw = cell_w or max(3.0, min(24.0, 820.0 / cols))
     ch = max(1.0, min(14.0, max_height / rows))
     w, h = cols * cw, rows * ch
-    W, H = left + w + right, top + h + bottom
+    # the named ranks' labels get their own column, the colour scale the next one: never on each other
+    label_w = max((_text_w(t, 11.0, bold=True) for t in (marked or {}).values()), default=0.0)
+    leg_x = left + w + 14 + (label_w + 16 if label_w else 0.0)
+    right = leg_x - (left + w) + _LEGEND_W
+    W, H = left + w + right, top + max(h, _LEGEND_H) + bottom
     parts = [svg_open(W, H, id="heatmap", cls="figure", role="img",
                       aria_label=f"slowness of {rows} rank rows over {cols} iterations")]
     parts.append(el("image", href=png_data_uri(slowness_rgb(m.values)), x=left, y=top, width=w, height=h,
@@ -281,12 +285,20 @@ def heatmap_svg(m: SlownessMap, *, irregular: Any = (), marked: dict[int, str] |
     starts = np.concatenate([[0], bounds])
     ends = np.concatenate([bounds, [rows]])
     many = len(starts) > 1
+    per_row = ch >= _ROW_LABEL_H  # rows tall enough to name each one's rank(s)
     for s0, s1 in zip(starts.tolist(), ends.tolist()):
         y0, y1 = top + s0 * ch, top + s1 * ch
         if s0 > 0:
             parts.append(el("line", x1=left, x2=left + w, y1=y0, y2=y0, cls="stage-sep"))
+        if per_row and not many:
+            continue  # one stage: the rows' own labels say it all
         label = f"PP {int(m.stage[s0])}" if many else f"ranks {int(m.ranks[0])}-{int(m.last[-1])}"
-        parts.append(el("text", label, x=left - 6, y=(y0 + y1) / 2 + 4, cls="tick", text_anchor="end"))
+        parts.append(el("text", label, x=left - (40 if per_row else 6), y=(y0 + y1) / 2 + 4, cls="tick",
+                        text_anchor="end"))
+    if per_row:
+        for i, (a, b) in enumerate(zip(m.ranks.tolist(), m.last.tolist())):
+            parts.append(el("text", str(a) if a == b else f"{a}-{b}", x=left - 4, y=top + (i + 0.5) * ch + 3.5,
+                            cls="tick row-label", text_anchor="end", data_row=a))
     # marked ranks (the devices named) on the right
     row_of = {}
     for i, (a, b) in enumerate(zip(m.ranks.tolist(), m.last.tolist())):
@@ -299,13 +311,24 @@ def heatmap_svg(m: SlownessMap, *, irregular: Any = (), marked: dict[int, str] |
         y = top + (hit[0] + 0.5) * ch
         parts.append(el("path", d=f"M{num(left + w + 2)} {num(y)} l8 -5 l0 10 Z", cls="rank-mark"))
         parts.append(el("text", text, x=left + w + 13, y=y + 4, cls="rank-label", data_rank=rank))
-    parts.append(_legend(left + w + 14, top + h - 96))
+    parts.append(_legend(leg_x, top + 12))
     data = {"x0": left, "y0": top, "cw": cw, "ch": ch, "iterations": m.iterations.tolist(),
             "ranks": m.ranks.tolist(), "last": m.last.tolist(), "stage": m.stage.tolist(),
             "values": [[None if not np.isfinite(v) else round(float(v), 2) for v in row] for row in m.values]}
     parts.append("</svg>")
     blob = json.dumps(data, separators=(",", ":")).replace("</", "<\\/")
     return "".join(parts) + f'<script type="application/json" id="heatmap-data">{blob}</script>'
+
+
+#: rows at least this tall (px) are labelled with their rank(s)
+_ROW_LABEL_H = 9.0
+#: the colour scale's box: its title above the bar, the ticks to its right
+_LEGEND_W, _LEGEND_H = 110.0, 106.0
+
+
+def _text_w(text: str, size: float, bold: bool = False) -> float:
+    """An upper estimate of a label's width in px (system-ui; digits and lowercase ~0.6 em)."""
+    return len(text) * size * (0.66 if bold else 0.62)
 
 
 def _legend(x: float, y: float) -> str:
@@ -317,7 +340,7 @@ def _legend(x: float, y: float) -> str:
     for v in (2.0, 1.5, 1.0, 0.6):
         yy = y + (2.0 - v) / 1.4 * 90
         out.append(el("text", f"{v:g}x", x=x + 16, y=yy + 4, cls="tick"))
-    out.append(el("text", "compute / peers", x=x, y=y - 6, cls="tick"))
+    out.append(el("text", "compute / peers", x=x, y=y - 10, cls="tick"))
     return "".join(out)
 
 

@@ -112,7 +112,8 @@ def render_html(report: Any, job: Any = None, *, topology: Any = None, max_ranks
             _section("paths-section", "Traced paths through the communication-operator graph",
                      _paths(report, paths, layout, gpu_ranks)),
             _section("topology-section", "Implicated devices in the cluster", _cluster(report, topo, notes)),
-            _section("impact-section", "What-if impact", _impact(report))]
+            _section("impact-section", "What-if impact", _impact(report)),
+            _section("ranks-section", "Per-rank time per step", _rank_table(report, gpu_ranks))]
     if report.hang:
         body.append(_section("hang-section", "Hang", _hang(report.hang)))
     body.append(_section("causes-section", "Root causes", _causes(report)))
@@ -277,6 +278,36 @@ def _impact(report: Any) -> str:
                 "found no straggler).</p>")
     return ("<p>How much shorter the step would be without each device (replay of the operator graph).</p>"
             + impact_svg(items))
+
+
+def _rank_table(report: Any, named: set[int], limit: int = 32) -> str:
+    """Each rank's compute, waiting and transfer per step beside its peers' (HTA's breakdown)."""
+    every = list(getattr(report, "rank_summary", None) or [])
+    if not every:
+        return '<p class="note">No per-rank summary (a hang, or no rank log read).</p>'
+    rows = report.rank_rows(limit) if hasattr(report, "rank_rows") else every[:limit]
+    steps = max(x["steps"] for x in every)
+    cut = "" if len(rows) == len(every) else (f" The {len(rows)} ranks furthest from their peers (and the named "
+                                               f"ones) of {len(every)} read; the JSON report holds every one.")
+    head = ("<p>Median per step over " + esc(steps) + " iteration(s): time computing (between communication "
+            "operators), waiting inside an operator for a later member, and transferring; in brackets the "
+            "median of its peers (the ranks of its pipeline stage)." + esc(cut) + "</p>")
+
+    def cell(v: float, peers: float) -> str:
+        return f"<td>{v:.1f} <span class=\"note\">({peers:.1f})</span></td>"
+
+    body = []
+    for x in rows:
+        vs = x.get("compute_vs_peers")
+        off = vs is not None and abs(vs - 1) >= 0.1
+        cls = ' class="named"' if x["rank"] in named else (' class="off"' if off else "")
+        body.append(f'<tr{cls} data-rank="{int(x["rank"])}"><td>{int(x["rank"])}</td><td>{int(x["stage"])}</td>'
+                    + cell(x["compute_ms"], x["peers_compute_ms"]) + cell(x["waiting_ms"], x["peers_waiting_ms"])
+                    + cell(x["transfer_ms"], x["peers_transfer_ms"])
+                    + f"<td>{'-' if vs is None else f'{vs:.2f}x'}</td></tr>")
+    return (head + '<table id="rank-table"><thead><tr><th>rank</th><th>stage</th><th>compute ms</th>'
+            "<th>waiting ms</th><th>transfer ms</th><th>compute / peers</th></tr></thead><tbody>"
+            + "".join(body) + "</tbody></table>")
 
 
 def _hang(h: dict[str, Any]) -> str:

@@ -18,6 +18,7 @@ h2{font-size:17px;margin:26px 0 6px;border-bottom:1px solid #eee}h3{font-size:15
 .verdict.inconclusive{background:#fff4ce;color:#6b5200}.verdict.hang{background:#e8dcf5;color:#4b2372}
 table{border-collapse:collapse;margin:6px 0}th,td{border:1px solid #ddd;padding:3px 8px;text-align:left;
 vertical-align:top}th{background:#f6f6f6}td.path{font-size:12px;color:#555}
+tr.named td{background:#fdecea;font-weight:bold}tr.off td{background:#fff6e5}
 .note{color:#666}svg.figure{max-width:100%;height:auto;display:block;margin:6px 0}
 svg text{font:11px system-ui,sans-serif;fill:#333}svg text.axis{font-size:12px;fill:#555}
 .irr-mark{fill:#e67e22}.rank-mark{fill:#c0392b}.rank-label{font-weight:bold;fill:#c0392b}

@@ -4,7 +4,9 @@ Switch tiers are found from the cables: tier 1 are the switches NICs are cabled 
 ToRs), tier 2 the switches cabled to tier 1 (spines, aggregation), and so on; the highest tier is
 drawn on top, hosts at the bottom. Large clusters are cut down to what matters: the hosts of the
 implicated devices and of the traced ranks (at most ``max_hosts``), their leaves, and the
-implicated switches (each tier shows at most ``max_per_tier`` switches, the rest counted).
+implicated switches (each tier shows at most ``max_per_tier`` switches, the rest counted). A
+job on one host talks through its NVSwitch only: its network switches carry none of its traffic
+and are not drawn unless implicated (a note says how many were left out).
 
 Examples
 --------
@@ -89,9 +91,13 @@ def topology_svg(topo: Any, highlight: dict[str, str], *, ranks: Any = (), max_h
     hi_links = {d for d in highlight if d.startswith("link:")}
     hi_sw = {d for d in highlight if d.startswith("switch:")} | {e for d in hi_links for e in d[5:].split("|")
                                                                 if e.startswith("switch:")}
+    one_host = topo.num_hosts == 1
     by_tier: dict[int, list[str]] = {}
     for s in topo.switches:
+        if one_host and s not in hi_sw:
+            continue  # no traffic leaves the host
         by_tier.setdefault(tier[s], []).append(s)
+    idle_switches = len(topo.switches) - sum(map(len, by_tier.values()))
     shown: dict[int, list[str]] = {}
     hidden: dict[int, int] = {}
     for t, sws in by_tier.items():
@@ -161,6 +167,9 @@ def topology_svg(topo: Any, highlight: dict[str, str], *, ranks: Any = (), max_h
         p.append(el("text", f"host {h}", x=host_x[h], y=hy + 30, cls="sw-label", text_anchor="middle"))
     if hidden_hosts:
         p.append(el("text", f"+{hidden_hosts} more hosts", x=widest + 30, y=hy + 20, cls="tick"))
+    if idle_switches:
+        p.append(el("text", f"one host: no switch carries its traffic ({idle_switches} not drawn)",
+                    x=20, y=hy - 24, cls="tick note-line"))
     p.append("</svg>")
     return "".join(p)
 

@@ -1,6 +1,6 @@
 """Fault specifications, their activation patterns, and compute drift.
 
-A fault is written ``DEVICE_ID@PATTERN[:ITERS]*FACTOR`` (``DESIGN.md``), e.g. ``gpu:5@spike*2.0``,
+A fault is written ``DEVICE_ID@PATTERN[:ITERS]*FACTOR`` (``docs/cli.md``), e.g. ``gpu:5@spike*2.0``,
 ``nic:17@persistent*3``, ``switch:leaf-2@fluctuation*1.5``. ``FACTOR`` (> 1 slows down, any
 positive value is accepted) multiplies, while the fault is active,
 

@@ -1,6 +1,6 @@
 """Cluster network topology: devices, routes between GPUs, and the topology decay factor.
 
-Device ids (DESIGN.md): ``gpu:<rank>``, ``nic:<rank>`` (one NIC per GPU), ``host:<node>``,
+Device ids (``docs/formats.md``): ``gpu:<rank>``, ``nic:<rank>`` (one NIC per GPU), ``host:<node>``,
 ``nvswitch:<node>`` (the intra-host fabric), ``switch:<name>`` and ``link:<id-a>|<id-b>`` (one
 cable, its two end ids sorted as strings). GPU ``g`` lives on host ``g // gpus_per_host`` and
 owns NIC ``nic:g`` (rail ``g % gpus_per_host``).

@@ -7,7 +7,9 @@ ran), or give it a callback (``.run(callback)``, ``.start(callback)`` in a backg
 
 Modules: :mod:`~holmes.watch.follower` (which parts landed: ``watchdog`` or polling),
 :mod:`~holmes.watch.window` (the job's metadata now, a bounded :class:`~holmes.io.MemoryJob` view),
-:mod:`~holmes.watch.watcher` (the loop), :mod:`~holmes.watch.events`.
+:mod:`~holmes.watch.watcher` (the loop), :mod:`~holmes.watch.events`, :mod:`~holmes.watch.control`
+(thresholds changed while running), :mod:`~holmes.watch.metrics` (Prometheus metrics; imported on
+use: it needs the extra ``holmes[metrics]``).
 """
 
 from __future__ import annotations

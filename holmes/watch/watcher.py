@@ -20,6 +20,11 @@ The loop of :class:`Watcher` (one thread; nothing but the window is held in memo
    :class:`~holmes.watch.window.WindowJob` over the last ``window`` iterations and calls
    :class:`holmes.localize.Localizer` with the matching ``analysis``.
 
+Thresholds can change while it runs (:meth:`Watcher.apply_control`, or a ``control`` file
+re-read when it changes or on :meth:`Watcher.reload_control`: :mod:`holmes.watch.control`);
+``metrics`` (a :class:`~holmes.watch.metrics.WatchMetrics`) sees every event before it is
+yielded.
+
 The job ends for the watcher when every rank's logger closed (sidecars), after ``idle_exit``
 seconds without a new part, at :meth:`Watcher.stop`, or after one pass with ``once=True``; the
 analyses still scheduled then run at once.
@@ -27,6 +32,7 @@ analyses still scheduled then run at once.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -89,6 +95,10 @@ class Watcher:
         Read what is there now, run the analyses due, and stop.
     use_watchdog : bool, optional
         Default: filesystem events when ``watchdog`` is installed, else polling.
+    control : path-like, optional
+        A control file (:mod:`holmes.watch.control`) applied at the start and whenever it changes.
+    metrics : WatchMetrics, optional
+        Observes every event (and reads the watcher's live figures when scraped).
     **localize_params
         Any :class:`~holmes.localize.LocalizeParams` field for the analyses (``detector``,
         ``top_k``, ``topology``...); ``analysis``, ``pivot`` and ``window`` are set per event.
@@ -108,7 +118,8 @@ class Watcher:
                  delta: float = DEFAULT_DELTA, monitor_window: int = 20, settle: float = 5.0,
                  late_after: float | None = None, persistent_after: int = 5, recover_after: int = 5,
                  straggler_check: bool = True, hang_after: float | None = None, idle_exit: float | None = None,
-                 once: bool = False, use_watchdog: bool | None = None, **localize_params: Any) -> None:
+                 once: bool = False, use_watchdog: bool | None = None, control: str | os.PathLike[str] | None = None,
+                 metrics: Any = None, **localize_params: Any) -> None:
         if not isinstance(job, (str, os.PathLike)):
             raise ConfigError(f"watch: job must be a path, not {type(job).__name__}")
         self.path = Path(job)
@@ -153,6 +164,14 @@ class Watcher:
         self._pending: list[dict[str, Any]] = []
         self._ready: deque[WatchEvent] = deque()
         self._findings: deque[str] = deque(maxlen=32)
+        # live settings
+        self._recent: deque[float] = deque(maxlen=self.monitor.window)  # to rebuild the monitor on a new delta
+        self.control = None if control is None else Path(control)
+        self._control_stamp: tuple[int, int] | None = None
+        self._control_reload = threading.Event()
+        self.metrics = metrics.bind(self) if metrics is not None and hasattr(metrics, "bind") else metrics
+        if self.control is not None:
+            self._check_control()
 
     def __repr__(self) -> str:
         return f"Watcher({str(self.path)!r}, pivot={self.pivot}, window={self.window})"
@@ -171,6 +190,64 @@ class Watcher:
     def last_iteration(self) -> int:
         """The pivot's last complete iteration read so far (-1 before the first)."""
         return self._fed
+
+    @property
+    def seconds_since_last_part(self) -> float | None:
+        """Seconds since any rank's part last landed (None before the job was found)."""
+        return None if self._follower is None else time.monotonic() - self._follower.last_landed
+
+    def apply_control(self, settings: dict[str, Any]) -> None:
+        """Change thresholds while running (the keys of :data:`holmes.watch.control.CONTROL_KEYS`,
+        checked as a control file's). ``delta`` and ``monitor_window`` take effect from the next
+        iteration, judged against the same recent history; the others at their next use."""
+        from holmes.watch.control import parse_control
+
+        s = parse_control(json.dumps(dict(settings)))
+        if "delta" in s or "monitor_window" in s:
+            delta = s.get("delta", self.monitor.delta)
+            mw = s.get("monitor_window", self.monitor.window)
+            mon = IterationMonitor(delta=delta, window=mw)
+            for d in list(self._recent)[-mw:]:  # the same history, judged by the new rule from now on
+                mon.update(d)
+            mon.n_seen, mon.n_irregular = self.monitor.n_seen, self.monitor.n_irregular
+            self.monitor = mon
+            self._recent = deque(self._recent, maxlen=mw)
+            self.params = self.params.replace(delta=mon.delta)
+        for key in ("window", "persistent_after", "recover_after"):
+            if key in s:
+                setattr(self, key, s[key])
+        if "settle" in s:
+            self.settle = s["settle"]
+        if "hang_after" in s:
+            self.hang_after = s["hang_after"]
+        if "top_k" in s:
+            self.params = self.params.replace(top_k=s["top_k"])
+        log.info("watch %s: settings changed: %s", self.path, s)
+
+    def reload_control(self) -> None:
+        """Re-read the control file at the next loop (safe from a signal handler or another thread)."""
+        self._control_reload.set()
+
+    def _check_control(self) -> None:
+        if self.control is None:
+            return
+        try:
+            st = self.control.stat()
+            stamp = (st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            stamp = None
+        if stamp == self._control_stamp and not self._control_reload.is_set():
+            return
+        self._control_reload.clear()
+        self._control_stamp = stamp
+        if stamp is None:
+            return
+        from holmes.watch.control import read_control
+
+        try:
+            self.apply_control(read_control(self.control))
+        except (HolmesError, OSError, UnicodeDecodeError) as exc:
+            self._finding(f"control file not applied: {exc}")
 
     def stop(self) -> None:
         """Ask the loop to end (from any thread or a callback); the scheduled analyses still run."""
@@ -195,6 +272,7 @@ class Watcher:
         """The events, as they happen, until the job ends (see the module's notes)."""
         try:
             while True:
+                self._check_control()
                 if self._load_meta():
                     self._follower_poll()
                     self._consume_pivot()
@@ -203,7 +281,10 @@ class Watcher:
                 ended = self._ended()
                 self._run_due(force=ended)
                 while self._ready:
-                    yield self._ready.popleft()
+                    ev = self._ready.popleft()
+                    if self.metrics is not None:
+                        self.metrics.observe(ev)
+                    yield ev
                 if ended:
                     log.info("watch %s: stopped after iteration %d", self.path, self._fed)
                     return
@@ -323,6 +404,7 @@ class Watcher:
                 d = float(e - self._prev_end)
                 if d >= 0:
                     self._on_iteration(int(i), d, self.monitor.update(d), part.index)
+                    self._recent.append(d)
             self._fed, self._prev_end = int(i), int(e)
 
     def _on_iteration(self, i: int, d: float, flagged: bool, part: int) -> None:

@@ -1,0 +1,184 @@
+"""Each rank's step split three ways, HTA-style: compute, waiting and transfer, against its peers.
+
+For one rank and one iteration:
+
+* **compute** -- the sum of the gaps between its consecutive communication operators (time
+  working, not inside a collective or a transfer; overlapping operators count no gap), as the
+  report's heatmap measures it;
+* **transfer** -- inside each operator, the part every member spent: the shortest duration among
+  the members of that collective (the member that arrived last waited for nobody, so its whole
+  operator was moving data), or of the two ends of a send/recv pair;
+* **waiting** -- the rest of the time inside operators: the operator's duration beyond that
+  transfer, spent waiting for a later member to arrive.
+
+Durations are measured on each rank's own clock and compared only across the members of one
+operator, so hosts need not share a clock. Each figure is the median over the iterations of the
+window (one slow iteration does not move it); a rank's **peers** are the ranks of its pipeline
+stage (same position in their ``pp`` communicator; every rank read without one). Only the ranks
+whose logs were read are summarised, and an operator is matched only among the members read (a
+member not read cannot be the last to arrive: its peers' transfer is then an upper bound).
+
+Examples
+--------
+>>> import holmes
+>>> rows = rank_summary_of_job(holmes.read_job("fixtures/gpu64-3d-slow-gpu"), ranks=range(16, 24))
+>>> worst = max(rows, key=lambda r: r["compute_vs_peers"])
+>>> worst["rank"], worst["compute_vs_peers"] > 1.2, worst["waiting_ms"] < worst["peers_waiting_ms"]
+(21, True, True)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["rank_summary", "rank_summary_of_job", "pipeline_stages", "SUMMARY_KEYS"]
+
+#: the keys of one row, in the order the text and HTML tables show them
+SUMMARY_KEYS = ("rank", "stage", "steps", "compute_ms", "waiting_ms", "transfer_ms", "peers_compute_ms",
+                "peers_waiting_ms", "peers_transfer_ms", "compute_vs_peers")
+
+_SEND, _RECV = "send", "recv"
+
+
+def pipeline_stages(communicators: Mapping[str, Any]) -> dict[int, int]:
+    """rank -> its position in its ``pp`` communicator (the pipeline stage); empty without one.
+
+    >>> from holmes.topology.layout import Communicator
+    >>> pipeline_stages({"pp-0": Communicator("pp", (0, 4)), "tp-0": Communicator("tp", (0, 1))})
+    {0: 0, 4: 1}
+    """
+    out: dict[int, int] = {}
+    for c in communicators.values():
+        kind = c.get("kind") if isinstance(c, Mapping) else getattr(c, "kind", None)
+        ranks = c.get("ranks") if isinstance(c, Mapping) else getattr(c, "ranks", ())
+        if kind == "pp":
+            for pos, r in enumerate(ranks):
+                out.setdefault(int(r), pos)
+    return out
+
+
+def _columns(t: Any) -> dict[str, np.ndarray]:
+    """The columns needed, completed operators only."""
+    import pyarrow.compute as pc
+
+    if "state" in t.column_names or t.column("end_ns").null_count:
+        t = t.filter(pc.is_valid(t.column("end_ns")))
+    peer = t.column("peer").fill_null(-1)
+
+    def codes(name: str) -> tuple[np.ndarray, list[str]]:
+        enc = pc.dictionary_encode(t.column(name).cast("string")).combine_chunks()
+        return enc.indices.to_numpy(zero_copy_only=False).astype(np.int64), enc.dictionary.to_pylist()
+
+    comm, comm_names = codes("comm_id")
+    op, op_names = codes("op")
+    return {"iteration": t.column("iteration").to_numpy().astype(np.int64),
+            "comm": np.asarray(comm_names, dtype=object)[comm] if len(comm) else np.zeros(0, dtype=object),
+            "seq": t.column("seq").to_numpy().astype(np.int64),
+            "op": np.asarray(op_names, dtype=object)[op] if len(op) else np.zeros(0, dtype=object),
+            "peer": peer.to_numpy().astype(np.int64),
+            "start": t.column("start_ns").to_numpy().astype(np.int64),
+            "end": t.column("end_ns").to_numpy().astype(np.int64)}
+
+
+def rank_summary(tables: Mapping[int, Any], window: Sequence[int] | None = None,
+                 stage: Mapping[int, int] | None = None) -> list[dict[str, Any]]:
+    """The per-rank table (module docstring) of the ranks in ``tables`` (rank -> CommOps table).
+
+    Parameters
+    ----------
+    tables : mapping of int to pyarrow.Table
+    window : sequence of int, optional
+        The iterations summarised (default: every iteration present).
+    stage : mapping of int to int, optional
+        rank -> pipeline stage (:func:`pipeline_stages`); peers share a stage.
+
+    Returns
+    -------
+    list of dict
+        One row per rank with at least one operator in the window, by rank; keys :data:`SUMMARY_KEYS`.
+    """
+    cols = {int(r): _columns(t) for r, t in tables.items()}
+    if window is not None:
+        keep = np.unique(np.asarray(list(window), dtype=np.int64))
+        cols = {r: {k: v[np.isin(c["iteration"], keep)] for k, v in c.items()} for r, c in cols.items()}
+    cols = {r: c for r, c in cols.items() if len(c["iteration"])}
+    if not cols:
+        return []
+    # the key of each operator instance, equal on every member: collectives (comm, seq), P2P
+    # (comm, sender, receiver, seq)
+    names = sorted({str(x) for c in cols.values() for x in np.unique(c["comm"])})
+    code = {n: i for i, n in enumerate(names)}
+    keys: list[np.ndarray] = []
+    for r, c in cols.items():
+        op = c["op"]
+        p2p = (op == _SEND) | (op == _RECV)
+        comm = np.fromiter((code[str(x)] for x in c["comm"]), dtype=np.int64, count=len(op)) \
+            if len(op) < 64 else _map_codes(c["comm"], code)
+        sender = np.where(p2p, np.where(op == _RECV, c["peer"], r), -1)
+        receiver = np.where(p2p, np.where(op == _RECV, r, c["peer"]), -1)
+        keys.append(np.stack([comm, sender, receiver, c["seq"]], axis=1))
+    allk = np.concatenate(keys)
+    dur = np.concatenate([c["end"] - c["start"] for c in cols.values()]).astype(np.float64)
+    order = np.lexsort(allk.T[::-1])  # group equal keys: sort by comm, sender, receiver, seq
+    srt = allk[order]
+    new_group = np.ones(len(srt), dtype=bool)
+    new_group[1:] = np.any(srt[1:] != srt[:-1], axis=1)
+    inv = np.empty(len(srt), dtype=np.int64)
+    inv[order] = np.cumsum(new_group) - 1
+    shortest = np.full(int(new_group.sum()), np.inf)
+    np.minimum.at(shortest, inv, dur)
+    transfer_all = np.minimum(shortest[inv], dur)
+    rows = []
+    at = 0
+    per_rank: dict[int, tuple[float, float, float, int]] = {}
+    for r, c in cols.items():
+        n = len(c["iteration"])
+        tr = transfer_all[at:at + n]
+        d = dur[at:at + n]
+        at += n
+        it = c["iteration"]
+        gap = np.zeros(n)
+        if n > 1:
+            gap[1:] = np.maximum(c["start"][1:] - np.maximum.accumulate(c["end"])[:-1], 0)
+        its, pos = np.unique(it, return_inverse=True)
+        comp = np.bincount(pos, weights=gap, minlength=len(its))
+        wait = np.bincount(pos, weights=d - tr, minlength=len(its))
+        xfer = np.bincount(pos, weights=tr, minlength=len(its))
+        per_rank[r] = (float(np.median(comp)), float(np.median(wait)), float(np.median(xfer)), len(its))
+    st = {r: int((stage or {}).get(r, 0)) for r in per_rank}
+    for r in sorted(per_rank):
+        peers = [q for q in per_rank if st[q] == st[r] and q != r] or [q for q in per_rank if q != r]
+        comp, wait, xfer, steps = per_rank[r]
+        pc_, pw, px = ((float(np.median([per_rank[q][k] for q in peers])) for k in range(3)) if peers
+                       else (comp, wait, xfer))
+        rows.append({"rank": r, "stage": st[r], "steps": steps, "compute_ms": round(comp / 1e6, 4),
+                     "waiting_ms": round(wait / 1e6, 4), "transfer_ms": round(xfer / 1e6, 4),
+                     "peers_compute_ms": round(pc_ / 1e6, 4), "peers_waiting_ms": round(pw / 1e6, 4),
+                     "peers_transfer_ms": round(px / 1e6, 4),
+                     "compute_vs_peers": round(comp / pc_, 4) if pc_ > 0 else None})
+    return rows
+
+
+def _map_codes(values: np.ndarray, code: dict[str, int]) -> np.ndarray:
+    """Global codes of an object array of names (through its distinct values)."""
+    u, inv = np.unique(values.astype(str), return_inverse=True)
+    return np.array([code[x] for x in u.tolist()], dtype=np.int64)[inv.reshape(-1)]
+
+
+def rank_summary_of_job(job: Any, ranks: Iterable[int] | None = None, window: Sequence[int] | None = None,
+                        max_ranks: int = 512) -> list[dict[str, Any]]:
+    """:func:`rank_summary` of a job's ranks (default every one, at most ``max_ranks`` read);
+    ranks whose log cannot be read are left out."""
+    from holmes.errors import HolmesError
+
+    pick = list(range(int(job.world_size)) if ranks is None else ranks)[:max_ranks]
+    tables = {}
+    for r in pick:
+        try:
+            tables[int(r)] = job.ops(int(r))
+        except HolmesError:
+            continue
+    return rank_summary(tables, window, pipeline_stages(job.communicators))

@@ -1,0 +1,87 @@
+"""The control file of a running watcher (``holmes watch --control FILE``): thresholds changed
+without a restart.
+
+The file is one JSON object holding any of :data:`CONTROL_KEYS`; the watcher re-reads it when
+its modification time changes (checked every loop) and on ``SIGHUP`` (``holmes watch``), and
+applies it at once: a new ``delta`` or ``monitor_window`` re-judges from the next iteration on
+against the same recent history, a new ``window`` is used by the next analysis. A key left out
+keeps its value; a file that does not parse or holds a bad value changes nothing (the watcher
+logs a warning and says it in the next event's findings) -- a typo never stops a running watcher.
+
+Examples
+--------
+>>> parse_control('{"delta": 1.2, "window": 50}')
+{'delta': 1.2, 'window': 50}
+>>> parse_control('{"delta": 0.9}')
+Traceback (most recent call last):
+...
+holmes.errors.ConfigError: control: delta must be a number > 1, not 0.9
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any
+
+from holmes.errors import ConfigError
+
+__all__ = ["CONTROL_KEYS", "parse_control", "read_control"]
+
+#: key -> (kind, what it must be); "int" keys are >= 1, "seconds" keys >= 0 (null: off)
+CONTROL_KEYS: dict[str, str] = {
+    "delta": "delta",               # the irregularity threshold (> 1)
+    "window": "int",                # iterations each analysis sees
+    "monitor_window": "int",        # iterations of the streaming monitor's reference
+    "persistent_after": "int",      # slow iterations that make an episode a straggler
+    "recover_after": "int",         # regular iterations that end an episode
+    "top_k": "int",                 # devices each analysis reports
+    "settle": "seconds",            # longest wait for every rank's part
+    "hang_after": "seconds",        # no part for this long: a hang event (null: off)
+}
+
+
+def _check(key: str, v: Any) -> Any:
+    kind = CONTROL_KEYS[key]
+    is_num = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    if kind == "delta":
+        if not (is_num and v > 1):
+            raise ConfigError(f"control: {key} must be a number > 1, not {v!r}")
+        return float(v)
+    if kind == "int":
+        if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+            raise ConfigError(f"control: {key} must be an integer >= 1, not {v!r}")
+        return int(v)
+    if v is None and key == "hang_after":
+        return None
+    if not (is_num and v >= 0):
+        raise ConfigError(f"control: {key} must be a number of seconds >= 0, not {v!r}")
+    return float(v)
+
+
+def parse_control(text: str) -> dict[str, Any]:
+    """The settings of a control file's text, checked (a :class:`~holmes.errors.ConfigError` names
+    the key at fault)."""
+    try:
+        data = json.loads(text) if text.strip() else {}
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"control: not JSON ({exc.msg} at line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"control: expected a JSON object, not {type(data).__name__}")
+    unknown = sorted(set(data) - set(CONTROL_KEYS))
+    if unknown:
+        raise ConfigError(f"control: unknown key(s) {', '.join(unknown)} (known: {', '.join(CONTROL_KEYS)})")
+    return {k: _check(k, v) for k, v in data.items()}
+
+
+def read_control(path: str | os.PathLike[str], max_bytes: int = 65536) -> dict[str, Any]:
+    """:func:`parse_control` of the file at ``path`` (at most ``max_bytes`` read)."""
+    with open(path, encoding="utf-8") as f:
+        text = f.read(max_bytes + 1)
+    if len(text) > max_bytes:
+        raise ConfigError(f"control: {path} is larger than {max_bytes} bytes")
+    try:
+        return parse_control(text)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
