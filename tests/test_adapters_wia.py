@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import shutil
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -40,7 +43,30 @@ def test_real_trace_groups_and_iterations(wia):
         for i, d in zip(it.tolist(), dur.tolist()):
             assert abs(d / 1e9 - steps[str(i)]) < 1e-5
     s = job.meta.source
-    assert s.details["dropped_compute"]["forward-compute"] == 1024
+    assert s.details["compute"] == {"forward-compute": 1024, "backward-compute": 1024, "optimizer": 256, "gc": 256}
+    assert s.details["dropped_compute"] == {"optimizer-clip-main-grad": 256}
+
+
+def test_real_trace_compute_tables_hold_every_compute_op(wia):
+    src, job = wia
+    raw = pq.read_table(src / "trace-ST.parquet")
+    assert job.has_compute
+    for r in range(8):
+        c = job.compute(r)
+        mine = raw.filter(pc.equal(raw.column("rank"), r))
+        names = mine.column("optype").cast(pa.string()).to_pylist()
+        want = sorted(n for n in names if n.endswith("-compute") or n in ("optimizer", "gc"))
+        assert sorted(c.column("name").to_pylist()) == want
+        # durations kept to the nanosecond, on the operators' clock: each record lies inside its iteration
+        dur = (np.asarray(c.column("end_ns")) - np.asarray(c.column("start_ns"))) / 1e9
+        raw_dur = np.sort(np.asarray(mine.filter(pc.is_in(mine.column("optype").cast(pa.string()),
+                                                          value_set=pa.array(sorted(set(want))))).column("duration")))
+        assert np.allclose(np.sort(dur), raw_dur, atol=2e-9)
+        its = job.iterations(r)
+        lo = dict(zip(its.column("iteration").to_pylist(), its.column("start_ns").to_pylist()))
+        hi = dict(zip(its.column("iteration").to_pylist(), its.column("end_ns").to_pylist()))
+        for i, s, e in zip(*(c.column(k).to_pylist() for k in ("iteration", "start_ns", "end_ns"))):
+            assert lo[i] <= s <= e <= hi[i] + 1   # 1 ns: rounding seconds to ns
 
 
 def test_real_trace_p2p_pairs_match(wia):

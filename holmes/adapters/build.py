@@ -83,7 +83,8 @@ def _rank_table(rows: RankRows, notes: Notes) -> pa.Table:
 
 
 def build_job(out: str | Path, notes: Notes, registry: GroupRegistry, rows: Mapping[int, RankRows], *,
-              world_size: int, iterations: Mapping[int, pa.Table] | None = None, overwrite: bool = False,
+              world_size: int, iterations: Mapping[int, pa.Table] | None = None,
+              compute: Mapping[int, pa.Table] | None = None, overwrite: bool = False,
               parallel: Mapping[str, Any] | None = None, name: str | None = None,
               src: str | os.PathLike[str] | None = None, progress: Any = None) -> Path:
     """Validate every rank's rows and write the job directory (``job.json`` last).
@@ -95,7 +96,8 @@ def build_job(out: str | Path, notes: Notes, registry: GroupRegistry, rows: Mapp
     Ranks of ``range(world_size)`` without rows are reported as missing in ``job.json``; a rank
     with rows outside ``world_size`` or a comm_id absent from the registry is a ConvertError.
     Nothing is written when a table fails validation. ``progress``: an optional progress factory
-    over the ranks written (:mod:`holmes.progress`).
+    over the ranks written (:mod:`holmes.progress`). ``compute``: the ranks' compute tables
+    (``compute/``, :func:`holmes.io.schema.validate_compute`), where the source records the work.
     """
     if world_size < 1:
         raise ConvertError(f"{notes.path}: no ranks found")
@@ -137,6 +139,8 @@ def build_job(out: str | Path, notes: Notes, registry: GroupRegistry, rows: Mapp
             w.write_ops(r, t)
         for r, t in (iterations or {}).items():
             w.write_iterations(r, t)
+        for r, t in (compute or {}).items():
+            w.write_compute(r, t)
     log.info("wrote %s: %d rank(s), %d op(s)", out, len(tables), notes.details["ops"])
     return Path(out)
 

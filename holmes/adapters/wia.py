@@ -16,7 +16,9 @@ params-all-gather               ``all_gather`` on the data-parallel group
 embedding-grads-all-reduce      ``all_reduce`` on the embedding group (first + last stage)
 layernorm-grads-all-reduce      ``all_reduce`` on the tensor-parallel group
 other ``*-all-reduce`` etc.     the data-parallel group (warned)
-compute, optimizer, gc          dropped (counted in ``job.json``)
+``*-compute``, optimizer, gc     the rank's compute table (``compute/``), ``name`` = optype
+optimizer-clip-main-grad        dropped (a global synchronisation, mostly waiting: neither
+                                a rank's own work nor a communicator the groups describe)
 =============================== =========================================================
 
 Steps become iterations (their numbers kept). The trace has no wall clock, so steps are laid
@@ -40,7 +42,7 @@ from holmes.adapters.groups import GroupRegistry
 from holmes.adapters.notes import Notes
 from holmes.adapters.rows import RankRows
 from holmes.errors import ConvertError, ParseError
-from holmes.io import iterations_table
+from holmes.io import compute_table, iterations_table
 
 __all__ = ["convert_wia", "WIA_OPS"]
 
@@ -59,6 +61,15 @@ WIA_OPS: dict[str, tuple[str, str, int]] = {
     "layernorm-grads-all-reduce": ("all_reduce", "tp", 0),
 }
 _COMPUTE = ("compute", "optimizer", "gc")
+
+
+def _is_compute(optype: str) -> bool:
+    """Whether a WIA optype is the rank's own work (its compute table), not a wait or a transfer.
+
+    >>> [_is_compute(o) for o in ("forward-compute", "optimizer", "gc", "optimizer-clip-main-grad", "forward-send")]
+    [True, True, True, False, False]
+    """
+    return optype.endswith("-compute") or optype in ("optimizer", "gc")
 
 
 def _find_files(src: Path) -> tuple[Path, Path | None]:
@@ -257,11 +268,15 @@ def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, ove
     if len(dropped):
         vals, counts = np.unique(dropped.astype(str), return_counts=True)
         vals, counts = vals.tolist(), counts.tolist()
-        compute = {v: int(c) for v, c in zip(vals, counts) if any(k in v for k in _COMPUTE)}
-        other = {v: int(c) for v, c in zip(vals, counts) if v not in compute}
+        compute = {v: int(c) for v, c in zip(vals, counts) if _is_compute(v)}
+        sync = {v: int(c) for v, c in zip(vals, counts) if v not in compute and any(k in v for k in _COMPUTE)}
+        other = {v: int(c) for v, c in zip(vals, counts) if v not in compute and v not in sync}
         if compute:
-            notes.infer(f"compute ops dropped (not communication): {compute}")
-            notes.details["dropped_compute"] = compute
+            notes.infer(f"compute ops written to compute/ (the ranks' own work): {compute}")
+            notes.details["compute"] = compute
+        if sync:
+            notes.infer(f"synchronising ops dropped (mostly waiting; no communicator describes them): {sync}")
+            notes.details["dropped_compute"] = sync
         for v, c in other.items():
             notes.skip(v, c)
     peer_stage = stage + delta
@@ -296,6 +311,8 @@ def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, ove
 
     rows: dict[int, RankRows] = {}
     iters: dict[int, pa.Table] = {}
+    comp_rows = np.array([_is_compute(o) for o in optype.tolist()], dtype=bool)
+    compute = _compute_tables(comp_rows, rank, step, optype, start_ns, end_ns, cols["seq_id"], t, trace)
     idx = np.flatnonzero(keep)
     if not len(idx):
         names = sorted(set(optype.tolist()))
@@ -324,5 +341,33 @@ def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, ove
         iters[r] = iterations_table(np.full(len(st), r, dtype=np.int32), steps[st],
                                     np.round(offset[st] * 1e9).astype(np.int64),
                                     np.round((offset[st] + span[st]) * 1e9).astype(np.int64))
-    return build_job(out, notes, reg, rows, world_size=ws, iterations=iters, overwrite=overwrite, src=src,
-                     progress=progress)
+    compute = {r: c for r, c in compute.items() if r in rows}
+    return build_job(out, notes, reg, rows, world_size=ws, iterations=iters, compute=compute, overwrite=overwrite,
+                     src=src, progress=progress)
+
+
+def _compute_tables(sel: np.ndarray, rank: np.ndarray, step: np.ndarray, optype: np.ndarray, start_ns: np.ndarray,
+                    end_ns: np.ndarray, seq_id: np.ndarray, t: pa.Table, trace: Path) -> dict[int, pa.Table]:
+    """Per rank, its compute table: the rows ``sel`` (forward/backward compute, optimizer, gc) with
+    ``name`` = optype, on the same laid-out clock as the rank's operators; ``mb_id`` and
+    ``wia_seq_id`` kept."""
+    idx = np.flatnonzero(sel)
+    if not len(idx):
+        return {}
+    mb = np.full(len(rank), -1, dtype=np.int64)
+    if "mb_id" in t.column_names:
+        try:
+            mb = _numeric_column(t, "mb_id", trace, integer=True)
+        except ConvertError:
+            pass  # warned about with the operators
+    idx = idx[np.lexsort((start_ns[idx], step[idx], rank[idx]))]
+    bounds = np.r_[0, np.flatnonzero(np.diff(rank[idx])) + 1, len(idx)]
+    out: dict[int, pa.Table] = {}
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        s = idx[a:b]
+        r = int(rank[s[0]])
+        out[r] = compute_table(rank=np.full(len(s), r, dtype=np.int32), iteration=step[s],
+                               name=pa.array(optype[s].tolist(), pa.string()).dictionary_encode(),
+                               start_ns=start_ns[s], end_ns=end_ns[s], mb_id=pa.array(mb[s]),
+                               wia_seq_id=pa.array(seq_id[s]))
+    return out
