@@ -54,6 +54,8 @@ from holmes.localize.persistent_suspects import (ComputeOutliers, NetworkOutlier
 from holmes.localize.persistent_wait import Folded, fold
 from holmes.localize.ranking import device_kind
 from holmes.localize.report import DeviceScore
+from holmes.localize.compute_source import row_compute
+from holmes.localize.whatif import ideal_gaps
 from holmes.localize.whatif import replay as _replay
 
 __all__ = ["PersistentAnalysis", "PersistentSelection", "PersistentEvidence", "Suspect"]
@@ -173,12 +175,13 @@ class PersistentAnalysis:
         # the ideal (WIA's): no variation along rank, stage or iteration. Every transfer at the median
         # of its operator type over the window; every rank's work in every iteration at the job's mean
         # (the logs hold no compute operator, only each rank's gaps: they are scaled in proportion)
-        c_all = float(C[f.present].mean()) if f.present.any() else 0.0
         with np.errstate(divide="ignore", invalid="ignore"):
-            f_all = np.where(C > 0, c_all / C, 1.0)
             f_peer = np.where(C > 0, np.minimum(ev.roles.group_median(C) / C, 1.0), 1.0)
         x_ideal = f.type_x[f.inst_type] if len(f.type_x) else x
-        g_ideal = gap * f_all[row_rank, row_it]
+        # where the job has compute tables, its records at their name's mean, the rest of the gaps scaled
+        rc = row_compute(run.source, f.window, prog.rank_ptr)
+        use = rc is not None and bool(rc.covered[f.present].all())
+        g_ideal = ideal_gaps(gap, row_rank, row_it, C.shape, f.present, *((rc.comp, rc.ideal) if use else ()))
         ideal = replay(prog, gap=g_ideal, x=x_ideal)
         t_ideal = float(np.nanmean(ideal[ok])) if np.isfinite(ideal[ok]).any() else float("nan")
         ev.step_actual, ev.step_ideal = t_act, t_ideal

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-__all__ = ["Program", "replay"]
+__all__ = ["Program", "replay", "ideal_gaps"]
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,56 @@ def replay(prog: Program, *, gap: np.ndarray | None = None, x: np.ndarray | None
         np.ascontiguousarray(iterations, dtype=np.int64)
     _replay(prog.iter_ptr, prog.inst, g, prog.new_batch, xx, prog.size, rank_of, np.empty(n, np.int64), its, out)
     return out
+
+
+def ideal_gaps(gap: np.ndarray, row_rank: np.ndarray, row_it: np.ndarray, shape: tuple[int, int],
+               present: np.ndarray, comp: np.ndarray | None = None, comp_ideal: np.ndarray | None = None) -> np.ndarray:
+    """Per program row, its gap in the what-if *ideal* (WIA's: no variation along rank, stage or iteration).
+
+    A gap is the rank's compute records before the operator, where the job has compute tables
+    (``comp``; see :func:`holmes.localize.compute_source.row_compute`), and the rest of it -- launch
+    delays, data loading, and all of the gap where nothing was recorded. In the ideal the records
+    last their name's mean over the job (``comp_ideal``; the share of them the gap holds: records
+    that ran while an operator was in flight were not in the gap), and each rank's rest in each
+    iteration is scaled to the job's mean rest (in proportion over its gaps). Without compute
+    tables every rank's work in every iteration is thus at the job's mean, its gaps scaled alike.
+
+    Parameters
+    ----------
+    gap : float64 array
+        Per row, the logged gap.
+    row_rank, row_it : int arrays
+        Per row, its rank and window iteration.
+    shape : (W, T)
+    present : bool array (W,)
+        Ranks with rows (the mean is over them).
+    comp, comp_ideal : float64 arrays, optional
+        Per row, the compute records before it, as logged and at their names' means.
+
+    Examples
+    --------
+    Two ranks, one gap each: rank 1 computes 6 where rank 0 computes 2 (records of one name), and
+    idles 1 where rank 0 idles 3:
+
+    >>> g = np.array([5.0, 7.0])
+    >>> ideal_gaps(g, np.array([0, 1]), np.array([0, 0]), (2, 1), np.ones(2, bool)).tolist()   # gaps only
+    [6.0, 6.0]
+    >>> ideal_gaps(g, np.array([0, 1]), np.array([0, 0]), (2, 1), np.ones(2, bool),
+    ...            comp=np.array([2.0, 6.0]), comp_ideal=np.array([4.0, 4.0])).tolist()
+    [6.0, 6.0]
+    """
+    W, T = shape
+    gap = np.asarray(gap, dtype=np.float64)
+    if comp is None or comp_ideal is None:
+        comp = comp_ideal = np.zeros(len(gap))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        held = np.where(comp > 0, np.clip(gap / comp, 0.0, 1.0), 0.0)
+    rest = np.maximum(gap - comp, 0.0)
+    R = np.bincount(row_rank.astype(np.int64) * T + row_it, weights=rest, minlength=W * T).reshape(W, T)
+    r_all = float(R[present].mean()) if np.any(present) else 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = np.where(R > 0, r_all / R, 1.0)
+    return rest * f[row_rank, row_it] + comp_ideal * held
 
 
 @numba.njit(cache=True, nogil=True)
