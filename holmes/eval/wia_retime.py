@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["retime", "study_slowdown", "COMPUTE_OPTYPES"]
+__all__ = ["retime", "study_slowdown", "study_decompose", "COMPUTE_OPTYPES"]
 
 #: the WIA optypes that are a rank's own work (the rest communicate or synchronise)
 COMPUTE_OPTYPES = ("forward-compute", "backward-compute", "optimizer", "gc")
@@ -82,7 +82,7 @@ def _groups(c: dict[str, np.ndarray], order: np.ndarray) -> np.ndarray:
 
 def retime(trace: pa.Table, *, scale: Mapping[int, float] | None = None,
            scaled_optypes: Sequence[str] = ("forward-compute", "backward-compute"), launch_delay: bool = True,
-           ideal: bool = False) -> tuple[pa.Table, dict[int, float]]:
+           ideal: bool = False, keep: np.ndarray | None = None) -> tuple[pa.Table, dict[int, float]]:
     """Replay a WIA trace: ``(the trace re-laid, per step its replayed time in seconds)``.
 
     Parameters
@@ -96,6 +96,8 @@ def retime(trace: pa.Table, *, scale: Mapping[int, float] | None = None,
     ideal : bool, default False
         WIA's ideal: compute ops at their optype's mean duration, transfers at their optype's
         median, over every rank and step (after ``scale``).
+    keep : bool array, optional
+        With ``ideal``: rows that keep their own durations and transfers (WIA's decomposition).
 
     Returns
     -------
@@ -119,15 +121,14 @@ def retime(trace: pa.Table, *, scale: Mapping[int, float] | None = None,
     np.maximum.at(gstart, gid[gid >= 0], c["start_ts"][gid >= 0])
     comm = (gid >= 0) & (size[np.maximum(gid, 0)] > 1)
     transfer = np.where(comm, np.maximum(end_logged - gstart[np.maximum(gid, 0)], 0.0), dur)
+    transfer = np.where(is_comp, dur, transfer)
     if ideal:
+        own = transfer.copy()
         for o in np.unique(c["optype"]).tolist():
             m = c["optype"] == o
-            if is_comp[m].all():
-                transfer[m] = dur[m].mean()
-            else:
-                transfer[m] = np.median(transfer[m])
-    else:
-        transfer = np.where(is_comp, dur, transfer)
+            transfer[m] = own[m].mean() if is_comp[m].all() else np.median(own[m])
+        if keep is not None:
+            transfer = np.where(keep, own, transfer)
     # per rank and step: batches (ops logged at one instant are issued together) and launch delays
     start = np.zeros(n)
     end = np.zeros(n)
@@ -185,6 +186,19 @@ def retime(trace: pa.Table, *, scale: Mapping[int, float] | None = None,
     out = trace.set_column(trace.schema.get_field_index("start_ts"), "start_ts", pa.array(start, pa.float64()))
     out = out.set_column(out.schema.get_field_index("duration"), "duration", pa.array(end - start, pa.float64()))
     return out, steps
+
+
+def study_decompose(trace: pa.Table, by: str) -> dict[int, float]:
+    """WIA's ``blocking_decompose_by_<by>`` by this replay (``by``: ``"stage"`` or ``"dp_rank"``): per
+    value, the mean ideal step with that group's ops as logged, over the ideal's (no launch delays)."""
+    _, ideal = retime(trace, launch_delay=False, ideal=True)
+    base = float(np.mean(list(ideal.values())))
+    col = trace.column(by).to_numpy()
+    out = {}
+    for g in np.unique(col).tolist():
+        _, alt = retime(trace, launch_delay=False, ideal=True, keep=col == g)
+        out[int(g)] = float(np.mean(list(alt.values()))) / base
+    return out
 
 
 def study_slowdown(trace: pa.Table) -> float:

@@ -118,12 +118,40 @@ class RowCompute:
         Ranks whose compute table was read (the others' rows hold 0).
     names : dict of str -> float
         Per record name, its mean duration (ns) over the job.
+    rec_rank, rec_row, rec_code, rec_dur : arrays
+        Per record read (window iterations): its rank, its row (-1: after the iteration's last
+        operator), the index of its name in ``names`` and its duration (ns).
     """
 
     comp: np.ndarray
     ideal: np.ndarray
     covered: np.ndarray
     names: dict[str, float]
+    rec_rank: np.ndarray
+    rec_row: np.ndarray
+    rec_code: np.ndarray
+    rec_dur: np.ndarray
+
+    def at_peers(self, ranks: Sequence[int], peers: Sequence[int]) -> np.ndarray:
+        """Per row, its compute with the records of ``ranks`` at their name's mean over ``peers``
+        (a suspect's work at its role peers' level: its what-if impact); a name the peers never
+        ran keeps its records as logged.
+
+        >>> rc = RowCompute(np.array([4.0, 9.0]), np.zeros(2), np.ones(2, bool), {"fwd": 6.5},
+        ...                 np.array([0, 1]), np.array([0, 1]), np.array([0, 0]), np.array([4.0, 9.0]))
+        >>> rc.at_peers([1], [0]).tolist()
+        [4.0, 4.0]
+        """
+        K = len(self.names)
+        pm = np.isin(self.rec_rank, np.asarray(peers, dtype=np.int64))
+        cnt = np.bincount(self.rec_code[pm], minlength=K)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            mean = np.bincount(self.rec_code[pm], weights=self.rec_dur[pm], minlength=K) / cnt
+        m = np.isin(self.rec_rank, np.asarray(ranks, dtype=np.int64)) & (self.rec_row >= 0)
+        new = np.where(cnt[self.rec_code[m]] > 0, mean[self.rec_code[m]], self.rec_dur[m])
+        out = self.comp.copy()
+        np.add.at(out, self.rec_row[m], new - self.rec_dur[m])
+        return out
 
 
 def row_compute(job: Any, window: Sequence[int], rank_ptr: Sequence[int]) -> RowCompute | None:
@@ -153,7 +181,7 @@ def row_compute(job: Any, window: Sequence[int], rank_ptr: Sequence[int]) -> Row
     n = int(ptr[-1])
     W = len(ptr) - 1
     covered = np.zeros(W, np.bool_)
-    rows, codes, durs = [], [], []
+    rows, codes, durs, rks = [], [], [], []
     code: dict[str, int] = {}
     for r in range(W):
         got = _records(j, r, win)
@@ -177,21 +205,23 @@ def row_compute(job: Any, window: Sequence[int], rank_ptr: Sequence[int]) -> Row
                 o_st = ops.column("start_ns").to_numpy()[sel]
                 if len(o_st) == hi - lo and not (np.diff(o_w) < 0).any():
                     for t in np.unique(widx).tolist():
-                        a, b = np.searchsorted(o_w, t, "left"), np.searchsorted(o_w, t, "right")
+                        a, b = int(np.searchsorted(o_w, t, "left")), int(np.searchsorted(o_w, t, "right"))
                         m = widx == t
-                        first_after = np.array([a + int(np.argmax(o_st[a:b] >= x)) if (o_st[a:b] >= x).any() else -1
-                                                for x in mid[m].tolist()], np.int64) if b > a else \
-                            np.full(int(m.sum()), -1, np.int64)
-                        row[m] = np.where(first_after >= 0, lo + first_after, -1)
+                        if b > a:  # the first operator starting at or after the midpoint: on the running max
+                            k = np.searchsorted(np.maximum.accumulate(o_st[a:b]), mid[m], "left")
+                            row[m] = np.where(k < b - a, lo + a + k, -1)
                     covered[r] = True
         rows.append(row)
+        rks.append(np.full(len(row), r, np.int64))
         codes.append(c)
         durs.append((en - st).astype(np.float64))
     if not rows:
-        return RowCompute(np.zeros(n), np.zeros(n), covered, {})
+        e = np.zeros(0, np.int64)
+        return RowCompute(np.zeros(n), np.zeros(n), covered, {}, e, e, e, np.zeros(0))
     row, c, d = np.concatenate(rows), np.concatenate(codes), np.concatenate(durs)
     mean = np.bincount(c, weights=d, minlength=len(code)) / np.maximum(np.bincount(c, minlength=len(code)), 1)
     m = row >= 0
     comp = np.bincount(row[m], weights=d[m], minlength=n)
     ideal = np.bincount(row[m], weights=mean[c[m]], minlength=n)
-    return RowCompute(comp, ideal, covered, {k: float(mean[v]) for k, v in code.items()})
+    return RowCompute(comp, ideal, covered, {k: float(mean[v]) for k, v in code.items()}, np.concatenate(rks), row,
+                      c, d)

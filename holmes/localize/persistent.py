@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from holmes.errors import ConfigError
+from holmes.localize.compute_source import row_compute
 from holmes.localize.confidence import device_confidence
 from holmes.localize.peers import Roles
 from holmes.localize.persistent_rank import PersistentSummary, persistent_summaries, persistent_window
@@ -54,7 +55,6 @@ from holmes.localize.persistent_suspects import (ComputeOutliers, NetworkOutlier
 from holmes.localize.persistent_wait import Folded, fold
 from holmes.localize.ranking import device_kind
 from holmes.localize.report import DeviceScore
-from holmes.localize.compute_source import row_compute
 from holmes.localize.whatif import ideal_gaps
 from holmes.localize.whatif import replay as _replay
 
@@ -173,14 +173,17 @@ class PersistentAnalysis:
         C, gap, x = ev.compute, prog.gap, prog.x
         row_rank, row_it = f.row_rank, f.row_it
         # the ideal (WIA's): no variation along rank, stage or iteration. Every transfer at the median
-        # of its operator type over the window; every rank's work in every iteration at the job's mean
-        # (the logs hold no compute operator, only each rank's gaps: they are scaled in proportion)
+        # of its operator type over the window; every compute record at its name's mean where the job
+        # has compute tables (every rank read), and the rest of every rank's gaps in every iteration
+        # at the job's mean, scaled in proportion (whatif.ideal_gaps)
         with np.errstate(divide="ignore", invalid="ignore"):
             f_peer = np.where(C > 0, np.minimum(ev.roles.group_median(C) / C, 1.0), 1.0)
         x_ideal = f.type_x[f.inst_type] if len(f.type_x) else x
-        # where the job has compute tables, its records at their name's mean, the rest of the gaps scaled
         rc = row_compute(run.source, f.window, prog.rank_ptr)
         use = rc is not None and bool(rc.covered[f.present].all())
+        if rc is not None and not use:
+            run.assume("persistent: compute tables cover only some ranks; the what-if ideal uses the gaps between "
+                       "operators")
         g_ideal = ideal_gaps(gap, row_rank, row_it, C.shape, f.present, *((rc.comp, rc.ideal) if use else ()))
         ideal = replay(prog, gap=g_ideal, x=x_ideal)
         t_ideal = float(np.nanmean(ideal[ok])) if np.isfinite(ideal[ok]).any() else float("nan")

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-__all__ = ["Program", "replay", "ideal_gaps"]
+__all__ = ["Program", "replay", "ideal_gaps", "swap_compute"]
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +155,20 @@ def ideal_gaps(gap: np.ndarray, row_rank: np.ndarray, row_it: np.ndarray, shape:
     with np.errstate(divide="ignore", invalid="ignore"):
         f = np.where(R > 0, r_all / R, 1.0)
     return rest * f[row_rank, row_it] + comp_ideal * held
+
+
+def swap_compute(gap: np.ndarray, comp: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """Per row, its gap with the compute records before it lasting ``new`` instead of ``comp`` (the
+    share of them the gap holds: see :func:`ideal_gaps`), e.g. a suspect's records at its peers'
+    level (:meth:`holmes.localize.compute_source.RowCompute.at_peers`) for its what-if impact.
+
+    >>> swap_compute(np.array([5.0, 3.0]), np.array([4.0, 6.0]), np.array([2.0, 3.0])).tolist()
+    [3.0, 1.5]
+    """
+    gap = np.asarray(gap, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        held = np.where(comp > 0, np.clip(gap / comp, 0.0, 1.0), 0.0)
+    return np.maximum(gap + (new - comp) * held, 0.0)
 
 
 @numba.njit(cache=True, nogil=True)
