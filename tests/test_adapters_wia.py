@@ -106,3 +106,32 @@ def test_broken_wia_inputs(tmp_path, shared_data):
     (src / "meta-ST.yaml").write_text("dp_size: 1\npp_size: 4\nworld_size: 4\n")
     with pytest.raises(ConvertError, match="outside the meta sizes"):
         convert_wia(src, tmp_path / "j4")
+
+
+def test_send_recv_recorded_but_never_launched_are_dropped(wia, tmp_path):
+    # WIA's profiler may record P2P ops the schedule never launched ("type 1 no-ops"): a receive after
+    # the rank's last compute of its direction, a send before its first. Injected on the middle stages,
+    # they would leave the pairs unmatched; dropped, the job is the plain trace's.
+    src, job = wia
+    t = pq.read_table(src / "trace-ST.parquet")
+    t = t.cast(pa.schema([f if f.name != "optype" else pa.field("optype", pa.string()) for f in t.schema]))
+    extra = []
+    mid = pc.is_in(t.column("stage"), value_set=pa.array([1, 2], t.schema.field("stage").type))
+    for row in t.filter(pc.and_(mid, pc.equal(t.column("optype"), "optimizer"))).to_pylist():  # one per rank and step
+        extra.append(dict(row, optype="forward-recv", start_ts=row["start_ts"] + row["duration"] + 1e-4,
+                          duration=1e-5, seq_id=99))
+        extra.append(dict(row, optype="backward-send", start_ts=0.0, duration=1e-5, seq_id=99))
+    d = tmp_path / "noop"
+    d.mkdir()
+    pq.write_table(pa.concat_tables([t, pa.Table.from_pylist(extra, schema=t.schema)]), d / "trace-NO.parquet")
+    shutil.copy(src / "meta-ST.yaml", d / "meta-NO.yaml")
+    with pytest.warns(ConvertWarning) as rec:
+        convert_wia(d / "trace-NO.parquet", tmp_path / "job")
+    assert any("256 send/recv row(s) recorded but never launched" in str(w.message) for w in rec)
+    got = holmes.read_job(tmp_path / "job")
+    assert got.meta.source.details["p2p_noops"] == 256
+    for r in range(8):
+        a, b = got.ops(r), job.ops(r)
+        assert a.num_rows == b.num_rows
+        for c in ("op", "peer", "seq", "start_ns", "end_ns", "wia_optype"):
+            assert a.column(c).to_pylist() == b.column(c).to_pylist()

@@ -19,6 +19,7 @@ other ``*-all-reduce`` etc.     the data-parallel group (warned)
 ``*-compute``, optimizer, gc     the rank's compute table (``compute/``), ``name`` = optype
 optimizer-clip-main-grad        dropped (a global synchronisation, mostly waiting: neither
                                 a rank's own work nor a communicator the groups describe)
+send/recv never launched        dropped (WIA's type-1 no-ops, :func:`_p2p_noops`)
 =============================== =========================================================
 
 Steps become iterations (their numbers kept). The trace has no wall clock, so steps are laid
@@ -285,6 +286,12 @@ def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, ove
     if bad_peer.any():
         notes.warn(f"{int(bad_peer.sum())} send/recv row(s) point past the first/last stage; dropped")
         keep &= ~bad_peer
+    noop = _p2p_noops(optype, rank, step, start_s, dur_s) & keep
+    if noop.any():
+        notes.warn(f"{int(noop.sum())} send/recv row(s) recorded but never launched (a receive after the last "
+                   "compute of its direction, a send before the first): dropped, as the what-if analyzer does")
+        notes.details["p2p_noops"] = int(noop.sum())
+        keep &= ~noop
     peer = np.where(is_p2p, grid[dp_rank, np.clip(peer_stage, 0, pp - 1)], -1)
     comm = np.empty(len(ops), dtype=object)
     comm[kinds == "pp"] = np.char.add("pp", dp_rank[kinds == "pp"].astype(str)).astype(object)
@@ -299,7 +306,8 @@ def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, ove
     # time: steps laid back to back, each as long as its longest rank span
     steps, step_idx = np.unique(step, return_inverse=True)
     span = np.zeros(len(steps))
-    np.maximum.at(span, step_idx, start_s + dur_s)
+    ran = ~noop  # a send/recv never launched does not make a step longer
+    np.maximum.at(span, step_idx[ran], (start_s + dur_s)[ran])
     offset = np.r_[0.0, np.cumsum(span)[:-1]]
     start_ns = np.round((offset[step_idx] + start_s) * 1e9).astype(np.int64)
     end_ns = start_ns + np.round(dur_s * 1e9).astype(np.int64)
@@ -344,6 +352,44 @@ def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, ove
     compute = {r: c for r, c in compute.items() if r in rows}
     return build_job(out, notes, reg, rows, world_size=ws, iterations=iters, compute=compute, overwrite=overwrite,
                      src=src, progress=progress)
+
+
+_NOOP_EPS = 5e-5  # s: clock slack between a compute op and the send/recv it feeds or waits on
+
+
+def _p2p_noops(optype: np.ndarray, rank: np.ndarray, step: np.ndarray, start_s: np.ndarray,
+               dur_s: np.ndarray) -> np.ndarray:
+    """Per row, whether it is a send/recv the trace's profiler recorded but the schedule never
+    launched (WIA's "type 1 no-ops", at the beginning or end of a step): a forward (backward) receive
+    that starts after the rank's last forward (backward) compute of the step started -- nothing
+    would consume it --, or a send that ends before the rank's first compute of that direction ended
+    -- nothing produced it. Ranks and steps without compute ops of that direction are left alone.
+
+    >>> o = np.array(["forward-recv", "forward-compute", "forward-send", "forward-recv"], dtype=object)
+    >>> _p2p_noops(o, np.zeros(4, np.int64), np.zeros(4, np.int64), np.array([0.0, 1.0, 2.0, 3.0]),
+    ...            np.full(4, 0.5)).tolist()
+    [False, False, False, True]
+    """
+    n = len(optype)
+    out = np.zeros(n, np.bool_)
+    _, g = np.unique(np.stack([rank, step], 1), axis=0, return_inverse=True)
+    g = g.ravel()
+    ng = int(g.max()) + 1 if n else 0
+    end_s = start_s + dur_s
+    for t in ("forward", "backward"):
+        c = optype == f"{t}-compute"
+        if not c.any():
+            continue
+        last_start = np.full(ng, -np.inf)
+        first_end = np.full(ng, np.inf)
+        np.maximum.at(last_start, g[c], start_s[c])
+        np.minimum.at(first_end, g[c], end_s[c])
+        has = np.zeros(ng, np.bool_)
+        has[g[c]] = True
+        recv = (optype == f"{t}-recv") & has[g] & (start_s > last_start[g] + _NOOP_EPS)
+        send = (optype == f"{t}-send") & has[g] & (end_s < first_end[g] - _NOOP_EPS)
+        out |= recv | send
+    return out
 
 
 def _compute_tables(sel: np.ndarray, rank: np.ndarray, step: np.ndarray, optype: np.ndarray, start_ns: np.ndarray,
