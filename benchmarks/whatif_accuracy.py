@@ -7,7 +7,8 @@ Two parts, in one run:
   slowdown and per-stage / per-dp-rank attribution are printed next to ``result-ST.json``
   (``blocking_slowdown``, ``blocking_decompose_by_stage``, ``blocking_decompose_by_dp_rank``), a
   column per stage, with whether the two order the stages alike; then a **slow worker emulated
-  from ST** (:mod:`holmes.eval.wia_retime`: rank 5's forward/backward compute 3x, every op re-laid),
+  from ST** (:mod:`holmes.eval.wia_retime`: rank 5's compute -- forward, backward, optimizer -- 3x,
+  every op re-laid),
   Holmes's slowdown and the slow stage / replica against that replay's study figures;
 * **simulated persistent faults**: one fault active in every iteration (so no iteration is
   irregular), GPU/host 1.1-2x, NIC/link/switch 2-6x
@@ -73,7 +74,8 @@ def wia_slow_worker(workdir: Path, rank: int = 5, factor: float = 3.0) -> dict:
     from holmes.adapters import convert_wia
     from holmes.eval.wia_retime import retime, study_decompose, study_slowdown
 
-    emulated, _ = retime(pq.read_table(WIA / "trace-ST.parquet"), scale={rank: factor})
+    emulated, _ = retime(pq.read_table(WIA / "trace-ST.parquet"), scale={rank: factor},
+                         scaled_optypes=("forward-compute", "backward-compute", "optimizer"))
     d = workdir / "wia-slow-worker"
     d.mkdir(exist_ok=True)
     pq.write_table(emulated, d / "trace-AR.parquet")

@@ -44,7 +44,11 @@ def test_real_trace_groups_and_iterations(wia):
             assert abs(d / 1e9 - steps[str(i)]) < 1e-5
     s = job.meta.source
     assert s.details["compute"] == {"forward-compute": 1024, "backward-compute": 1024, "optimizer": 256, "gc": 256}
-    assert s.details["dropped_compute"] == {"optimizer-clip-main-grad": 256}
+    assert "dropped_compute" not in s.details
+    # the gradient-norm synchronisation before the optimizer step: an all-reduce over every rank
+    assert c["world"].ranks == tuple(range(8)) and c["world"].kind == "other"
+    clip = [o for o in job.ops(3).to_pylist() if o["wia_optype"] == "optimizer-clip-main-grad"]
+    assert len(clip) == 32 and {o["op"] for o in clip} == {"all_reduce"} and {o["comm_id"] for o in clip} == {"world"}
 
 
 def test_real_trace_compute_tables_hold_every_compute_op(wia):

@@ -17,8 +17,8 @@ embedding-grads-all-reduce      ``all_reduce`` on the embedding group (first + l
 layernorm-grads-all-reduce      ``all_reduce`` on the tensor-parallel group
 other ``*-all-reduce`` etc.     the data-parallel group (warned)
 ``*-compute``, optimizer, gc     the rank's compute table (``compute/``), ``name`` = optype
-optimizer-clip-main-grad        dropped (a global synchronisation, mostly waiting: neither
-                                a rank's own work nor a communicator the groups describe)
+optimizer-clip-main-grad        ``all_reduce`` on ``world`` (every rank, kind other): the
+                                gradient-norm synchronisation before the optimizer step
 send/recv never launched        dropped (WIA's type-1 no-ops, :func:`_p2p_noops`)
 =============================== =========================================================
 
@@ -60,6 +60,7 @@ WIA_OPS: dict[str, tuple[str, str, int]] = {
     "params-all-gather": ("all_gather", "dp", 0),
     "embedding-grads-all-reduce": ("all_reduce", "emb", 0),
     "layernorm-grads-all-reduce": ("all_reduce", "tp", 0),
+    "optimizer-clip-main-grad": ("all_reduce", "world", 0),
 }
 _COMPUTE = ("compute", "optimizer", "gc")
 
@@ -251,6 +252,8 @@ def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, ove
             reg.add(f"dp{s}", grid[:, s].tolist(), "DATA_PARALLEL_GROUP", comm_id=f"dp-{s}")
     for r in np.unique(rank).tolist():
         reg.add(f"tp{r}", [r], "TENSOR_MODEL_PARALLEL_GROUP", comm_id=f"tp-{r}")
+    if (optype == "optimizer-clip-main-grad").any():
+        reg.add("world", np.unique(rank).tolist(), "OPTIMIZER_GRAD_NORM", kind="other", comm_id="world")
 
     # op mapping, vectorized over rows
     kinds = np.array([WIA_OPS.get(o, (None, None, 0))[1] for o in optype.tolist()], dtype=object)
@@ -298,6 +301,7 @@ def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, ove
     comm[kinds == "emb"] = np.char.add("emb", dp_rank[kinds == "emb"].astype(str)).astype(object)
     comm[kinds == "dp"] = np.char.add("dp", stage[kinds == "dp"].astype(str)).astype(object)
     comm[kinds == "tp"] = np.char.add("tp", rank[kinds == "tp"].astype(str)).astype(object)
+    comm[kinds == "world"] = "world"
     emb_bad = (kinds == "emb") & ~np.isin(stage, (0, pp - 1))
     if emb_bad.any():
         notes.warn(f"{int(emb_bad.sum())} embedding all-reduce row(s) on a middle stage; dropped")

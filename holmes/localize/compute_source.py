@@ -121,6 +121,9 @@ class RowCompute:
     rec_rank, rec_row, rec_code, rec_dur : arrays
         Per record read (window iterations): its rank, its row (-1: after the iteration's last
         operator), the index of its name in ``names`` and its duration (ns).
+    tail, tail_ideal : float64 arrays (world_size, T)
+        Per rank and window iteration, its records after its last operator (the optimizer step), as
+        logged and at their names' means (the replay's ``tail``).
     """
 
     comp: np.ndarray
@@ -131,6 +134,8 @@ class RowCompute:
     rec_row: np.ndarray
     rec_code: np.ndarray
     rec_dur: np.ndarray
+    tail: np.ndarray
+    tail_ideal: np.ndarray
 
     def at_peers(self, ranks: Sequence[int], peers: Sequence[int]) -> np.ndarray:
         """Per row, its compute with the records of ``ranks`` at their name's mean over ``peers``
@@ -138,7 +143,8 @@ class RowCompute:
         ran keeps its records as logged.
 
         >>> rc = RowCompute(np.array([4.0, 9.0]), np.zeros(2), np.ones(2, bool), {"fwd": 6.5},
-        ...                 np.array([0, 1]), np.array([0, 1]), np.array([0, 0]), np.array([4.0, 9.0]))
+        ...                 np.array([0, 1]), np.array([0, 1]), np.array([0, 0]), np.array([4.0, 9.0]),
+        ...                 np.zeros((2, 1)), np.zeros((2, 1)))
         >>> rc.at_peers([1], [0]).tolist()
         [4.0, 4.0]
         """
@@ -181,7 +187,7 @@ def row_compute(job: Any, window: Sequence[int], rank_ptr: Sequence[int]) -> Row
     n = int(ptr[-1])
     W = len(ptr) - 1
     covered = np.zeros(W, np.bool_)
-    rows, codes, durs, rks = [], [], [], []
+    rows, codes, durs, rks, its = [], [], [], [], []
     code: dict[str, int] = {}
     for r in range(W):
         got = _records(j, r, win)
@@ -213,15 +219,22 @@ def row_compute(job: Any, window: Sequence[int], rank_ptr: Sequence[int]) -> Row
                     covered[r] = True
         rows.append(row)
         rks.append(np.full(len(row), r, np.int64))
+        its.append(widx.astype(np.int64))
         codes.append(c)
         durs.append((en - st).astype(np.float64))
+    T = len(win)
     if not rows:
         e = np.zeros(0, np.int64)
-        return RowCompute(np.zeros(n), np.zeros(n), covered, {}, e, e, e, np.zeros(0))
+        return RowCompute(np.zeros(n), np.zeros(n), covered, {}, e, e, e, np.zeros(0), np.zeros((W, T)),
+                          np.zeros((W, T)))
     row, c, d = np.concatenate(rows), np.concatenate(codes), np.concatenate(durs)
     mean = np.bincount(c, weights=d, minlength=len(code)) / np.maximum(np.bincount(c, minlength=len(code)), 1)
     m = row >= 0
     comp = np.bincount(row[m], weights=d[m], minlength=n)
     ideal = np.bincount(row[m], weights=mean[c[m]], minlength=n)
-    return RowCompute(comp, ideal, covered, {k: float(mean[v]) for k, v in code.items()}, np.concatenate(rks), row,
-                      c, d)
+    rk, wi = np.concatenate(rks), np.concatenate(its)
+    after = ~m & covered[rk]   # records after the last operator of a covered rank's iteration
+    tail = np.bincount(rk[after] * T + wi[after], weights=d[after], minlength=W * T).reshape(W, T)
+    tail_ideal = np.bincount(rk[after] * T + wi[after], weights=mean[c[after]], minlength=W * T).reshape(W, T)
+    return RowCompute(comp, ideal, covered, {k: float(mean[v]) for k, v in code.items()}, rk, row, c, d, tail,
+                      tail_ideal)

@@ -92,10 +92,12 @@ class Program:
 
 
 def replay(prog: Program, *, gap: np.ndarray | None = None, x: np.ndarray | None = None,
-           iterations: np.ndarray | None = None) -> np.ndarray:
+           iterations: np.ndarray | None = None, tail: np.ndarray | None = None) -> np.ndarray:
     """Per iteration, the replayed step (same unit as the gaps); NaN where the dependencies of an
     iteration cannot be resolved (its operators do not match across ranks) and, when
-    ``iterations`` (indices into the program's iterations) is given, for the iterations not in it."""
+    ``iterations`` (indices into the program's iterations) is given, for the iterations not in it.
+    ``tail`` (W, T): per rank and iteration, its work after its last operator (where the job's
+    compute tables record it: the optimizer step), added to its finish."""
     g = prog.gap if gap is None else np.ascontiguousarray(gap, dtype=np.float64)
     xx = prog.x if x is None else np.ascontiguousarray(x, dtype=np.float64)
     n = len(prog.inst)
@@ -103,7 +105,9 @@ def replay(prog: Program, *, gap: np.ndarray | None = None, x: np.ndarray | None
     out = np.full(prog.num_iterations, np.nan)
     its = np.arange(prog.num_iterations, dtype=np.int64) if iterations is None else \
         np.ascontiguousarray(iterations, dtype=np.int64)
-    _replay(prog.iter_ptr, prog.inst, g, prog.new_batch, xx, prog.size, rank_of, np.empty(n, np.int64), its, out)
+    tl = np.zeros((prog.world_size, prog.num_iterations)) if tail is None else \
+        np.ascontiguousarray(tail, dtype=np.float64)
+    _replay(prog.iter_ptr, prog.inst, g, prog.new_batch, xx, prog.size, rank_of, np.empty(n, np.int64), its, out, tl)
     return out
 
 
@@ -172,7 +176,7 @@ def swap_compute(gap: np.ndarray, comp: np.ndarray, new: np.ndarray) -> np.ndarr
 
 
 @numba.njit(cache=True, nogil=True)
-def _replay(iter_ptr, inst, gap, new_batch, x, size, rank_of, nxt, its, out):  # pragma: no cover - compiled
+def _replay(iter_ptr, inst, gap, new_batch, x, size, rank_of, nxt, its, out, tail):  # pragma: no cover - compiled
     W = iter_ptr.shape[0]
     n_inst = len(x)
     maxs = np.zeros(n_inst)
@@ -248,8 +252,8 @@ def _replay(iter_ptr, inst, gap, new_batch, x, size, rank_of, nxt, its, out):  #
         for r in range(W):
             if pos[r] < iter_ptr[r, t + 1]:
                 ok = False
-            if clock[r] > step:
-                step = clock[r]
+            if clock[r] + tail[r, t] > step:
+                step = clock[r] + tail[r, t]
         out[t] = step if ok else np.nan
         if not ok:  # clear what the blocked ranks left behind
             for r in range(W):
