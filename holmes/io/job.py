@@ -27,7 +27,8 @@ from holmes.io import parts
 from holmes.io.batch import RankBatch, RankRead, iter_batches, read_rank_file, sort_ops
 from holmes.io.consistency import ConsistencyLog, check_iterations, check_ops
 from holmes.io.crosscheck import MemberIndex
-from holmes.io.limits import max_trace_bytes, read_capped, read_json_capped
+from holmes.io.compute import has_compute_dir, read_compute_file
+from holmes.io.limits import read_json_capped
 from holmes.io.models import JobMeta, TruthModel, load_model
 from holmes.io.schema import SCHEMA_ID, iterations_table, validate_compute, validate_iterations, validate_ops
 from holmes.io.writer import JobWriter, _rank_arg, rank_filename, write_job
@@ -477,49 +478,22 @@ class Job(_JobBase):
     @property
     def has_compute(self) -> bool:
         """Whether ``compute/`` holds at least one rank's table."""
-        d = self.path / "compute"
-        try:
-            return d.is_dir() and any(parts.rank_of_entry(n) is not None for n in os.listdir(d))
-        except OSError:
-            return False
+        return has_compute_dir(self.path / "compute")
 
     def compute(self, rank: int) -> pa.Table | None:
-        """Rank ``rank``'s compute table from ``compute/rank-NNNNN.parquet``, validated (see
-        :func:`holmes.io.schema.validate_compute`); None when the file is absent.
-
-        The file is read whole through the capped reader (:func:`holmes.io.limits.read_capped`:
-        regular files only, at most ``HOLMES_MAX_TRACE_BYTES``).
-
-        Raises
-        ------
-        ParseError
-            The file is empty, over the cap, truncated or not parquet.
-        SchemaError
-            A column is missing or of the wrong type, holds nulls, a record ends before it starts,
-            or a row names another rank; the message names the file and the column.
-        """
+        """Rank ``rank``'s compute table from ``compute/rank-NNNNN.parquet``, validated; None when
+        the file is absent (see :func:`holmes.io.compute.read_compute_file` for the errors)."""
         r = self.check_rank(rank)
-        if r in self._compute_cache:
-            self._compute_cache.move_to_end(r)
-            return self._compute_cache[r]
-        p = self.path / "compute" / rank_filename(r)
-        t: pa.Table | None = None
-        if os.path.lexists(p):
-            raw = read_capped(p, max_trace_bytes(), what="compute table")
-            if not raw:
-                raise ParseError(f"{p}: empty file (compute of rank {r})")
-            try:
-                t = pq.read_table(pa.BufferReader(raw))
-            except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
-                raise ParseError(f"{p}: not a readable parquet file, truncated or corrupt (compute of rank {r}): "
-                                 f"{exc}") from None
-            self.stats.bytes_read += len(raw)
-            self.stats.files_read += 1
-            t = validate_compute(t, str(p), rank=r)
-        self._compute_cache[r] = t
-        if len(self._compute_cache) > self._cache_size:
-            self._compute_cache.popitem(last=False)
-        return t
+        if r not in self._compute_cache:
+            got = read_compute_file(self.path / "compute" / rank_filename(r), r)
+            if got is not None:
+                self.stats.bytes_read += got[1]
+                self.stats.files_read += 1
+            self._compute_cache[r] = None if got is None else got[0]
+            if len(self._compute_cache) > self._cache_size:
+                self._compute_cache.popitem(last=False)
+        self._compute_cache.move_to_end(r)
+        return self._compute_cache[r]
 
     @property
     def topology(self) -> "ClusterTopology | None":
