@@ -118,9 +118,9 @@ class RowCompute:
         Ranks whose compute table was read (the others' rows hold 0).
     names : dict of str -> float
         Per record name, its mean duration (ns) over the job.
-    rec_rank, rec_row, rec_code, rec_dur : arrays
-        Per record read (window iterations): its rank, its row (-1: after the iteration's last
-        operator), the index of its name in ``names`` and its duration (ns).
+    rec_rank, rec_it, rec_row, rec_code, rec_dur : arrays
+        Per record read (window iterations): its rank, its window iteration, its row (-1: after the
+        iteration's last operator), the index of its name in ``names`` and its duration (ns).
     tail, tail_ideal : float64 arrays (world_size, T)
         Per rank and window iteration, its records after its last operator (the optimizer step), as
         logged and at their names' means (the replay's ``tail``).
@@ -131,33 +131,41 @@ class RowCompute:
     covered: np.ndarray
     names: dict[str, float]
     rec_rank: np.ndarray
+    rec_it: np.ndarray
     rec_row: np.ndarray
     rec_code: np.ndarray
     rec_dur: np.ndarray
     tail: np.ndarray
     tail_ideal: np.ndarray
 
-    def at_peers(self, ranks: Sequence[int], peers: Sequence[int]) -> np.ndarray:
-        """Per row, its compute with the records of ``ranks`` at their name's mean over ``peers``
-        (a suspect's work at its role peers' level: its what-if impact); a name the peers never
-        ran keeps its records as logged.
+    def at_peers(self, ranks: Sequence[int], peers: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
+        """``(comp, tail)`` with the records of ``ranks`` at their name's mean over ``peers``: a
+        suspect's work at its role peers' level, for its what-if impact (``comp`` per row, for
+        :func:`~holmes.localize.whatif.swap_compute`; ``tail`` per rank and iteration, the replay's).
+        A name the peers never ran keeps its records as logged.
 
-        >>> rc = RowCompute(np.array([4.0, 9.0]), np.zeros(2), np.ones(2, bool), {"fwd": 6.5},
-        ...                 np.array([0, 1]), np.array([0, 1]), np.array([0, 0]), np.array([4.0, 9.0]),
-        ...                 np.zeros((2, 1)), np.zeros((2, 1)))
-        >>> rc.at_peers([1], [0]).tolist()
-        [4.0, 4.0]
+        >>> rc = RowCompute(np.array([4.0, 9.0]), np.zeros(2), np.ones(2, bool), {"fwd": 6.5, "opt": 2.0},
+        ...                 np.array([0, 1, 0, 1]), np.zeros(4, np.int64), np.array([0, 1, -1, -1]),
+        ...                 np.array([0, 0, 1, 1]), np.array([4.0, 9.0, 1.0, 3.0]),
+        ...                 np.array([[1.0], [3.0]]), np.array([[2.0], [2.0]]))
+        >>> comp, tail = rc.at_peers([1], [0])
+        >>> comp.tolist(), tail.tolist()
+        ([4.0, 4.0], [[1.0], [1.0]])
         """
         K = len(self.names)
         pm = np.isin(self.rec_rank, np.asarray(peers, dtype=np.int64))
         cnt = np.bincount(self.rec_code[pm], minlength=K)
         with np.errstate(divide="ignore", invalid="ignore"):
             mean = np.bincount(self.rec_code[pm], weights=self.rec_dur[pm], minlength=K) / cnt
-        m = np.isin(self.rec_rank, np.asarray(ranks, dtype=np.int64)) & (self.rec_row >= 0)
-        new = np.where(cnt[self.rec_code[m]] > 0, mean[self.rec_code[m]], self.rec_dur[m])
+        mine = np.isin(self.rec_rank, np.asarray(ranks, dtype=np.int64))
+        delta = np.where(cnt[self.rec_code] > 0, mean[self.rec_code], self.rec_dur) - self.rec_dur
+        m = mine & (self.rec_row >= 0)
         out = self.comp.copy()
-        np.add.at(out, self.rec_row[m], new - self.rec_dur[m])
-        return out
+        np.add.at(out, self.rec_row[m], delta[m])
+        tail = self.tail.copy()
+        a = mine & (self.rec_row < 0) & self.covered[self.rec_rank]
+        np.add.at(tail, (self.rec_rank[a], self.rec_it[a]), delta[a])
+        return out, tail
 
 
 def row_compute(job: Any, window: Sequence[int], rank_ptr: Sequence[int]) -> RowCompute | None:
@@ -225,7 +233,7 @@ def row_compute(job: Any, window: Sequence[int], rank_ptr: Sequence[int]) -> Row
     T = len(win)
     if not rows:
         e = np.zeros(0, np.int64)
-        return RowCompute(np.zeros(n), np.zeros(n), covered, {}, e, e, e, np.zeros(0), np.zeros((W, T)),
+        return RowCompute(np.zeros(n), np.zeros(n), covered, {}, e, e, e, e, np.zeros(0), np.zeros((W, T)),
                           np.zeros((W, T)))
     row, c, d = np.concatenate(rows), np.concatenate(codes), np.concatenate(durs)
     mean = np.bincount(c, weights=d, minlength=len(code)) / np.maximum(np.bincount(c, minlength=len(code)), 1)
@@ -236,5 +244,5 @@ def row_compute(job: Any, window: Sequence[int], rank_ptr: Sequence[int]) -> Row
     after = ~m & covered[rk]   # records after the last operator of a covered rank's iteration
     tail = np.bincount(rk[after] * T + wi[after], weights=d[after], minlength=W * T).reshape(W, T)
     tail_ideal = np.bincount(rk[after] * T + wi[after], weights=mean[c[after]], minlength=W * T).reshape(W, T)
-    return RowCompute(comp, ideal, covered, {k: float(mean[v]) for k, v in code.items()}, rk, row, c, d, tail,
+    return RowCompute(comp, ideal, covered, {k: float(mean[v]) for k, v in code.items()}, rk, wi, row, c, d, tail,
                       tail_ideal)
