@@ -34,8 +34,9 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
+from pyarrow.compute import max as pc_max
 
-__all__ = ["retime", "study_slowdown", "study_decompose", "COMPUTE_OPTYPES"]
+__all__ = ["retime", "study_slowdown", "study_decompose", "widen_dp", "COMPUTE_OPTYPES"]
 
 #: the WIA optypes that are a rank's own work (the rest communicate or synchronise)
 COMPUTE_OPTYPES = ("forward-compute", "backward-compute", "optimizer", "gc")
@@ -186,6 +187,28 @@ def retime(trace: pa.Table, *, scale: Mapping[int, float] | None = None,
     out = trace.set_column(trace.schema.get_field_index("start_ts"), "start_ts", pa.array(start, pa.float64()))
     out = out.set_column(out.schema.get_field_index("duration"), "duration", pa.array(end - start, pa.float64()))
     return out, steps
+
+
+def widen_dp(trace: pa.Table, times: int) -> pa.Table:
+    """The trace with ``times`` as many data-parallel replicas: each replica's rows copied to new
+    ``dp_rank`` values (``rank = stage * dp + dp_rank``, the layout of the published traces); re-lay
+    it with :func:`retime` to let the copies' collectives synchronise.
+
+    >>> t = pa.table({"dp_rank": [0, 1], "stage": [0, 0], "rank": [0, 1], "step": [0, 0]})
+    >>> widen_dp(t, 2).to_pydict()["rank"]
+    [0, 1, 2, 3]
+    """
+    dp0 = int(pc_max(trace.column("dp_rank"))) + 1
+    parts = []
+    for k in range(int(times)):
+        d = trace.column("dp_rank").to_numpy().astype(np.int64) + k * dp0
+        st = trace.column("stage").to_numpy().astype(np.int64)
+        t = trace.set_column(trace.schema.get_field_index("dp_rank"), "dp_rank",
+                             pa.array(d).cast(trace.schema.field("dp_rank").type))
+        t = t.set_column(t.schema.get_field_index("rank"), "rank",
+                         pa.array(st * dp0 * int(times) + d).cast(trace.schema.field("rank").type))
+        parts.append(t)
+    return pa.concat_tables(parts)
 
 
 def study_decompose(trace: pa.Table, by: str) -> dict[int, float]:

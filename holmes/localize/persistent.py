@@ -55,7 +55,7 @@ from holmes.localize.persistent_suspects import (ComputeOutliers, NetworkOutlier
 from holmes.localize.persistent_wait import Folded, fold
 from holmes.localize.ranking import device_kind
 from holmes.localize.report import DeviceScore
-from holmes.localize.whatif import ideal_gaps
+from holmes.localize.whatif import ideal_gaps, swap_compute
 from holmes.localize.whatif import replay as _replay
 
 __all__ = ["PersistentAnalysis", "PersistentSelection", "PersistentEvidence", "Suspect"]
@@ -214,8 +214,13 @@ class PersistentAnalysis:
         # each suspect's impact: its work (transfers) at its peers' level
         for s in ev.suspects[:8]:
             if s.kind == "compute":
-                m = np.isin(row_rank, s.ranks)
-                alt = replay(prog, gap=np.where(m, gap * f_peer[row_rank, row_it], gap))
+                peers = [q for r in s.ranks for q in ev.roles.peers_of(r).tolist() if q not in s.ranks]
+                if tails is not None and rc is not None and peers:  # its compute records at its peers' means
+                    comp, tl = rc.at_peers(s.ranks, peers)
+                    alt = replay(prog, gap=swap_compute(gap, rc.comp, comp), tail=tl)
+                else:
+                    m = np.isin(row_rank, s.ranks)
+                    alt = replay(prog, gap=np.where(m, gap * f_peer[row_rank, row_it], gap))
                 key = f"gpu:{s.ranks[0]}"
             else:
                 m = np.isin(f.inst_slot, s.slots)
