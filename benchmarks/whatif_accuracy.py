@@ -6,7 +6,10 @@ Two parts, in one run:
   converted, ``holmes.localize(..., analysis="persistent")`` runs, and Holmes's total straggling
   slowdown and per-stage / per-dp-rank attribution are printed next to ``result-ST.json``
   (``blocking_slowdown``, ``blocking_decompose_by_stage``, ``blocking_decompose_by_dp_rank``), a
-  column per stage, with whether the two order the stages alike;
+  column per stage, with whether the two order the stages alike; then a **slow worker emulated
+  from ST** (:mod:`holmes.eval.wia_retime`: rank 5's compute -- forward, backward, optimizer -- 3x,
+  every op re-laid),
+  Holmes's slowdown and the slow stage / replica against that replay's study figures;
 * **simulated persistent faults**: one fault active in every iteration (so no iteration is
   irregular), GPU/host 1.1-2x, NIC/link/switch 2-6x
   (:func:`holmes.simulate.scenarios.persistent_fault_job`), plus healthy jobs; top-1 (top-2 for
@@ -19,7 +22,8 @@ Two parts, in one run:
   ``truth.json`` says how many transfer groups cross the device).
 
 Last line: ``wia_st_slowdown_err_pct=<x> persistent_top1=<%> persistent_healthy_named_pct=<%>
-wia_st_stage_order_match=<0|1>`` (1: Holmes orders the stages as ``blocking_decompose_by_stage``).
+wia_st_stage_order_match=<0|1> wia_slow_worker_err_pct=<x>`` (1: Holmes orders the stages as
+``blocking_decompose_by_stage``).
 
 Usage::
 
@@ -52,14 +56,36 @@ def wia_st(workdir: Path) -> dict:
 
     res = json.loads((WIA / "result-ST.json").read_text())
     job = workdir / "wia-st"
-    if not (job / "job.json").is_file():
-        convert_wia(WIA, job, overwrite=True)
+    convert_wia(WIA, job, overwrite=True)  # ~1 s; a cached job of an older converter would lack compute/
     r = localize(job, analysis="persistent")
     theirs = float(res["blocking_slowdown"])
     err = 100.0 * abs(r.slowdown - theirs) / theirs
     return dict(slowdown=r.slowdown, theirs=theirs, err_pct=err, verdict=r.verdict, cause=r.non_device_cause,
                 their_stage={int(k): v for k, v in res["blocking_decompose_by_stage"].items()},
                 their_dp={int(k): v for k, v in res["blocking_decompose_by_dp_rank"].items()}, report=r)
+
+
+def wia_slow_worker(workdir: Path, rank: int = 5, factor: float = 3.0) -> dict:
+    """ST with one worker's compute ``factor`` x, re-laid by the reference replay: Holmes vs that replay."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    from holmes.adapters import convert_wia
+    from holmes.eval.wia_retime import retime, study_decompose, study_slowdown
+
+    emulated, _ = retime(pq.read_table(WIA / "trace-ST.parquet"), scale={rank: factor},
+                         scaled_optypes=("forward-compute", "backward-compute", "optimizer"))
+    d = workdir / "wia-slow-worker"
+    d.mkdir(exist_ok=True)
+    pq.write_table(emulated, d / "trace-AR.parquet")
+    shutil.copy(WIA / "meta-ST.yaml", d / "meta-AR.yaml")
+    convert_wia(d / "trace-AR.parquet", d / "job", overwrite=True)
+    att = attribution(d / "job")
+    theirs = study_slowdown(emulated)
+    return dict(theirs=theirs, slowdown=att["slowdown"], err_pct=100.0 * abs(att["slowdown"] - theirs) / theirs,
+                stage=att["stage"], replica=att["replica"], their_stage=study_decompose(emulated, "stage"),
+                their_dp=study_decompose(emulated, "dp_rank"), rank=rank, factor=factor)
 
 
 def attribution(job_dir: Path) -> dict:
@@ -125,6 +151,12 @@ def main(argv: list[str] | None = None) -> int:
     order_match = stage_table(w["their_stage"], att["stage"])
     for d in sorted(w["their_dp"]):
         print(f"  dp rank {d}: theirs {w['their_dp'][d]:.4f}  holmes {att['replica'].get(d, float('nan')):.4f}")
+    sw = wia_slow_worker(cache)
+    print(f"\nWIA ST, rank {sw['rank']}'s compute x{sw['factor']:g} (emulated; 'theirs' = the reference replay)")
+    print(f"  total slowdown      theirs {sw['theirs']:.4f}  holmes {sw['slowdown']:.4f}  (error {sw['err_pct']:.1f}%)")
+    stage_table(sw["their_stage"], sw["stage"])
+    for d in sorted(sw["their_dp"]):
+        print(f"  dp rank {d}: theirs {sw['their_dp'][d]:.4f}  holmes {sw['replica'].get(d, float('nan')):.4f}")
 
     hit = total = named_healthy = healthy = 0
     if not args.skip_sim:
@@ -166,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     hn = 100.0 * named_healthy / healthy if healthy else float("nan")
     print(f"split={args.split} gpus={args.gpus} jobs_per_kind={args.jobs}")
     print(f"wia_st_slowdown_err_pct={w['err_pct']:.2f} persistent_top1={top1:.1f} persistent_healthy_named_pct={hn:.1f} "
-          f"wia_st_stage_order_match={int(order_match)}")
+          f"wia_st_stage_order_match={int(order_match)} wia_slow_worker_err_pct={sw['err_pct']:.2f}")
     return 0
 
 

@@ -102,7 +102,8 @@ def _warn_non_members(notes: Notes, tables: Mapping[int, pa.Table], comms: Mappi
 
 
 def build_job(out: str | Path, notes: Notes, registry: GroupRegistry, rows: Mapping[int, RankRows], *,
-              world_size: int, iterations: Mapping[int, pa.Table] | None = None, overwrite: bool = False,
+              world_size: int, iterations: Mapping[int, pa.Table] | None = None,
+              compute: Mapping[int, pa.Table] | None = None, overwrite: bool = False,
               parallel: Mapping[str, Any] | None = None, name: str | None = None,
               src: str | os.PathLike[str] | None = None, progress: Any = None,
               extra: Mapping[str, Any] | None = None) -> Path:
@@ -117,6 +118,8 @@ def build_job(out: str | Path, notes: Notes, registry: GroupRegistry, rows: Mapp
     Nothing is written when a table fails validation. ``progress``: an optional progress factory
     over the ranks written (:mod:`holmes.progress`). ``extra``: kept as ``job.json``'s ``extra``
     (e.g. the Flight Recorder's ``progress``, see :mod:`holmes.adapters.flight_recorder`).
+    ``compute``: the ranks' compute tables (``compute/``, :func:`holmes.io.schema.validate_compute`),
+    where the source records the work.
     """
     if world_size < 1:
         raise ConvertError(f"{notes.path}: no ranks found")
@@ -159,6 +162,8 @@ def build_job(out: str | Path, notes: Notes, registry: GroupRegistry, rows: Mapp
             w.write_ops(r, t)
         for r, t in (iterations or {}).items():
             w.write_iterations(r, t)
+        for r, t in (compute or {}).items():
+            w.write_compute(r, t)
     log.info("wrote %s: %d rank(s), %d op(s)", out, len(tables), notes.details["ops"])
     return Path(out)
 

@@ -16,7 +16,10 @@ params-all-gather               ``all_gather`` on the data-parallel group
 embedding-grads-all-reduce      ``all_reduce`` on the embedding group (first + last stage)
 layernorm-grads-all-reduce      ``all_reduce`` on the tensor-parallel group
 other ``*-all-reduce`` etc.     the data-parallel group (warned)
-compute, optimizer, gc          dropped (counted in ``job.json``)
+``*-compute``, optimizer, gc     the rank's compute table (``compute/``), ``name`` = optype
+optimizer-clip-main-grad        ``all_reduce`` on ``world`` (every rank, kind other): the
+                                gradient-norm synchronisation before the optimizer step
+send/recv never launched        dropped (WIA's type-1 no-ops, :func:`_p2p_noops`)
 =============================== =========================================================
 
 Steps become iterations (their numbers kept). The trace has no wall clock, so steps are laid
@@ -39,7 +42,7 @@ from holmes.adapters.groups import GroupRegistry
 from holmes.adapters.notes import Notes
 from holmes.adapters.rows import RankRows
 from holmes.errors import ConvertError, ParseError
-from holmes.io import iterations_table
+from holmes.io import compute_table, iterations_table
 from holmes.io.capped_parquet import read_parquet_capped
 
 __all__ = ["convert_wia", "WIA_OPS"]
@@ -57,8 +60,18 @@ WIA_OPS: dict[str, tuple[str, str, int]] = {
     "params-all-gather": ("all_gather", "dp", 0),
     "embedding-grads-all-reduce": ("all_reduce", "emb", 0),
     "layernorm-grads-all-reduce": ("all_reduce", "tp", 0),
+    "optimizer-clip-main-grad": ("all_reduce", "world", 0),
 }
 _COMPUTE = ("compute", "optimizer", "gc")
+
+
+def _is_compute(optype: str) -> bool:
+    """Whether a WIA optype is the rank's own work (its compute table), not a wait or a transfer.
+
+    >>> [_is_compute(o) for o in ("forward-compute", "optimizer", "gc", "optimizer-clip-main-grad", "forward-send")]
+    [True, True, True, False, False]
+    """
+    return optype.endswith("-compute") or optype in ("optimizer", "gc")
 
 
 def _find_files(src: Path) -> tuple[Path, Path | None]:
@@ -239,6 +252,8 @@ def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, ove
             reg.add(f"dp{s}", grid[:, s].tolist(), "DATA_PARALLEL_GROUP", comm_id=f"dp-{s}")
     for r in np.unique(rank).tolist():
         reg.add(f"tp{r}", [r], "TENSOR_MODEL_PARALLEL_GROUP", comm_id=f"tp-{r}")
+    if (optype == "optimizer-clip-main-grad").any():
+        reg.add("world", np.unique(rank).tolist(), "OPTIMIZER_GRAD_NORM", kind="other", comm_id="world")
 
     # op mapping, vectorized over rows
     kinds = np.array([WIA_OPS.get(o, (None, None, 0))[1] for o in optype.tolist()], dtype=object)
@@ -257,11 +272,15 @@ def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, ove
     if len(dropped):
         vals, counts = np.unique(dropped.astype(str), return_counts=True)
         vals, counts = vals.tolist(), counts.tolist()
-        compute = {v: int(c) for v, c in zip(vals, counts) if any(k in v for k in _COMPUTE)}
-        other = {v: int(c) for v, c in zip(vals, counts) if v not in compute}
+        compute = {v: int(c) for v, c in zip(vals, counts) if _is_compute(v)}
+        sync = {v: int(c) for v, c in zip(vals, counts) if v not in compute and any(k in v for k in _COMPUTE)}
+        other = {v: int(c) for v, c in zip(vals, counts) if v not in compute and v not in sync}
         if compute:
-            notes.infer(f"compute ops dropped (not communication): {compute}")
-            notes.details["dropped_compute"] = compute
+            notes.infer(f"compute ops written to compute/ (the ranks' own work): {compute}")
+            notes.details["compute"] = compute
+        if sync:
+            notes.infer(f"synchronising ops dropped (mostly waiting; no communicator describes them): {sync}")
+            notes.details["dropped_compute"] = sync
         for v, c in other.items():
             notes.skip(v, c)
     peer_stage = stage + delta
@@ -270,12 +289,19 @@ def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, ove
     if bad_peer.any():
         notes.warn(f"{int(bad_peer.sum())} send/recv row(s) point past the first/last stage; dropped")
         keep &= ~bad_peer
+    noop = _p2p_noops(optype, rank, step, start_s, dur_s) & keep
+    if noop.any():
+        notes.warn(f"{int(noop.sum())} send/recv row(s) recorded but never launched (a receive after the last "
+                   "compute of its direction, a send before the first): dropped, as the what-if analyzer does")
+        notes.details["p2p_noops"] = int(noop.sum())
+        keep &= ~noop
     peer = np.where(is_p2p, grid[dp_rank, np.clip(peer_stage, 0, pp - 1)], -1)
     comm = np.empty(len(ops), dtype=object)
     comm[kinds == "pp"] = np.char.add("pp", dp_rank[kinds == "pp"].astype(str)).astype(object)
     comm[kinds == "emb"] = np.char.add("emb", dp_rank[kinds == "emb"].astype(str)).astype(object)
     comm[kinds == "dp"] = np.char.add("dp", stage[kinds == "dp"].astype(str)).astype(object)
     comm[kinds == "tp"] = np.char.add("tp", rank[kinds == "tp"].astype(str)).astype(object)
+    comm[kinds == "world"] = "world"
     emb_bad = (kinds == "emb") & ~np.isin(stage, (0, pp - 1))
     if emb_bad.any():
         notes.warn(f"{int(emb_bad.sum())} embedding all-reduce row(s) on a middle stage; dropped")
@@ -284,7 +310,8 @@ def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, ove
     # time: steps laid back to back, each as long as its longest rank span
     steps, step_idx = np.unique(step, return_inverse=True)
     span = np.zeros(len(steps))
-    np.maximum.at(span, step_idx, start_s + dur_s)
+    ran = ~noop  # a send/recv never launched does not make a step longer
+    np.maximum.at(span, step_idx[ran], (start_s + dur_s)[ran])
     offset = np.r_[0.0, np.cumsum(span)[:-1]]
     start_ns = np.round((offset[step_idx] + start_s) * 1e9).astype(np.int64)
     end_ns = start_ns + np.round(dur_s * 1e9).astype(np.int64)
@@ -296,6 +323,8 @@ def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, ove
 
     rows: dict[int, RankRows] = {}
     iters: dict[int, pa.Table] = {}
+    comp_rows = np.array([_is_compute(o) for o in optype.tolist()], dtype=bool)
+    compute = _compute_tables(comp_rows, rank, step, optype, start_ns, end_ns, cols["seq_id"], t, trace)
     idx = np.flatnonzero(keep)
     if not len(idx):
         names = sorted(set(optype.tolist()))
@@ -324,5 +353,71 @@ def convert_wia(src: str | os.PathLike[str], out: str | os.PathLike[str], *, ove
         iters[r] = iterations_table(np.full(len(st), r, dtype=np.int32), steps[st],
                                     np.round(offset[st] * 1e9).astype(np.int64),
                                     np.round((offset[st] + span[st]) * 1e9).astype(np.int64))
-    return build_job(out, notes, reg, rows, world_size=ws, iterations=iters, overwrite=overwrite, src=src,
-                     progress=progress)
+    compute = {r: c for r, c in compute.items() if r in rows}
+    return build_job(out, notes, reg, rows, world_size=ws, iterations=iters, compute=compute, overwrite=overwrite,
+                     src=src, progress=progress)
+
+
+_NOOP_EPS = 5e-5  # s: clock slack between a compute op and the send/recv it feeds or waits on
+
+
+def _p2p_noops(optype: np.ndarray, rank: np.ndarray, step: np.ndarray, start_s: np.ndarray,
+               dur_s: np.ndarray) -> np.ndarray:
+    """Per row, whether it is a send/recv the trace's profiler recorded but the schedule never
+    launched (WIA's "type 1 no-ops", at the beginning or end of a step): a forward (backward) receive
+    that starts after the rank's last forward (backward) compute of the step started -- nothing
+    would consume it --, or a send that ends before the rank's first compute of that direction ended
+    -- nothing produced it. Ranks and steps without compute ops of that direction are left alone.
+
+    >>> o = np.array(["forward-recv", "forward-compute", "forward-send", "forward-recv"], dtype=object)
+    >>> _p2p_noops(o, np.zeros(4, np.int64), np.zeros(4, np.int64), np.array([0.0, 1.0, 2.0, 3.0]),
+    ...            np.full(4, 0.5)).tolist()
+    [False, False, False, True]
+    """
+    n = len(optype)
+    out = np.zeros(n, np.bool_)
+    _, g = np.unique(np.stack([rank, step], 1), axis=0, return_inverse=True)
+    g = g.ravel()
+    ng = int(g.max()) + 1 if n else 0
+    end_s = start_s + dur_s
+    for t in ("forward", "backward"):
+        c = optype == f"{t}-compute"
+        if not c.any():
+            continue
+        last_start = np.full(ng, -np.inf)
+        first_end = np.full(ng, np.inf)
+        np.maximum.at(last_start, g[c], start_s[c])
+        np.minimum.at(first_end, g[c], end_s[c])
+        has = np.zeros(ng, np.bool_)
+        has[g[c]] = True
+        recv = (optype == f"{t}-recv") & has[g] & (start_s > last_start[g] + _NOOP_EPS)
+        send = (optype == f"{t}-send") & has[g] & (end_s < first_end[g] - _NOOP_EPS)
+        out |= recv | send
+    return out
+
+
+def _compute_tables(sel: np.ndarray, rank: np.ndarray, step: np.ndarray, optype: np.ndarray, start_ns: np.ndarray,
+                    end_ns: np.ndarray, seq_id: np.ndarray, t: pa.Table, trace: Path) -> dict[int, pa.Table]:
+    """Per rank, its compute table: the rows ``sel`` (forward/backward compute, optimizer, gc) with
+    ``name`` = optype, on the same laid-out clock as the rank's operators; ``mb_id`` and
+    ``wia_seq_id`` kept."""
+    idx = np.flatnonzero(sel)
+    if not len(idx):
+        return {}
+    mb = np.full(len(rank), -1, dtype=np.int64)
+    if "mb_id" in t.column_names:
+        try:
+            mb = _numeric_column(t, "mb_id", trace, integer=True)
+        except ConvertError:
+            pass  # warned about with the operators
+    idx = idx[np.lexsort((start_ns[idx], step[idx], rank[idx]))]
+    bounds = np.r_[0, np.flatnonzero(np.diff(rank[idx])) + 1, len(idx)]
+    out: dict[int, pa.Table] = {}
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        s = idx[a:b]
+        r = int(rank[s[0]])
+        out[r] = compute_table(rank=np.full(len(s), r, dtype=np.int32), iteration=step[s],
+                               name=pa.array(optype[s].tolist(), pa.string()).dictionary_encode(),
+                               start_ns=start_ns[s], end_ns=end_ns[s], mb_id=pa.array(mb[s]),
+                               wia_seq_id=pa.array(seq_id[s]))
+    return out

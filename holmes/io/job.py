@@ -27,9 +27,10 @@ from holmes.io.batch import RankBatch, RankRead, iter_batches, read_rank_file, s
 from holmes.io.capped_parquet import read_parquet_capped
 from holmes.io.consistency import ConsistencyLog, check_iterations, check_ops
 from holmes.io.crosscheck import MemberIndex
+from holmes.io.compute import has_compute_dir, read_compute_file
 from holmes.io.limits import read_json_capped
 from holmes.io.models import JobMeta, TruthModel, load_model
-from holmes.io.schema import SCHEMA_ID, iterations_table, validate_iterations, validate_ops
+from holmes.io.schema import SCHEMA_ID, iterations_table, validate_compute, validate_iterations, validate_ops
 from holmes.io.writer import JobWriter, _rank_arg, rank_filename, write_job
 
 if TYPE_CHECKING:
@@ -300,6 +301,18 @@ class _JobBase:
         if checked is None:
             self._store_iterations(r, derive_iterations(ops))
 
+    @property
+    def has_compute(self) -> bool:
+        """Whether the job holds compute tables (the ranks' own work, where the source records it)."""
+        return False
+
+    def compute(self, rank: int) -> pa.Table | None:
+        """Rank ``rank``'s compute table (``rank, iteration, name, start_ns, end_ns``, sorted by
+        ``(iteration, start_ns)``), or None where the job has none for it: analyses then use the gaps
+        between operators."""
+        self.check_rank(rank)
+        return None
+
     def iteration_times(self, rank: int) -> tuple[np.ndarray, np.ndarray]:
         """``(iteration numbers, durations in ns)`` of one rank, sorted by iteration."""
         t = self.iterations(rank)
@@ -327,6 +340,7 @@ class Job(_JobBase):
         super().__init__(load_model(self.path / "job.json", JobMeta, JobError))
         self._cache: OrderedDict[int, pa.Table] = OrderedDict()
         self._iter_cache: OrderedDict[int, pa.Table] = OrderedDict()
+        self._compute_cache: OrderedDict[int, pa.Table | None] = OrderedDict()
         self._cache_size = max(1, int(cache_size))
         self._topology: Any = None
         self._truth: Any = None
@@ -462,6 +476,26 @@ class Job(_JobBase):
         return (self.path / "iterations").is_dir()
 
     @property
+    def has_compute(self) -> bool:
+        """Whether ``compute/`` holds at least one rank's table."""
+        return has_compute_dir(self.path / "compute")
+
+    def compute(self, rank: int) -> pa.Table | None:
+        """Rank ``rank``'s compute table from ``compute/rank-NNNNN.parquet``, validated; None when
+        the file is absent (see :func:`holmes.io.compute.read_compute_file` for the errors)."""
+        r = self.check_rank(rank)
+        if r not in self._compute_cache:
+            got = read_compute_file(self.path / "compute" / rank_filename(r), r)
+            if got is not None:
+                self.stats.bytes_read += got[1]
+                self.stats.files_read += 1
+            self._compute_cache[r] = None if got is None else got[0]
+            if len(self._compute_cache) > self._cache_size:
+                self._compute_cache.popitem(last=False)
+        self._compute_cache.move_to_end(r)
+        return self._compute_cache[r]
+
+    @property
     def topology(self) -> "ClusterTopology | None":
         """The cluster network of ``topology.json``, or None when the job has none."""
         if self._topology is None:
@@ -497,14 +531,19 @@ class MemoryJob(_JobBase):
         Ranks absent from the mapping behave like missing files.
     iterations : mapping of rank -> pyarrow.Table, optional
     topology : ClusterTopology, optional
+    truth : TruthModel, optional
+    compute : mapping of rank -> pyarrow.Table, optional
+        The ranks' compute tables (validated when first read, as a directory job's).
     """
 
     def __init__(self, meta: JobMeta | Mapping[str, Any], ops: Mapping[int, pa.Table],
                  iterations: Mapping[int, pa.Table] | None = None, topology: Any = None,
-                 truth: TruthModel | None = None) -> None:
+                 truth: TruthModel | None = None, compute: Mapping[int, pa.Table] | None = None) -> None:
         super().__init__(meta if isinstance(meta, JobMeta) else JobMeta.model_validate(meta))
         self._ops = dict(ops)
         self._iters = dict(iterations or {})
+        self._compute = dict(compute or {})
+        self._compute_checked: dict[int, pa.Table] = {}
         self.topology = topology
         self.truth = truth
         self._validated: dict[int, pa.Table] = {}
@@ -551,6 +590,18 @@ class MemoryJob(_JobBase):
             self._iter_checked[r] = t
             return t
         return derive_iterations(self.ops(r))
+
+    @property
+    def has_compute(self) -> bool:
+        return bool(self._compute)
+
+    def compute(self, rank: int) -> pa.Table | None:
+        r = self.check_rank(rank)
+        if r not in self._compute:
+            return None
+        if r not in self._compute_checked:
+            self._compute_checked[r] = validate_compute(self._compute[r], f"compute of rank {r}", rank=r)
+        return self._compute_checked[r]
 
 
 def read_job(path: str | os.PathLike[str], *, cache_size: int = 64) -> Job:

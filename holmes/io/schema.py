@@ -20,13 +20,16 @@ __all__ = [
     "SCHEMA_ID",
     "OPS_SCHEMA",
     "ITERATIONS_SCHEMA",
+    "COMPUTE_SCHEMA",
     "OP_NAMES",
     "COLLECTIVE_OPS",
     "P2P_OPS",
     "validate_ops",
     "validate_iterations",
+    "validate_compute",
     "ops_table",
     "iterations_table",
+    "compute_table",
     "STATES",
 ]
 
@@ -56,6 +59,18 @@ ITERATIONS_SCHEMA = pa.schema(
     ]
 )
 
+#: the optional compute tables (``compute/rank-NNNNN.parquet``): the rank's own work where the source
+#: records it (WIA forward/backward/optimizer ops, Kineto kernels), one row per record
+COMPUTE_SCHEMA = pa.schema(
+    [
+        pa.field("rank", pa.int32(), nullable=False),
+        pa.field("iteration", pa.int64(), nullable=False),
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("start_ns", pa.int64(), nullable=False),
+        pa.field("end_ns", pa.int64(), nullable=False),
+    ]
+)
+
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "barrier")
 P2P_OPS = ("send", "recv")
 OP_NAMES = COLLECTIVE_OPS + P2P_OPS
@@ -63,7 +78,7 @@ OP_NAMES = COLLECTIVE_OPS + P2P_OPS
 STATES = ("completed", "started", "scheduled")
 
 _INT_COLUMNS = {"rank", "iteration", "op_index", "seq", "peer", "nbytes", "start_ns", "end_ns"}
-_STRING_COLUMNS = {"comm_id", "op"}
+_STRING_COLUMNS = {"comm_id", "op", "name"}
 
 
 def _where(source: str | None) -> str:
@@ -258,6 +273,80 @@ def _check_states(out: pa.Table, w: str) -> None:
 def validate_iterations(table: pa.Table, source: str | None = None) -> pa.Table:
     """Check an iterations table (rank, iteration, start_ns, end_ns) and cast it to int64 columns."""
     return _conform(table, ITERATIONS_SCHEMA, source)
+
+
+def validate_compute(table: pa.Table, source: str | None = None, *, rank: int | None = None) -> pa.Table:
+    """Check a compute table (``compute/rank-NNNNN.parquet``) and return it with canonical types.
+
+    Columns ``rank`` (int32), ``iteration`` (int64), ``name`` (string, dictionary allowed),
+    ``start_ns``, ``end_ns`` (int64), none null, every record ending at or after its start; extra
+    columns are kept. Rows are returned sorted by ``(iteration, start_ns)``.
+
+    Parameters
+    ----------
+    table : pyarrow.Table
+    source : str, optional
+        The file it came from; it prefixes every error message.
+    rank : int, optional
+        When given, every row's ``rank`` must equal it.
+
+    Raises
+    ------
+    SchemaError
+        A required column is missing, of a wrong type or holds nulls, a record ends before it
+        starts, or a row is of another rank.
+
+    Examples
+    --------
+    >>> t = compute_table(rank=[0, 0], iteration=[1, 1], name=["backward", "forward"], start_ns=[50, 10],
+    ...                   end_ns=[90, 40])
+    >>> validate_compute(t, rank=0).column("name").to_pylist()
+    ['forward', 'backward']
+    >>> validate_compute(t.set_column(2, "name", pa.array([1, 2])), "compute/rank-00000.parquet")
+    Traceback (most recent call last):
+    ...
+    holmes.errors.SchemaError: compute/rank-00000.parquet: column 'name' has type int64, expected string
+    """
+    out = _conform(table, COMPUTE_SCHEMA, source)
+    w = _where(source)
+    if out.num_rows == 0:
+        return out
+    if rank is not None:
+        bad = pc.sum(pc.not_equal(out.column("rank"), pa.scalar(rank, pa.int32()))).as_py()
+        if bad:
+            raise SchemaError(f"{w}column 'rank' holds {bad} row(s) of another rank than {rank}")
+    neg = pc.sum(pc.less(out.column("end_ns"), out.column("start_ns"))).as_py()
+    if neg:
+        raise SchemaError(f"{w}column 'end_ns' is before 'start_ns' in {neg} row(s)")
+    it = out.column("iteration").to_numpy()
+    st = out.column("start_ns").to_numpy()
+    if len(it) > 1 and not ((np.diff(it) > 0) | ((np.diff(it) == 0) & (np.diff(st) >= 0))).all():
+        out = out.take(np.lexsort((st, it)))
+    return out
+
+
+def compute_table(**columns: Any) -> pa.Table:
+    """Build a compute table from column sequences (required columns first, extras after).
+
+    Examples
+    --------
+    >>> compute_table(rank=[3], iteration=[0], name=["forward-compute"], start_ns=[0], end_ns=[7]).schema.names
+    ['rank', 'iteration', 'name', 'start_ns', 'end_ns']
+    """
+    arrays, fields = [], []
+    for f in COMPUTE_SCHEMA:
+        if f.name not in columns:
+            raise SchemaError(f"missing required column '{f.name}'")
+        v = columns[f.name]
+        arrays.append(pa.array(v, type=f.type) if not isinstance(v, (pa.Array, pa.ChunkedArray)) else v.cast(f.type))
+        fields.append(f)
+    for name, v in columns.items():
+        if name in COMPUTE_SCHEMA.names:
+            continue
+        a = v if isinstance(v, (pa.Array, pa.ChunkedArray)) else pa.array(np.asarray(v) if not isinstance(v, list) else v)
+        arrays.append(a)
+        fields.append(pa.field(name, a.type))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
 
 
 def ops_table(**columns: Any) -> pa.Table:

@@ -18,7 +18,7 @@ from holmes.errors import ArgumentTypeError, ConfigError, JobError
 from holmes.io.limits import check_world_size
 from holmes.io.models import JobMeta, TruthModel
 from holmes.io.outputs import replace_file_text
-from holmes.io.schema import validate_iterations, validate_ops
+from holmes.io.schema import validate_compute, validate_iterations, validate_ops
 
 __all__ = ["JobWriter", "write_job", "rank_filename"]
 
@@ -152,6 +152,17 @@ class JobWriter:
         pq.write_table(t, p, compression=self.compression)
         return p
 
+    def write_compute(self, rank: int, table: pa.Table) -> Path:
+        """Validate and write one rank's compute table (``compute/rank-NNNNN.parquet``: the rank's own
+        work where the source records it; see :func:`holmes.io.schema.validate_compute`)."""
+        r = self._check_rank(rank)
+        t = validate_compute(table, f"compute of rank {r}", rank=r)
+        d = self.staged_path("compute")
+        d.mkdir(exist_ok=True)
+        p = d / rank_filename(r)
+        pq.write_table(t, p, compression=self.compression)
+        return p
+
     def write_topology(self, topology: Any) -> Path:
         p = self.staged_path("topology.json")
         replace_file_text(p, json.dumps(topology.to_dict(), indent=1, allow_nan=False) + "\n")
@@ -180,7 +191,8 @@ class JobWriter:
 
 
 def write_job(path: str | os.PathLike[str], meta: JobMeta | Mapping[str, Any], ops: Mapping[int, pa.Table] | Iterable[tuple[int, pa.Table]],
-              *, iterations: Mapping[int, pa.Table] | None = None, topology: Any = None,
+              *, iterations: Mapping[int, pa.Table] | None = None, compute: Mapping[int, pa.Table] | None = None,
+              topology: Any = None,
               truth: TruthModel | Mapping[str, Any] | None = None, overwrite: bool = False,
               inputs: Iterable[str | os.PathLike[str]] = ()) -> Path:
     """Write a whole job directory at once; see :class:`JobWriter`."""
@@ -190,6 +202,8 @@ def write_job(path: str | os.PathLike[str], meta: JobMeta | Mapping[str, Any], o
             w.write_ops(r, t)
         for r, t in (iterations or {}).items():
             w.write_iterations(r, t)
+        for r, t in (compute or {}).items():
+            w.write_compute(r, t)
         if topology is not None:
             w.write_topology(topology)
         if truth is not None:

@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from holmes.errors import ConfigError
+from holmes.localize.compute_source import row_compute
 from holmes.localize.confidence import device_confidence
 from holmes.localize.peers import Roles
 from holmes.localize.persistent_rank import PersistentSummary, persistent_summaries, persistent_window
@@ -54,6 +55,7 @@ from holmes.localize.persistent_suspects import (ComputeOutliers, NetworkOutlier
 from holmes.localize.persistent_wait import Folded, fold
 from holmes.localize.ranking import device_kind
 from holmes.localize.report import DeviceScore
+from holmes.localize.whatif import ideal_gaps, swap_compute
 from holmes.localize.whatif import replay as _replay
 
 __all__ = ["PersistentAnalysis", "PersistentSelection", "PersistentEvidence", "Suspect"]
@@ -171,7 +173,18 @@ class PersistentAnalysis:
         its = np.unique(np.linspace(0, T - 1, _REPLAY_ITERATIONS).round().astype(np.int64)) \
             if T > _REPLAY_ITERATIONS else None
 
+        # where the job has compute tables (every rank read): each rank's work after its last operator
+        # of an iteration (the optimizer step) ends its step, as logged and at the ideal
+        rc = row_compute(run.source, f.window, prog.rank_ptr)
+        use = rc is not None and bool(rc.covered[f.present].all())
+        if rc is not None and not use:
+            run.assume("persistent: compute tables cover only some ranks; the what-if ideal uses the gaps between "
+                       "operators")
+        tails = (rc.tail, rc.tail_ideal) if use and rc is not None else None
+
         def replay(prog: Any, **kw: Any) -> np.ndarray:
+            if tails is not None and "tail" not in kw:
+                kw["tail"] = tails[0]
             return _replay(prog, iterations=its, **kw)
 
         actual = replay(prog)
@@ -184,26 +197,27 @@ class PersistentAnalysis:
         C, gap, x = ev.compute, prog.gap, prog.x
         row_rank, row_it = f.row_rank, f.row_it
         # the ideal (WIA's): no variation along rank, stage or iteration. Every transfer at the median
-        # of its operator type over the window; every rank's work in every iteration at the job's mean
-        # (the logs hold no compute operator, only each rank's gaps: they are scaled in proportion)
-        c_all = float(C[f.present].mean()) if f.present.any() else 0.0
+        # of its operator type over the window; every compute record at its name's mean where the job
+        # has compute tables (every rank read), and the rest of every rank's gaps in every iteration
+        # at the job's mean, scaled in proportion (whatif.ideal_gaps)
         with np.errstate(divide="ignore", invalid="ignore"):
-            f_all = np.where(C > 0, c_all / C, 1.0)
             f_peer = np.where(C > 0, np.minimum(ev.roles.group_median(C) / C, 1.0), 1.0)
         x_ideal = f.type_x[f.inst_type] if len(f.type_x) else x
-        g_ideal = gap * f_all[row_rank, row_it]
-        ideal = replay(prog, gap=g_ideal, x=x_ideal)
+        g_ideal = ideal_gaps(gap, row_rank, row_it, C.shape, f.present,
+                             *((rc.comp, rc.ideal) if use and rc is not None else ()))
+        ideal = replay(prog, gap=g_ideal, x=x_ideal, **({"tail": tails[1]} if tails is not None else {}))
         t_ideal = float(np.nanmean(ideal[ok])) if np.isfinite(ideal[ok]).any() else float("nan")
         ev.step_actual, ev.step_ideal = t_act, t_ideal
         ev.slowdown = t_act / t_ideal if t_ideal > 0 else None
         # WIA's decomposition: the ideal with one stage (replica) as logged -- its ranks' gaps and the
         # transfers of the instances they take part in -- over the ideal; one replay each
         ev.by_stage = self._decompose(ev.roles.stage, ev.roles.num_stages, W, prog, f, gap, g_ideal, x_ideal,
-                                      replay, ok, t_ideal)
+                                      replay, ok, t_ideal, tails=tails)
         rep = ev.roles.replica
         n_rep = int(rep.max()) + 1 if rep.size else 0
         if n_rep <= 8:
-            ev.by_replica = self._decompose(rep, n_rep, W, prog, f, gap, g_ideal, x_ideal, replay, ok, t_ideal)
+            ev.by_replica = self._decompose(rep, n_rep, W, prog, f, gap, g_ideal, x_ideal, replay, ok, t_ideal,
+                                            tails=tails)
         # transfers at their peers' (a network suspect's impact)
         ratio = ev.slot_ratio
         if ratio is not None and ratio.size:
@@ -213,8 +227,13 @@ class PersistentAnalysis:
         # each suspect's impact: its work (transfers) at its peers' level
         for s in ev.suspects[:8]:
             if s.kind == "compute":
-                m = np.isin(row_rank, s.ranks)
-                alt = replay(prog, gap=np.where(m, gap * f_peer[row_rank, row_it], gap))
+                peers = [q for r in s.ranks for q in ev.roles.peers_of(r).tolist() if q not in s.ranks]
+                if tails is not None and rc is not None and peers:  # its compute records at its peers' means
+                    comp, tl = rc.at_peers(s.ranks, peers)
+                    alt = replay(prog, gap=swap_compute(gap, rc.comp, comp), tail=tl)
+                else:
+                    m = np.isin(row_rank, s.ranks)
+                    alt = replay(prog, gap=np.where(m, gap * f_peer[row_rank, row_it], gap))
                 key = f"gpu:{s.ranks[0]}"
             else:
                 m = np.isin(f.inst_slot, s.slots)
@@ -225,11 +244,13 @@ class PersistentAnalysis:
 
     @staticmethod
     def _decompose(label: np.ndarray, n: int, W: int, prog: Any, f: Folded, gap: np.ndarray, g_ideal: np.ndarray,
-                   x_ideal: np.ndarray, replay: Any, ok: np.ndarray, t_ideal: float) -> dict[int, float]:
+                   x_ideal: np.ndarray, replay: Any, ok: np.ndarray, t_ideal: float,
+                   tails: tuple[np.ndarray, np.ndarray] | None = None) -> dict[int, float]:
         """Per group ``g`` of ``label`` (stage or replica per rank), the mean replayed step with the
-        ideal everywhere but group ``g``'s gaps and the transfers of the instances its ranks take
-        part in, over the ideal step (WIA's ``blocking_decompose_by_stage`` / ``_by_dp_rank``).
-        Jobs of at most 1,024 ranks and 64 groups (one replay per group)."""
+        ideal everywhere but group ``g``'s gaps, its ranks' tails (``tails``: as logged, at the ideal)
+        and the transfers of the instances its ranks take part in, over the ideal step (WIA's
+        ``blocking_decompose_by_stage`` / ``_by_dp_rank``). Jobs of at most 1,024 ranks and 64 groups
+        (one replay per group)."""
         if not 1 < n <= 64 or W > 1024 or not t_ideal > 0:
             return {}
         row_group = label[f.row_rank]
@@ -238,7 +259,8 @@ class PersistentAnalysis:
             keep = row_group == g
             touched = np.zeros(len(x_ideal), np.bool_)
             touched[prog.inst[keep]] = True
-            alt = replay(prog, gap=np.where(keep, gap, g_ideal), x=np.where(touched, prog.x, x_ideal))
+            kw = {} if tails is None else {"tail": np.where((label == g)[:, None], tails[0], tails[1])}
+            alt = replay(prog, gap=np.where(keep, gap, g_ideal), x=np.where(touched, prog.x, x_ideal), **kw)
             out[g] = float(np.nanmean(alt[ok])) / t_ideal
         return out
 

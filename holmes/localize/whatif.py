@@ -41,7 +41,7 @@ import numpy as np
 
 from holmes._jit import njit
 
-__all__ = ["Program", "replay"]
+__all__ = ["Program", "replay", "ideal_gaps", "swap_compute"]
 
 log = logging.getLogger(__name__)
 
@@ -93,10 +93,12 @@ class Program:
 
 
 def replay(prog: Program, *, gap: np.ndarray | None = None, x: np.ndarray | None = None,
-           iterations: np.ndarray | None = None) -> np.ndarray:
+           iterations: np.ndarray | None = None, tail: np.ndarray | None = None) -> np.ndarray:
     """Per iteration, the replayed step (same unit as the gaps); NaN where the dependencies of an
     iteration cannot be resolved (its operators do not match across ranks) and, when
-    ``iterations`` (indices into the program's iterations) is given, for the iterations not in it."""
+    ``iterations`` (indices into the program's iterations) is given, for the iterations not in it.
+    ``tail`` (W, T): per rank and iteration, its work after its last operator (where the job's
+    compute tables record it: the optimizer step), added to its finish."""
     g = prog.gap if gap is None else np.ascontiguousarray(gap, dtype=np.float64)
     xx = prog.x if x is None else np.ascontiguousarray(x, dtype=np.float64)
     n = len(prog.inst)
@@ -104,12 +106,78 @@ def replay(prog: Program, *, gap: np.ndarray | None = None, x: np.ndarray | None
     out = np.full(prog.num_iterations, np.nan)
     its = np.arange(prog.num_iterations, dtype=np.int64) if iterations is None else \
         np.ascontiguousarray(iterations, dtype=np.int64)
-    _replay(prog.iter_ptr, prog.inst, g, prog.new_batch, xx, prog.size, rank_of, np.empty(n, np.int64), its, out)
+    tl = np.zeros((prog.world_size, prog.num_iterations)) if tail is None else \
+        np.ascontiguousarray(tail, dtype=np.float64)
+    _replay(prog.iter_ptr, prog.inst, g, prog.new_batch, xx, prog.size, rank_of, np.empty(n, np.int64), its, out, tl)
     return out
 
 
+def ideal_gaps(gap: np.ndarray, row_rank: np.ndarray, row_it: np.ndarray, shape: tuple[int, int],
+               present: np.ndarray, comp: np.ndarray | None = None, comp_ideal: np.ndarray | None = None) -> np.ndarray:
+    """Per program row, its gap in the what-if *ideal* (WIA's: no variation along rank, stage or iteration).
+
+    A gap is the rank's compute records before the operator, where the job has compute tables
+    (``comp``; see :func:`holmes.localize.compute_source.row_compute`), and the rest of it -- launch
+    delays, data loading, and all of the gap where nothing was recorded. In the ideal the records
+    last their name's mean over the job (``comp_ideal``; the share of them the gap holds: records
+    that ran while an operator was in flight were not in the gap), and each rank's rest in each
+    iteration is scaled to the job's mean rest (in proportion over its gaps). Without compute
+    tables every rank's work in every iteration is thus at the job's mean, its gaps scaled alike.
+
+    Parameters
+    ----------
+    gap : float64 array
+        Per row, the logged gap.
+    row_rank, row_it : int arrays
+        Per row, its rank and window iteration.
+    shape : (W, T)
+    present : bool array (W,)
+        Ranks with rows (the mean is over them).
+    comp, comp_ideal : float64 arrays, optional
+        Per row, the compute records before it, as logged and at their names' means.
+
+    Examples
+    --------
+    Two ranks, one gap each: rank 1 computes 6 where rank 0 computes 2 (records of one name), and
+    idles 1 where rank 0 idles 3:
+
+    >>> g = np.array([5.0, 7.0])
+    >>> ideal_gaps(g, np.array([0, 1]), np.array([0, 0]), (2, 1), np.ones(2, bool)).tolist()   # gaps only
+    [6.0, 6.0]
+    >>> ideal_gaps(g, np.array([0, 1]), np.array([0, 0]), (2, 1), np.ones(2, bool),
+    ...            comp=np.array([2.0, 6.0]), comp_ideal=np.array([4.0, 4.0])).tolist()
+    [6.0, 6.0]
+    """
+    W, T = shape
+    gap = np.asarray(gap, dtype=np.float64)
+    if comp is None or comp_ideal is None:
+        comp = comp_ideal = np.zeros(len(gap))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        held = np.where(comp > 0, np.clip(gap / comp, 0.0, 1.0), 0.0)
+    rest = np.maximum(gap - comp, 0.0)
+    R = np.bincount(row_rank.astype(np.int64) * T + row_it, weights=rest, minlength=W * T).reshape(W, T)
+    r_all = float(R[present].mean()) if np.any(present) else 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f = np.where(R > 0, r_all / R, 1.0)
+    return rest * f[row_rank, row_it] + comp_ideal * held
+
+
+def swap_compute(gap: np.ndarray, comp: np.ndarray, new: np.ndarray) -> np.ndarray:
+    """Per row, its gap with the compute records before it lasting ``new`` instead of ``comp`` (the
+    share of them the gap holds: see :func:`ideal_gaps`), e.g. a suspect's records at its peers'
+    level (:meth:`holmes.localize.compute_source.RowCompute.at_peers`) for its what-if impact.
+
+    >>> swap_compute(np.array([5.0, 3.0]), np.array([4.0, 6.0]), np.array([2.0, 3.0])).tolist()
+    [3.0, 1.5]
+    """
+    gap = np.asarray(gap, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        held = np.where(comp > 0, np.clip(gap / comp, 0.0, 1.0), 0.0)
+    return np.maximum(gap + (new - comp) * held, 0.0)
+
+
 @njit(cache=True, nogil=True)
-def _replay(iter_ptr, inst, gap, new_batch, x, size, rank_of, nxt, its, out):  # pragma: no cover - compiled
+def _replay(iter_ptr, inst, gap, new_batch, x, size, rank_of, nxt, its, out, tail):  # pragma: no cover - compiled
     W = iter_ptr.shape[0]
     n_inst = len(x)
     maxs = np.zeros(n_inst)
@@ -185,8 +253,8 @@ def _replay(iter_ptr, inst, gap, new_batch, x, size, rank_of, nxt, its, out):  #
         for r in range(W):
             if pos[r] < iter_ptr[r, t + 1]:
                 ok = False
-            if clock[r] > step:
-                step = clock[r]
+            if clock[r] + tail[r, t] > step:
+                step = clock[r] + tail[r, t]
         out[t] = step if ok else np.nan
         if not ok:  # clear what the blocked ranks left behind
             for r in range(W):
