@@ -140,3 +140,12 @@ def test_parallel_contradicting_communicators_is_said(job, capsys):
     (job / "job.json").write_text(json.dumps(meta))
     rep = _localize(capsys, job)
     assert any(a.startswith("job.json's parallel layout and its communicators disagree") for a in rep["assumptions"])
+
+
+def test_two_halves_on_disjoint_iterations_are_inconclusive(job, capsys):
+    for r in (4, 5, 6, 7):  # the second pipeline stage numbered from step 100
+        _edit(job, r, lambda t: _set(t, "iteration", pc.add(t["iteration"], 100)))
+    shutil.rmtree(job / "iterations")
+    rep = _localize(capsys, job)
+    assert rep["verdict"] == "inconclusive"
+    assert any("rank(s) logged iterations that most of the others did not" in a for a in rep["assumptions"])

@@ -12,6 +12,8 @@ and still say nothing true about the job:
   nanoseconds), or a median operator over an hour (a unit the other way);
 * **zero-length operators** -- completed operators that took 0 ns (a clock that does not tick at
   this resolution, or a converter that invented end times);
+* **ranks whose iterations do not overlap** those of most of the others (two halves of a job on
+  disjoint iteration numbers);
 * **a member that never logs on its communicator** while the other members read do;
 * **``parallel`` contradicting ``communicators``** in ``job.json`` (:func:`layout_contradictions`).
 
@@ -67,6 +69,8 @@ class RankShape:
     median_op_ns: float
     median_step_ns: float
     comms: frozenset[str] = frozenset()
+    first_iteration: int | None = None
+    last_iteration: int | None = None
 
 
 @dataclass(frozen=True)
@@ -131,9 +135,14 @@ def rank_shapes(ri: np.ndarray, it: np.ndarray, st: np.ndarray, en: np.ndarray, 
     used: dict[int, set[str]] = {}
     for i, c in cpair.tolist():
         used.setdefault(i, set()).add(str(comm_names[c]))
+    lo = np.full(n, np.iinfo(np.int64).max)
+    hi = np.full(n, np.iinfo(np.int64).min)
+    np.minimum.at(lo, pair[:, 0], pair[:, 1])
+    np.maximum.at(hi, pair[:, 0], pair[:, 1])
     for i, r in enumerate(ranks):
+        span = (int(lo[i]), int(hi[i])) if ops[i] else (None, None)
         out[int(r)] = RankShape(int(iters[i]), int(ops[i]), int(zero[i]), float(med_op[i]), float(med_step[i]),
-                                frozenset(used.get(i, ())))
+                                frozenset(used.get(i, ())), *span)
     return out
 
 
@@ -168,6 +177,19 @@ def judge(shapes: Mapping[int, RankShape], members: Mapping[str, Sequence[int]] 
                 f"{shapes[r0].ops} op(s) in {shapes[r0].iterations} iteration(s), its peers a median of {mo:g} in "
                 f"{mi:g}): their logs look truncated or lost, and what they did cannot be compared",
                 tuple(short), severe=True, kind="short"))
+    ranged = [r for r in rs if shapes[r].first_iteration is not None]
+    if len(ranged) >= 2:
+        lo = np.array([shapes[r].first_iteration for r in ranged])
+        hi = np.array([shapes[r].last_iteration for r in ranged])
+        overlap = (lo[:, None] <= hi[None, :]) & (lo[None, :] <= hi[:, None])
+        others = overlap.sum(axis=1) - 1
+        apart = [r for r, k in zip(ranged, others.tolist()) if k < (len(ranged) - 1) / 2]
+        if apart:
+            r0 = apart[0]
+            out.append(Finding(
+                f"{len(apart)} rank(s) logged iterations that most of the others did not ({_names(apart)}; rank {r0}: "
+                f"{shapes[r0].first_iteration}-{shapes[r0].last_iteration}): iteration numbers shifted, or logs of "
+                "different periods; their steps cannot be compared", tuple(apart), severe=True, kind="apart"))
     med_op = np.array([shapes[r].median_op_ns for r in rs])
     med_step = np.array([shapes[r].median_step_ns for r in rs])
     if np.isfinite(med_op).any():
