@@ -200,6 +200,11 @@ class Localizer:
         named = named_devices(ranked, p.min_confidence)
         if untrusted and verdict in ("culprit", "healthy"):  # no verdict stands on logs that cannot be trusted
             verdict, named = "inconclusive", []
+        unreadable = sorted(getattr(src, "unreadable", ()))
+        if verdict == "healthy" and unreadable:  # the rank that could not be read may be the one at fault
+            verdict = "inconclusive"
+            run.assume(f"rank(s) {', '.join(map(str, unreadable[:8]))}{' ...' if len(unreadable) > 8 else ''} could "
+                       "not be read (see above): a healthy verdict cannot stand without them")
         log.info("localize: verdict %s, %d causes, %d ranks read", verdict, len(causes), len(src.ranks_read))
         return Report(devices=named[:p.top_k], all_devices=ranked, root_causes=causes, verdict=verdict,
                       candidates=[] if named else ranked[:p.top_k],
