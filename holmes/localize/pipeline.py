@@ -197,14 +197,10 @@ class Localizer:
         pers = next((f for f in findings if f.analysis == "persistent"), None)
         slowdown = getattr(pers.evidence, "slowdown", None) if pers else None
         non_device = getattr(pers.evidence, "non_device_cause", None) if pers else None
+        verdict = _no_quiet_healthy(run, verdict, untrusted)
         named = named_devices(ranked, p.min_confidence)
-        if untrusted and verdict in ("culprit", "healthy"):  # no verdict stands on logs that cannot be trusted
+        if untrusted and verdict == "culprit":
             verdict, named = "inconclusive", []
-        unreadable = sorted(getattr(src, "unreadable", ()))
-        if verdict == "healthy" and unreadable:  # the rank that could not be read may be the one at fault
-            verdict = "inconclusive"
-            run.assume(f"rank(s) {', '.join(map(str, unreadable[:8]))}{' ...' if len(unreadable) > 8 else ''} could "
-                       "not be read (see above): a healthy verdict cannot stand without them")
         log.info("localize: verdict %s, %d causes, %d ranks read", verdict, len(causes), len(src.ranks_read))
         return Report(devices=named[:p.top_k], all_devices=ranked, root_causes=causes, verdict=verdict,
                       candidates=[] if named else ranked[:p.top_k],
@@ -365,6 +361,21 @@ def _consistency(run: Run) -> bool:
         run.assume("the pivot's log disagrees with other ranks' on iteration or seq numbers: no device is named")
         return True
     return False
+
+
+def _no_quiet_healthy(run: Run, verdict: str, untrusted: bool) -> str:
+    """``inconclusive`` instead of ``healthy`` when the logs cannot be trusted (:func:`_consistency`)
+    or a rank's log exists but could not be read (it may be the one at fault); else ``verdict``."""
+    if verdict != "healthy":
+        return verdict
+    if untrusted:
+        return "inconclusive"
+    unreadable = sorted(getattr(run.source, "unreadable", ()))
+    if unreadable:
+        run.assume(f"rank(s) {', '.join(map(str, unreadable[:8]))}{' ...' if len(unreadable) > 8 else ''} could "
+                   "not be read (see above): a healthy verdict cannot stand without them")
+        return "inconclusive"
+    return verdict
 
 
 def _plausibility(run: Run, found_log: Any, read: set[int]) -> list[int]:
