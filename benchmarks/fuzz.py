@@ -4,9 +4,10 @@ Every case builds a fresh working directory (a small simulated job, or a convert
 from ``../shared/data`` / ``tests/data``), applies one to three mutations, runs one ``holmes``
 command in-process (``holmes.cli.main.main``) and checks the outcome:
 
-* ``tracebacks``: the command raised out of ``main``, exited with a status other than 0/2, printed
-  more than one stderr line with status 2, or reported ``internal error`` (an exception Holmes
-  did not turn into a typed error);
+* ``tracebacks``: the command raised out of ``main``, exited with a status other than 0/2, or
+  printed more than one stderr line with status 2;
+* ``internal_errors``: the CLI's catch-all answered (``internal error: ... please report it``): an
+  exception Holmes did not turn into a typed error -- a hidden crash, counted as a failure;
 * ``clobbers``: a file of the input changed, or something appeared outside the command's output
   (including a leftover ``.holmes-tmp-*``);
 * ``silent_wrong``: a mutation that makes the log inconsistent (ops ending before they start,
@@ -15,7 +16,15 @@ command in-process (``holmes.cli.main.main``) and checks the outcome:
 * ``max_rss_mb``: the peak resident set size of the process (all cases run in one process).
 
 Usage: ``python benchmarks/fuzz.py [--cases 10000] [--seed 0] [--verbose]``; the last line is
-``fuzz_cases=<n> tracebacks=<n> clobbers=<n> silent_wrong=<n> max_rss_mb=<MB>``. The same machinery
+``fuzz_cases=<n> tracebacks=<n> internal_errors=<n> clobbers=<n> silent_wrong=<n> max_rss_mb=<MB>``.
+
+The ``rare`` family (issue #39) holds what an outside run found: a rank with no operator in the
+window (0 rows, every ``op_index`` 0, two halves of the ranks on disjoint iterations), a rank
+truncated to one row, times in microseconds or milliseconds, zero-length operators, an
+``abnormal`` label of strings with ``--detector label``, seeds beyond 64 bits, Kineto traces of 24
+ranks on a process group of 2, parquet bombs (constant rows, 100k-character communicator ids),
+``--topology`` on a FIFO or ``/dev/zero``, and ``--overwrite`` onto directories holding a user's
+files beside a ``job.json`` or an empty ``ranks/``. The same machinery
 drives ``tests/test_fuzz.py`` (hypothesis picks the cases there).
 """
 
@@ -52,7 +61,8 @@ INSPECTOR = REPO / "tests" / "data" / "nccl_inspector"
 I64_MIN = int(np.iinfo(np.int64).min)
 
 # keep the caps small so that a gzip bomb or a huge file fails fast and cheaply in the fuzz run
-FUZZ_ENV = {"HOLMES_MAX_TRACE_BYTES": str(64 << 20), "HOLMES_MAX_JSON_BYTES": str(8 << 20)}
+FUZZ_ENV = {"HOLMES_MAX_TRACE_BYTES": str(64 << 20), "HOLMES_MAX_JSON_BYTES": str(8 << 20),
+            "HOLMES_MAX_ROWS_PER_RANK": str(1 << 20)}
 
 
 # ----------------------------------------------------------------------------- base inputs
@@ -531,6 +541,8 @@ def _digest(root: Path, skip: Path | None = None) -> dict[str, str]:
                 out[rel] = "link:" + os.readlink(p)
             elif p.is_dir():
                 out[rel] = "dir"
+            elif not p.is_file():
+                out[rel] = "special"  # a FIFO a case made: reading it would block
             else:
                 try:
                     out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
@@ -546,6 +558,7 @@ class Outcome:
     stdout: str
     stderr: str
     traceback: bool = False
+    internal_error: bool = False
     clobber: bool = False
     silent_wrong: bool = False
     detail: str = ""
@@ -580,11 +593,11 @@ def judge(name: str, argv: list[str], work: Path, output: Path | None, expect: s
     elif rc == 2 and len(lines) != 1:
         o.traceback, o.detail = True, f"{len(lines)} stderr lines: {err[:300]!r}"
     elif any("internal error" in ln for ln in lines):
-        o.traceback, o.detail = True, lines[-1][:300]
+        o.internal_error, o.detail = True, lines[-1][:300]
     changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
     if changed:
         o.clobber, o.detail = True, f"changed outside the output: {changed[:5]}"
-    if rc == 0 and expect is not None and not o.traceback:
+    if rc == 0 and expect is not None and not (o.traceback or o.internal_error):
         text = out + err
         if expect not in text:
             o.silent_wrong, o.detail = True, f"holmes {argv[0]}: exit 0 without naming {expect!r} (rank {semantic_rank})"
@@ -593,7 +606,9 @@ def judge(name: str, argv: list[str], work: Path, output: Path | None, expect: s
 
 def make_case(bases: Bases, rng: random.Random, work: Path) -> tuple[str, list[str], Path | None, str | None, int | None]:
     """Build one case in ``work``; returns (name, argv, output path, expected finding, rank)."""
-    family = rng.choices(["semantic", "file", "args", "clobber", "convert"], weights=[4, 3, 1, 1, 2])[0]
+    family = rng.choices(["semantic", "file", "args", "clobber", "convert", "rare"], weights=[4, 3, 1, 1, 2, 3])[0]
+    if family == "rare":
+        return make_rare_case(bases, rng, work)
     if family == "convert" and not bases.convert_src:
         family = "file"
     if family == "convert":
@@ -702,6 +717,136 @@ def make_case(bases: Bases, rng: random.Random, work: Path) -> tuple[str, list[s
     return f"clobber-{k}", argv, None, None, None
 
 
+# ----------------------------------------------------------------------------- rare inputs (#39)
+
+
+def _all_ranks(job: Path, fn: Callable[[pa.Table], pa.Table]) -> None:
+    for r in range(4):
+        _edit_rank(job, r, fn)
+
+
+def _scale_times(k: int) -> Callable[[pa.Table], pa.Table]:
+    return lambda t: _set(_set(t, "start_ns", [v // k for v in _col(t, "start_ns")]), "end_ns",
+                          [None if v is None else v // k for v in _col(t, "end_ns")])
+
+
+def _kineto_24(src: Path, rng: random.Random) -> None:
+    """24 ranks' Kineto traces whose one process group lists ranks 0 and 1 only."""
+    src.mkdir()
+    for r in range(24):
+        ev = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "ts": 1000 * i, "dur": 999,
+               "pid": 1, "tid": 1} for i in range(4)]
+        for i in range(4):
+            args = {"Collective name": "allreduce", "Process Group Name": "0", "Process Group Ranks": "[0, 1]",
+                    "Process Group Description": "default_pg", "In msg nelems": 10, "Out msg nelems": 10,
+                    "dtype": "Float", "Group size": 2}
+            ev.append({"ph": "X", "cat": "cpu_op", "name": "record_param_comms", "pid": 1, "tid": 1,
+                       "ts": 1000 * i + 10 + r, "dur": 5 + rng.randrange(50), "args": args})
+        d = {"schemaVersion": 1, "baseTimeNanoseconds": 10**18,
+             "distributedInfo": {"backend": "gloo", "rank": r, "world_size": 24, "pg_config": [
+                 {"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cpu:gloo", "pg_size": 2,
+                  "ranks": [0, 1]}]}, "traceEvents": ev}
+        (src / f"rank{r}.json").write_text(json.dumps(d))
+
+
+def _bomb(job: Path, r: int, kind: str) -> None:
+    """A rank file that is small on disk and huge once decoded."""
+    t = pq.read_table(_rank_file(job, r))
+    one = t.slice(0, 1)
+    if kind == "rows":  # constant rows: beyond FUZZ_ENV's row cap, a few kB
+        n = (1 << 20) + 1000
+        big = one.take(pa.array(np.zeros(n, np.int64)))
+        pq.write_table(big, _rank_file(job, r), compression="zstd")
+        return
+    # 100k-character communicator ids (500 MB decoded), dictionary-encoded on disk, written 200 rows
+    # at a time so that the harness itself stays small
+    n = 200
+    chunk = one.take(pa.array(np.zeros(n, np.int64)))
+    ids = pa.DictionaryArray.from_arrays(pa.array(np.zeros(n, np.int32)), pa.array(["c" * 100_000]))
+    chunk = chunk.set_column(chunk.schema.get_field_index("comm_id"), "comm_id", ids.cast(pa.string()))
+    with pq.ParquetWriter(_rank_file(job, r), chunk.schema, compression="zstd") as w:
+        for _ in range(25):
+            w.write_table(chunk)
+
+
+RARE_KINDS = ("zero_rows", "op_index_zero", "halves", "truncated", "microseconds", "milliseconds", "zero_length",
+              "label_strings", "seed", "kineto_24", "bomb_rows", "bomb_strings", "topology_fifo", "topology_zero",
+              "overwrite_job_json", "overwrite_empty_ranks")
+
+
+def make_rare_case(bases: Bases, rng: random.Random, work: Path, kind: str | None = None
+                   ) -> tuple[str, list[str], Path | None, str | None, int | None]:
+    """One of the rare inputs an outside fuzz run turned into hidden crashes, clobbers, unbounded
+    reads or quiet verdicts (see the module docstring); ``kind``: one of :data:`RARE_KINDS`
+    (default: drawn)."""
+    k = kind if kind is not None else rng.choice(RARE_KINDS)
+    loc = ["localize"]
+    if k == "seed":
+        out = work / "sim"
+        seed = rng.choice([2**63, 2**64 + 5, 10**30, -1])
+        return "rare-seed", ["simulate", "--out", str(out), "--tp", "2", "--pp", "1", "--dp", "1", "--iterations", "2",
+                             "--seed", str(seed)], out, None, None
+    if k == "kineto_24":
+        src = work / "traces"
+        _kineto_24(src, rng)
+        out = work / "out"
+        return "rare-kineto_24", ["convert", "--from", "kineto", str(src), str(out)], out, \
+            "process group that does not list them", None
+    job = work / "job"
+    shutil.copytree(bases.job, job, symlinks=True)
+    r = rng.randrange(4)
+    expect: str | None = None
+    extra: list[str] = []
+    if k == "zero_rows":
+        _edit_rank(job, r, lambda t: t.slice(0, 0))
+        expect = "logged far less than their peers"
+    elif k == "op_index_zero":
+        _edit_rank(job, r, lambda t: _set(t, "op_index", [0] * t.num_rows, pa.int32()))
+        expect = "share an (iteration, op_index)"
+    elif k == "halves":
+        for q in (2, 3):
+            _edit_rank(job, q, lambda t: _set(t, "iteration", [v + 100 for v in _col(t, "iteration")]))
+        shutil.rmtree(job / "iterations")
+        expect = "iterations that most of the others did not"
+    elif k == "truncated":
+        _edit_rank(job, r, lambda t: t.slice(0, 1))
+        expect = "logged far less than their peers"
+    elif k in ("microseconds", "milliseconds"):
+        _all_ranks(job, _scale_times(1000 if k == "microseconds" else 1_000_000))
+        shutil.rmtree(job / "iterations")
+        expect = "implausibly short times"
+    elif k == "zero_length":
+        _edit_rank(job, r, lambda t: _set(t, "end_ns", _col(t, "start_ns")))
+        expect = "zero-length operators"
+    elif k == "label_strings":
+        _all_ranks(job, lambda t: _set(t, "abnormal", ["yes" if v else "no" for v in _col(t, "abnormal")], pa.string()))
+        extra = ["--detector", "label"]
+    elif k in ("bomb_rows", "bomb_strings"):
+        _bomb(job, r, "rows" if k == "bomb_rows" else "strings")
+    elif k in ("topology_fifo", "topology_zero"):
+        if k == "topology_fifo":
+            fifo = work / "topo.fifo"
+            os.mkfifo(fifo)
+            extra = ["--topology", str(fifo)]
+        else:
+            extra = ["--topology", "/dev/zero"]
+    else:  # --overwrite onto a directory holding a user's file beside a job.json, or an empty ranks/
+        target = work / "mine"
+        target.mkdir()
+        if k == "overwrite_job_json":
+            (target / "job.json").write_text(rng.choice(['{"world_size": 2}', (job / "job.json").read_text()]))
+        else:
+            (target / "ranks").mkdir()
+        (target / "thesis.tex").write_text("user data")
+        if rng.random() < 0.5:
+            argv = ["simulate", "--out", str(target), "--tp", "2", "--pp", "1", "--dp", "1", "--iterations", "2",
+                    "--overwrite"]
+        else:
+            argv = ["convert", "--from", "nccl-inspector", str(INSPECTOR), str(target), "--overwrite"]
+        return f"rare-{k}", argv, None, None, None  # nothing may change: the whole work tree is digested
+    return f"rare-{k}", loc + [str(job), "--format", "json"] + extra, None, expect, r
+
+
 def run_case(bases: Bases, seed: int, scratch: Path) -> Outcome:
     rng = random.Random(seed)
     work = Path(tempfile.mkdtemp(dir=scratch, prefix=f"case{seed}-"))
@@ -748,7 +893,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"case {i} {o.name}: peak RSS rose to {max_rss_mb():.0f} MB", flush=True)
             fam = o.name.split("-")[0]
             by_family[fam] += 1
-            for k in ("traceback", "clobber", "silent_wrong"):
+            for k in ("traceback", "internal_error", "clobber", "silent_wrong"):
                 if getattr(o, k):
                     counts[k] += 1
                     fails.append(o)
@@ -756,7 +901,8 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"case {i} {o.name} {k}: rc={o.rc} {o.detail}", flush=True)
             counts[f"rc{o.rc}"] += 1
             if (i + 1) % 500 == 0:
-                print(f"  progress: fuzz_cases={i + 1} tracebacks={counts['traceback']} clobbers={counts['clobber']} "
+                print(f"  progress: fuzz_cases={i + 1} tracebacks={counts['traceback']} "
+                      f"internal_errors={counts['internal_error']} clobbers={counts['clobber']} "
                       f"silent_wrong={counts['silent_wrong']} max_rss_mb={max_rss_mb():.0f} "
                       f"elapsed_s={time.time() - t0:.0f}", flush=True)
         if _digest(bases.root) != before:
@@ -772,7 +918,8 @@ def main(argv: list[str] | None = None) -> int:
         if key not in seen:
             seen.add(key)
             print(f"  {o.name}: {o.detail[:200]}")
-    print(f"fuzz_cases={args.cases} tracebacks={counts['traceback']} clobbers={counts['clobber']} "
+    print(f"fuzz_cases={args.cases} tracebacks={counts['traceback']} internal_errors={counts['internal_error']} "
+          f"clobbers={counts['clobber']} "
           f"silent_wrong={counts['silent_wrong']} max_rss_mb={max_rss_mb():.0f}")
     return 0
 

@@ -122,3 +122,23 @@ def test_a_parquet_fifo_is_refused(job):
     os.mkfifo(p)
     with pytest.raises(HolmesError):
         read_parquet_capped(p)
+
+
+def test_a_rank_over_a_cap_makes_no_healthy_verdict(job, monkeypatch, capsys):
+    import json as _json
+
+    from holmes.cli.main import main
+
+    _long_comm_ids(job, 1, 100_000)
+    assert main(["localize", str(job), "--format", "json"]) == 0
+    rep = _json.loads(capsys.readouterr().out)
+    assert rep["verdict"] == "inconclusive"
+    assert any("HOLMES_MAX_STRING_BYTES" in a for a in rep["assumptions"]) or "HOLMES_MAX_STRING_BYTES" in str(rep)
+
+
+def test_error_lines_stay_short(job, monkeypatch):
+    monkeypatch.setenv("HOLMES_MAX_STRING_BYTES", "200000")
+    _long_comm_ids(job, 1, 100_000, rows=10)
+    with pytest.raises(HolmesError) as e:
+        holmes.read_job(job).ops(1)
+    assert len(str(e.value)) < 400 and "absent from job.json" in str(e.value)

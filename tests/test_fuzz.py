@@ -57,6 +57,7 @@ LOCALIZE_NAMES_FINDINGS = _localize_names_findings()
 
 def _check(o) -> None:
     assert not o.traceback, f"{o.name}: {o.detail}\nstderr: {o.stderr[-500:]}"
+    assert not o.internal_error, f"{o.name}: {o.detail}"
     assert not o.clobber, f"{o.name}: {o.detail}"
     assert not o.silent_wrong, f"{o.name}: {o.detail}"
 
@@ -114,3 +115,13 @@ def test_fuzz_converter_inputs(bases, seed, fmt):
             for r in job.available_ranks():
                 job.ops(r)
     _check(o)
+
+
+@pytest.mark.parametrize("kind", fuzz.RARE_KINDS)
+def test_fuzz_rare_inputs(bases, kind, tmp_path):
+    """Each rare input of issue #39: no hidden crash, no clobber, bounded memory, and the quiet
+    verdicts now name what went wrong."""
+    name, argv, out, expect, r = fuzz.make_rare_case(bases, random.Random(0), tmp_path, kind)
+    o = fuzz.judge(name, argv, tmp_path, out, expect, r)
+    _check(o)
+    assert not any(p.exists() for p in fuzz._outputs(out)) or o.rc == 0

@@ -43,6 +43,26 @@ def _int64_col(values: list[Any], rank: int, name: str, *, none: int | None = No
     return arr
 
 
+def _duplicates(*cols: np.ndarray) -> np.ndarray:
+    """True on every row equal, column by column, to an earlier row (the first copy is kept).
+
+    >>> _duplicates(np.array(["a", "a", "b", "a"], dtype=object), np.array([1, 1, 1, 2])).tolist()
+    [False, True, False, False]
+    """
+    n = len(cols[0]) if cols else 0
+    if n < 2:
+        return np.zeros(n, dtype=bool)
+    keys = [np.unique(c.astype(str) if c.dtype == object else c, return_inverse=True)[1].reshape(-1) for c in cols]
+    o = np.lexsort([np.arange(n)] + keys[::-1])
+    same = np.ones(n - 1, dtype=bool)
+    for k in keys:
+        ks = k[o]
+        same &= ks[1:] == ks[:-1]
+    dup = np.zeros(n, dtype=bool)
+    dup[o[1:][same]] = True
+    return dup
+
+
 def _rank_table(rows: RankRows, notes: Notes) -> pa.Table:
     c = rows.cols
     n = len(rows)
@@ -59,6 +79,14 @@ def _rank_table(rows: RankRows, notes: Notes) -> pa.Table:
         raise ConvertError(f"rank {rows.rank}: column 'peer' holds rank {bad} outside the world")
     # issue order = (iteration, start_ns, input order); op_index restarts every iteration
     order = np.lexsort((np.arange(n), start, it))
+    dup = _duplicates(comm, op, peer, it, start, end, nbytes, given)
+    if dup.any():
+        k = int(dup.sum())
+        notes.warn(f"rank {rows.rank}: {k} record(s) repeat another of the same communicator, operator, peer, "
+                   "size and times (the trace lists them twice), dropped")
+        notes.details.setdefault("duplicates_dropped", {})[str(rows.rank)] = k
+        order = order[~dup[order]]
+        n = len(order)
     op, peer, comm, it, start, end, given, nbytes = (x[order] for x in (op, peer, comm, it, start, end, given, nbytes))
     bad = end < start
     if bad.any():

@@ -32,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from holmes.io.crosscheck import CrossCheck, MemberIndex, _codes, op_codes
+from holmes.io.plausibility import Finding, RankShape, judge, rank_shapes
 from holmes.io.schema import OP_NAMES, P2P_OPS
 
 __all__ = ["RankFindings", "ConsistencyLog", "check_ops", "check_ops_batch", "check_iterations"]
@@ -52,6 +53,8 @@ class RankFindings:
     rows_read: int = 0
     rows_excluded: int = 0
     messages: list[str] = field(default_factory=list)
+    #: the shape of the rows kept, judged against the other ranks' (:mod:`holmes.io.plausibility`)
+    shape: RankShape | None = None
 
     def add(self, msg: str, excluded: int = 0) -> None:
         self.messages.append(f"rank {self.rank}: {msg}")
@@ -93,6 +96,8 @@ class ConsistencyLog:
         self._cross_msgs: dict[int, list[str]] = {}
         self._cross = CrossCheck()
         self._pending: dict[int, pa.Table] = {}
+        #: rank -> the shape of its log (kept rows), for :meth:`plausibility`
+        self.shapes: dict[int, RankShape] = {}
 
     @property
     def inconsistencies(self) -> dict[int, list[str]]:
@@ -158,6 +163,8 @@ class ConsistencyLog:
             log.warning("%s", msg)
 
     def record_ops(self, f: RankFindings) -> None:
+        if f.shape is not None:
+            self.shapes[f.rank] = f.shape
         self.rows_read[f.rank] = f.rows_read
         self.rows_excluded[f.rank] = f.rows_excluded
         self._set(f.rank, ops=f.messages)
@@ -182,6 +189,14 @@ class ConsistencyLog:
     def assumptions(self) -> list[str]:
         """Every finding, rank by rank (what a report lists as assumptions)."""
         return [m for r in sorted(self.inconsistencies) for m in self.inconsistencies[r]]
+
+    def plausibility(self, ranks: Iterable[int] | None = None,
+                     members: Mapping[str, Sequence[int]] | None = None) -> list[Finding]:
+        """What the logs of ``ranks`` (default: every rank read) cannot mean, judged across ranks:
+        :func:`holmes.io.plausibility.judge` (a rank much shorter than its peers, implausible
+        time units, zero-length operators, members silent on their communicator)."""
+        rs = list(self.shapes) if ranks is None else [r for r in ranks if r in self.shapes]
+        return judge({r: self.shapes[r] for r in rs}, members)
 
     def excluded_fraction(self, ranks: Iterable[int] | None = None) -> float:
         """Excluded op rows / op rows read, over ``ranks`` (default: every rank read); 0.0 when none read."""
@@ -293,6 +308,8 @@ def check_ops_batch(table: pa.Table, ranks: Iterable[int], communicators: Mappin
     counts = np.bincount(ri, minlength=len(uranks))
     found = {r: RankFindings(rank=r, rows_read=int(counts[i])) for i, r in enumerate(order_ranks)}
     if n == 0:
+        for f in found.values():
+            f.shape = RankShape(0, 0, 0, float("nan"), float("nan"))
         return table, found
     it = _np(table.column("iteration"))
     ix = _np(table.column("op_index")).astype(np.int64)
@@ -381,6 +398,10 @@ def check_ops_batch(table: pa.Table, ranks: Iterable[int], communicators: Mappin
         bad[keep[o[back]]] = True
         exclude(bad, "{k} op(s) repeat or go back in seq on their communicator, excluded")
 
+    kk = ~excluded
+    shapes = rank_shapes(ri[kk], it[kk], st[kk], en[kk], (st_ok & en_ok)[kk], comm[kk], comm_names, order_ranks)
+    for r, f in found.items():
+        f.shape = shapes[r]
     out = table.filter(pa.array(~excluded)) if excluded.any() else table
     out = _repair_op_index(out, ~excluded, ri, it, ix, np.where(st_ok, st, _I64_MAX), st_ok, order_ranks, found)
     for r, f in found.items():

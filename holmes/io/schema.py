@@ -236,13 +236,24 @@ def validate_ops(table: pa.Table, source: str | None = None, *, world_size: int 
     ops = pc.unique(out.column("op")).to_pylist()
     unknown = sorted(set(o for o in ops if o is not None) - set(OP_NAMES))
     if unknown:
-        raise SchemaError(f"{w}column 'op' holds unknown operator(s) {unknown}; expected one of {list(OP_NAMES)}")
+        raise SchemaError(f"{w}column 'op' holds unknown operator(s) {_short(unknown)}; expected one of {list(OP_NAMES)}")
     if comm_ids is not None:
         ids = pc.unique(out.column("comm_id")).to_pylist()
         missing = sorted(i for i in set(ids) if i not in comm_ids)   # comm_ids: a mapping or set, O(1) lookups
         if missing:
-            raise SchemaError(f"{w}column 'comm_id' holds {missing[:5]} absent from job.json communicators")
+            raise SchemaError(f"{w}column 'comm_id' holds {_short(missing)} absent from job.json communicators")
     return out
+
+
+def _short(values: list, k: int = 5, width: int = 40) -> str:
+    """The first ``k`` values for a message, each cut to ``width`` characters (a 100k-character
+    id must not make a 100k-character error line).
+
+    >>> _short(["a" * 50, "b"], width=8)
+    "['aaaaa...', 'b']"
+    """
+    shown = [v if not isinstance(v, str) or len(v) <= width else v[: width - 3] + "..." for v in values[:k]]
+    return str(shown) + (f" and {len(values) - k} more" if len(values) > k else "")
 
 
 def _check_states(out: pa.Table, w: str) -> None:
@@ -259,7 +270,7 @@ def _check_states(out: pa.Table, w: str) -> None:
         raise SchemaError(f"{w}column 'state' has {st.null_count} null value(s)")
     bad = sorted(set(pc.unique(st.cast(pa.string())).to_pylist()) - set(STATES))
     if bad:
-        raise SchemaError(f"{w}column 'state' holds {bad[:5]}; expected one of {list(STATES)}")
+        raise SchemaError(f"{w}column 'state' holds {_short(bad)}; expected one of {list(STATES)}")
     s = st.cast(pa.string())
     for name, allowed in (("end_ns", pc.not_equal(s, "completed")), ("start_ns", pc.equal(s, "scheduled"))):
         col = out.column(name)

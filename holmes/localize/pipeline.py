@@ -205,6 +205,7 @@ class Localizer:
         pers = next((f for f in findings if f.analysis == "persistent"), None)
         slowdown = getattr(pers.evidence, "slowdown", None) if pers else None
         non_device = getattr(pers.evidence, "non_device_cause", None) if pers else None
+        verdict = _no_quiet_healthy(run, verdict, untrusted)
         named = named_devices(ranked, p.min_confidence)
         if untrusted and verdict == "culprit":
             verdict, named = "inconclusive", []
@@ -378,6 +379,11 @@ def _consistency(run: Run) -> bool:
     found = [m for r in sorted(found_log.inconsistencies) if r in read for m in found_log.inconsistencies[r]]
     run.assumptions[:0] = found
     pivots = set(run.params.pivots)
+    severe = _plausibility(run, found_log, read)
+    if severe:
+        run.assume(f"the logs of rank(s) {', '.join(map(str, severe[:8]))}{' ...' if len(severe) > 8 else ''} cannot "
+                   "mean what they say (see above): no verdict stands on them")
+        return True
     if found_log.mostly_excluded(read):
         run.assume(f"{100 * found_log.excluded_fraction(read):.0f}% of the rows read were excluded as "
                    "inconsistent: no device is named")
@@ -386,6 +392,41 @@ def _consistency(run: Run) -> bool:
         run.assume("the pivot's log disagrees with other ranks' on iteration or seq numbers: no device is named")
         return True
     return False
+
+
+def _no_quiet_healthy(run: Run, verdict: str, untrusted: bool) -> str:
+    """``inconclusive`` instead of ``healthy`` when the logs cannot be trusted (:func:`_consistency`)
+    or a rank's log exists but could not be read (it may be the one at fault); else ``verdict``."""
+    if verdict != "healthy":
+        return verdict
+    if untrusted:
+        return "inconclusive"
+    unreadable = sorted(getattr(run.source, "unreadable", ()))
+    if unreadable:
+        run.assume(f"rank(s) {', '.join(map(str, unreadable[:8]))}{' ...' if len(unreadable) > 8 else ''} could "
+                   "not be read (see above): a healthy verdict cannot stand without them")
+        return "inconclusive"
+    return verdict
+
+
+def _plausibility(run: Run, found_log: Any, read: set[int]) -> list[int]:
+    """List the cross-rank findings on the ranks read (:mod:`holmes.io.plausibility`) among the
+    assumptions; returns the ranks of the severe ones (a truncated log, implausible times)."""
+    judge = getattr(found_log, "plausibility", None)
+    if judge is None:
+        return []
+    comms = getattr(run.source.job, "communicators", None) or {}
+    members = {cid: getattr(c, "ranks", c) for cid, c in comms.items()}
+    issues = judge(read, members)
+    job = run.source.job
+    if getattr(getattr(job, "meta", None), "parallel", None) is not None and \
+            getattr(getattr(job, "meta", None), "communicators", None) is not None:
+        from holmes.io.plausibility import layout_contradictions
+
+        issues += layout_contradictions(job.layout, comms)
+    for f in issues:
+        run.assume(f.message)
+    return sorted({r for f in issues if f.severe for r in f.ranks})
 
 
 def _set_aside_note(scans: list[dict[str, Any]], bound: int) -> str:

@@ -75,6 +75,8 @@ class JobSource:
         self.world_size = int(job.world_size)
         self.communicators = job.communicators
         self.missing: dict[int, str] = {}
+        #: the ranks of :attr:`missing` whose log exists but could not be read (corrupt, over a cap)
+        self.unreadable: set[int] = set()
         self.errors: dict[int, Exception] = {}
         self._fetched: dict[int, pa.Table] = {}
         self._streamed: set[int] = set()
@@ -153,6 +155,8 @@ class JobSource:
                 sum(t.nbytes for t in b.tables.values())
             for r, exc in b.errors.items():
                 self.missing[r] = " ".join(str(exc).split())
+                if not isinstance(exc, MissingRankError):
+                    self.unreadable.add(r)
                 log.warning("rank %d skipped: %s", r, self.missing[r])
             new = [r for r in b.tables if r not in self._fetched and r not in self._streamed]
             self._streamed.update(new)
@@ -175,6 +179,8 @@ class JobSource:
             t = self.job.ops(r)
         except (MissingRankError, ParseError, SchemaError) as exc:
             self.missing[r] = " ".join(str(exc).split())
+            if not isinstance(exc, MissingRankError):
+                self.unreadable.add(r)
             log.warning("rank %d skipped: %s", r, self.missing[r])
             return None
         after = self._job_bytes()
