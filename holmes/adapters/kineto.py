@@ -442,13 +442,13 @@ def convert_kineto(src: str | os.PathLike[str], out: str | os.PathLike[str], *, 
     return path
 
 
-#: the optional compute table of DESIGN.md
+#: the optional compute table (docs/formats.md)
 COMPUTE_SCHEMA = pa.schema([("rank", pa.int32()), ("iteration", pa.int64()), ("name", pa.string()),
                             ("start_ns", pa.int64()), ("end_ns", pa.int64())])
 
 
 def write_compute(job_dir: Path, compute: dict[int, list[tuple[int, str, int, int]]]) -> None:
-    """Write ``compute/rank-NNNNN.parquet`` (DESIGN.md's optional compute table) for each rank."""
+    """Write ``compute/rank-NNNNN.parquet`` (the optional compute table of docs/formats.md) for each rank."""
     if not compute:
         return
     d = Path(job_dir) / "compute"

@@ -13,7 +13,7 @@ is assumed (warned).
 
 :func:`c10d_records` turns them into the records :func:`holmes.adapters.kineto.parse_kineto_trace`
 builds rows from, in the ``record_param_comms`` argument names. :func:`compute_rows` gives the
-optional compute table (``DESIGN.md``): the GPU kernels other than NCCL's where the trace has
+optional compute table (``docs/formats.md``): the GPU kernels other than NCCL's where the trace has
 kernels, else the top-level CPU operators of the threads that issued communication (forward,
 backward, optimizer ops under a ``ProfilerStep#N``).
 """

@@ -23,7 +23,7 @@ Groups (what makes a communication op wait for others): a forward (backward) sen
 Examples
 --------
 >>> import pyarrow.parquet as pq
->>> t = pq.read_table("../shared/data/wia/trace-ST.parquet")          # doctest: +SKIP
+>>> t = pq.read_table("trace-ST.parquet")          # doctest: +SKIP
 >>> study_slowdown(t)                                                  # doctest: +SKIP
 1.18...
 """

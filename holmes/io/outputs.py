@@ -95,7 +95,7 @@ def _resolve(p: str | os.PathLike[str]) -> Path:
         raise OutputError(f"{p}: cannot resolve path: {exc}") from None
 
 
-#: Files a job directory Holmes wrote may hold at its top level: the DESIGN.md job directory, an
+#: Files a job directory Holmes wrote may hold at its top level: the job directory of docs/formats.md, an
 #: evaluation run's ``realrun.json`` and a scenario's ``cost.json``.
 JOB_FILES = frozenset({"job.json", "topology.json", "truth.json", "realrun.json", "cost.json"})
 #: Folders a job directory Holmes wrote may hold (``comms/``: the logger's communicator sidecars).

@@ -2,7 +2,7 @@
 
 Each rank is a circle (a root or a deadlock's rank filled dark, a waiting rank light), each wait an
 arrow labelled with the operator it waits in (``recv #4 pp-0-2``). Input: the report's
-``hang["wait_chains"]`` (``[[rank, op, comm_id, seq, waits_for], ...]`` per chain, see DESIGN).
+``hang["wait_chains"]`` (``[[rank, op, comm_id, seq, waits_for], ...]`` per chain, see docs/cli.md).
 
 >>> svg = chains_svg([[[0, "recv", "pp-0", 4, 4], [4, "all_reduce", "tp-1", 8, 5]]], roots=[5])
 >>> svg.count("<circle"), "recv #4" in svg, svg.startswith("<svg")
