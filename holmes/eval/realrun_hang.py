@@ -258,6 +258,9 @@ def run_hang_job(out: str | os.PathLike[str], config: RealRunConfig, hang: HangS
     wall = time.perf_counter() - t0
     if not (outp / "job.json").is_file():
         raise HolmesError(f"{outp}: the hung run left no job.json (no rank dumped)")
+    if "dump" not in json.loads((outp / "job.json").read_text(encoding="utf-8")):
+        raise HolmesError(f"{outp}: the run ended without hanging ({hang} never happened: is there an "
+                          f"{hang.nth + 1}th {hang.op} in iteration {hang.iteration} on rank {hang.rank}?)")
     _compact(outp)
     topo.save(outp / "topology.json")
     meta = json.loads((outp / "job.json").read_text(encoding="utf-8"))
@@ -328,7 +331,9 @@ def hang_plan(rounds: int = 2, *, seed0: int = 0, iterations: int = 6) -> list[d
         if op == "all_reduce" and tp == 1 and dp == 1:
             op = "step"
         it = int(rng.integers(1, iterations - 1))
-        nth = 0 if op == "step" else int(rng.integers(0, 2))
+        nth = int(rng.integers(0, 2))
+        if op == "step" or op == "all_reduce" and tp == 1:  # one call per step (tp 1: the dp all_reduce only)
+            nth = 0
         peer = lay.pp_next(rank) if mode == "deadlock" else None
         cfg = RealRunConfig(tp=tp, pp=pp, dp=dp, iterations=iterations, micro_batches=4, seed=seed, warmup=1,
                             timeout=20.0, layers=1, tokens=64, hidden=64, ffn=256)
