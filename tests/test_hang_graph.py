@@ -159,3 +159,14 @@ def test_text_and_html_draw_the_wait_chains():
 def test_a_deadlock_reads_as_one_in_the_text():
     report = _hang(2, {"pp-0": [0, 1]}, {0: [("send", "pp-0", 1, S)], 1: [("send", "pp-0", 0, S)]})
     assert report.to_text().splitlines()[1] == "Verdict: hang (deadlock). Ranks 0, 1 wait for each other."
+
+
+def test_an_async_send_whose_completion_was_not_seen_does_not_block():
+    # rank 0's isend #0 to 1 is still open in its log although rank 1 received it; rank 0 went on
+    # into the dp all_reduce, which rank 2 never entered: rank 2 is the culprit, not rank 0
+    comms = {"pp-0": [0, 1], "dp-0": [0, 2]}
+    report = _hang(3, comms, {0: [("send", "pp-0", 1, S), ("all_reduce", "dp-0", None, S)],
+                              1: [("recv", "pp-0", 0, C)],
+                              2: []})
+    h = report.to_json()["hang"]
+    assert h["culprit_ranks"] == [2] and h["wait_chains"] == [[[0, "all_reduce", "dp-0", 0, 2]]]
