@@ -170,3 +170,14 @@ def test_an_async_send_whose_completion_was_not_seen_does_not_block():
                               2: []})
     h = report.to_json()["hang"]
     assert h["culprit_ranks"] == [2] and h["wait_chains"] == [[[0, "all_reduce", "dp-0", 0, 2]]]
+
+
+def test_mismatched_collective_order_is_a_deadlock():
+    # rank 0 enters tp-0 first, rank 1 enters dp-0 first: each collective misses the other rank
+    comms = {"tp-0": [0, 1], "dp-0": [0, 1], "dp-1": [1, 2]}
+    report = _hang(3, comms, {0: [("all_reduce", "tp-0", None, S), ("all_reduce", "dp-0", None, Q)],
+                              1: [("all_reduce", "dp-0", None, S), ("all_reduce", "tp-0", None, Q)],
+                              2: [("all_reduce", "dp-1", None, S)]})
+    h = report.to_json()["hang"]
+    assert h["deadlock"] == [0, 1] and h["culprit_ranks"] == [0, 1] and h["waiting_count"] == 1
+    assert h["wait_chains"][0][0] == [2, "all_reduce", "dp-1", 0, 1]
