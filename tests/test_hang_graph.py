@@ -181,3 +181,17 @@ def test_mismatched_collective_order_is_a_deadlock():
     h = report.to_json()["hang"]
     assert h["deadlock"] == [0, 1] and h["culprit_ranks"] == [0, 1] and h["waiting_count"] == 1
     assert h["wait_chains"][0][0] == [2, "all_reduce", "dp-1", 0, 1]
+
+
+def test_a_rank_inside_a_matched_pair_that_a_collective_waits_for_is_named():
+    # Flight Recorder keeps only active entries: rank 0 (its Python stopped) still shows a send to 3
+    # that rank 3 also shows (both in it, neither done), and never issued tp all_reduce #0 that ranks
+    # 1, 2 wait in; rank 4 (idle) stopped too, rank 5 waits for it. Both stopped ranks are culprits,
+    # rank 3 (only paired with rank 0) is not
+    comms = {"tp-0": [0, 1, 2], "pp-0": [0, 3], "dp-0": [4, 5]}
+    report = _hang(6, comms, {0: [("send", "pp-0", 3, Q)], 3: [("recv", "pp-0", 0, Q)],
+                              1: [("all_reduce", "tp-0", None, Q)], 2: [("all_reduce", "tp-0", None, Q)],
+                              4: [], 5: [("all_reduce", "dp-0", None, Q)]})
+    h = report.to_json()["hang"]
+    assert h["culprit_ranks"] == [0, 4] and h["stuck_inside"] == [3]
+    assert {d.id for d in report.devices} == {"gpu:0", "gpu:4"}

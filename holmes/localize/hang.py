@@ -241,10 +241,15 @@ class HangAnalysis:
         ends, depth = g.ends()
         # ranks stuck inside an operator every participant entered are explained by a root
         # elsewhere when there is one (a stream stopped behind it, order evicted from a ring
-        # buffer); they are the finding only when nothing else is
-        ev.inside = [r for r in g.roots if g.root_kind[r] == ROOT_INSIDE]
-        others = [r for r in g.roots if g.root_kind[r] != ROOT_INSIDE]
-        ev.culprits = {r: _CONF[g.root_kind[r]] for r in (others if others or g.deadlocks else g.roots)}
+        # buffer); they are the finding only when nothing else is, or when a collective's
+        # members wait for them (they never entered it: their own stop is the finding)
+        in_coll = set()   # ranks a collective waits for (missing members of a stuck collective)
+        for nd in g.nodes:
+            in_coll.update(int(x) for x in nd.missing)
+        ev.inside = [r for r in g.roots if g.root_kind[r] == ROOT_INSIDE and r not in in_coll]
+        others = [r for r in g.roots if r not in ev.inside]
+        ev.culprits = {r: CONF_CULPRIT if g.root_kind[r] == ROOT_INSIDE and r in in_coll else _CONF[g.root_kind[r]]
+                       for r in (others if others or g.deadlocks else g.roots)}
         for cyc in g.deadlocks:
             ev.culprits.update({r: CONF_DEADLOCK for r in cyc})
         ev.deadlocks = [list(c) for c in g.deadlocks]
