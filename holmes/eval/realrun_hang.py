@@ -199,7 +199,9 @@ def run_hang_job(out: str | os.PathLike[str], config: RealRunConfig, hang: HangS
     ``config.timeout`` is the process group's timeout (make it well above ``watchdog_s``, the
     logger's dump timer, so every rank dumps before an error cascades through it). With
     ``watchdog_s=None`` the ranks dump when the process group's timeout (or a peer's exit) raises
-    in them, as a job without the watchdog would.
+    in them, as a job without the watchdog would -- but gloo's blocking ``send``/``recv`` never time
+    out, and a rank blocked inside them (in C++) runs no Python signal handler either: such ranks
+    leave no dump (measured: a deadlock run left none at all), so keep the watchdog.
 
     Returns
     -------
