@@ -189,6 +189,7 @@ class HangAnalysis:
             if pa.types.is_dictionary(ops.schema.field("comm_id").type) or \
                     pa.types.is_dictionary(ops.schema.field("op").type) or ops.schema != _unify(ops.schema):
                 ops = ops.cast(_unify(ops.schema))
+            ops = ops.combine_chunks()  # one chunk, not one per rank: every column pass below is one pass
             state = ops.column("state")
             is_open = pc.not_equal(state, "completed")
             ops = ops.drop_columns(["state"]).append_column("open", is_open) \
@@ -323,7 +324,7 @@ def _unify(schema: pa.Schema) -> pa.Schema:
 
 def _codes(col: Any) -> tuple[np.ndarray, list[str]]:
     """A string column as (int codes, names) through Arrow's dictionary encoding."""
-    d = pc.dictionary_encode(col).combine_chunks() if isinstance(col, pa.ChunkedArray) else pc.dictionary_encode(col)
+    d = pc.dictionary_encode(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
     return d.indices.to_numpy(zero_copy_only=False).astype(np.int64), [str(x) for x in d.dictionary.to_pylist()]
 
 
