@@ -159,3 +159,39 @@ def test_text_and_html_draw_the_wait_chains():
 def test_a_deadlock_reads_as_one_in_the_text():
     report = _hang(2, {"pp-0": [0, 1]}, {0: [("send", "pp-0", 1, S)], 1: [("send", "pp-0", 0, S)]})
     assert report.to_text().splitlines()[1] == "Verdict: hang (deadlock). Ranks 0, 1 wait for each other."
+
+
+def test_an_async_send_whose_completion_was_not_seen_does_not_block():
+    # rank 0's isend #0 to 1 is still open in its log although rank 1 received it; rank 0 went on
+    # into the dp all_reduce, which rank 2 never entered: rank 2 is the culprit, not rank 0
+    comms = {"pp-0": [0, 1], "dp-0": [0, 2]}
+    report = _hang(3, comms, {0: [("send", "pp-0", 1, S), ("all_reduce", "dp-0", None, S)],
+                              1: [("recv", "pp-0", 0, C)],
+                              2: []})
+    h = report.to_json()["hang"]
+    assert h["culprit_ranks"] == [2] and h["wait_chains"] == [[[0, "all_reduce", "dp-0", 0, 2]]]
+
+
+def test_mismatched_collective_order_is_a_deadlock():
+    # rank 0 enters tp-0 first, rank 1 enters dp-0 first: each collective misses the other rank
+    comms = {"tp-0": [0, 1], "dp-0": [0, 1], "dp-1": [1, 2]}
+    report = _hang(3, comms, {0: [("all_reduce", "tp-0", None, S), ("all_reduce", "dp-0", None, Q)],
+                              1: [("all_reduce", "dp-0", None, S), ("all_reduce", "tp-0", None, Q)],
+                              2: [("all_reduce", "dp-1", None, S)]})
+    h = report.to_json()["hang"]
+    assert h["deadlock"] == [0, 1] and h["culprit_ranks"] == [0, 1] and h["waiting_count"] == 1
+    assert h["wait_chains"][0][0] == [2, "all_reduce", "dp-1", 0, 1]
+
+
+def test_a_rank_inside_a_matched_pair_that_a_collective_waits_for_is_named():
+    # Flight Recorder keeps only active entries: rank 0 (its Python stopped) still shows a send to 3
+    # that rank 3 also shows (both in it, neither done), and never issued tp all_reduce #0 that ranks
+    # 1, 2 wait in; rank 4 (idle) stopped too, rank 5 waits for it. Both stopped ranks are culprits,
+    # rank 3 (only paired with rank 0) is not
+    comms = {"tp-0": [0, 1, 2], "pp-0": [0, 3], "dp-0": [4, 5]}
+    report = _hang(6, comms, {0: [("send", "pp-0", 3, Q)], 3: [("recv", "pp-0", 0, Q)],
+                              1: [("all_reduce", "tp-0", None, Q)], 2: [("all_reduce", "tp-0", None, Q)],
+                              4: [], 5: [("all_reduce", "dp-0", None, Q)]})
+    h = report.to_json()["hang"]
+    assert h["culprit_ranks"] == [0, 4] and h["stuck_inside"] == [3]
+    assert {d.id for d in report.devices} == {"gpu:0", "gpu:4"}

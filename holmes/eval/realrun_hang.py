@@ -108,7 +108,7 @@ class HangSpec:
                                   f"({lay.pp_next(self.rank)})")
 
 
-def _inject(spec: dict, rank: int, logger: Any, watchdog_s: float) -> None:
+def _inject(spec: dict, rank: int, logger: Any, watchdog_s: float | None) -> None:
     """Wrap the torch.distributed functions (outermost) with the hang of ``spec`` for ``rank``."""
     import torch
     import torch.distributed as dist
@@ -133,7 +133,7 @@ def _inject(spec: dict, rank: int, logger: Any, watchdog_s: float) -> None:
         return res
 
     logger.dump = dump
-    logger.install_dump_handlers(("SIGTERM",), exceptions=False, timeout=watchdog_s)
+    logger.install_dump_handlers(("SIGTERM",), exceptions=False, timeout=watchdog_s)  # None: no watchdog
     mine = spec["rank"] == rank and spec["mode"] in ("stop", "exit")
     swap = spec["mode"] == "deadlock" and spec["peer"] == rank
     for op, name in _DIST_NAME.items():
@@ -164,7 +164,7 @@ def _stop(spec: dict) -> None:
 
 
 def hang_worker(rank: int, cfg: dict, out: str, init_file: str, topology: Any, factors: np.ndarray,
-                spec: dict, watchdog_s: float) -> None:
+                spec: dict, watchdog_s: float | None) -> None:
     """A rank of a hung run: :func:`holmes.eval.realrun_worker.worker` with the hang injected when
     its logger is enabled; an error (the process group's timeout, a dead peer) dumps the log."""
     import holmes.logger
@@ -193,11 +193,15 @@ def hang_worker(rank: int, cfg: dict, out: str, init_file: str, topology: Any, f
 
 
 def run_hang_job(out: str | os.PathLike[str], config: RealRunConfig, hang: HangSpec, *, overwrite: bool = False,
-                 watchdog_s: float = 4.0) -> Path:
+                 watchdog_s: float | None = 4.0) -> Path:
     """Run ``config`` until ``hang`` stops it; write the dumped job directory ``out``.
 
     ``config.timeout`` is the process group's timeout (make it well above ``watchdog_s``, the
-    logger's dump timer, so every rank dumps before an error cascades through it).
+    logger's dump timer, so every rank dumps before an error cascades through it). With
+    ``watchdog_s=None`` the ranks dump when the process group's timeout (or a peer's exit) raises
+    in them, as a job without the watchdog would -- but gloo's blocking ``send``/``recv`` never time
+    out, and a rank blocked inside them (in C++) runs no Python signal handler either: such ranks
+    leave no dump (measured: a deadlock run left none at all), so keep the watchdog.
 
     Returns
     -------
@@ -216,7 +220,7 @@ def run_hang_job(out: str | os.PathLike[str], config: RealRunConfig, hang: HangS
 
     cfg, faults, topo = config.validate()
     hang.check(cfg)
-    if not watchdog_s * 2 < float(cfg.timeout):
+    if watchdog_s is not None and not watchdog_s * 2 < float(cfg.timeout):
         raise ConfigError(f"timeout={cfg.timeout} must exceed twice watchdog_s={watchdog_s}")
     outp = Path(out)
     if outp.exists():
@@ -235,18 +239,20 @@ def run_hang_job(out: str | os.PathLike[str], config: RealRunConfig, hang: HangS
     with tempfile.TemporaryDirectory(prefix="holmes-realhang-") as tmp:
         ctx = mp.start_processes(hang_worker, nprocs=W, join=False, start_method=method,
                                  args=(wcfg, str(outp), os.path.join(tmp, "store"), topo, factors, asdict(hang),
-                                       float(watchdog_s)))
+                                       None if watchdog_s is None else float(watchdog_s)))
         procs = ctx.processes
         stuck = set(hang.culprits) if hang.mode == "stop" else set()
-        deadline = time.monotonic() + float(cfg.timeout) * 3 + 10.0 * W
+        deadline = time.monotonic() + float(cfg.timeout) * 2 + 30.0 + 2.0 * W
         try:
             while time.monotonic() < deadline:
                 if all(not p.is_alive() for r, p in enumerate(procs) if r not in stuck):
                     break
                 time.sleep(0.5)
-            for r in sorted(stuck):  # the hung rank: a scheduler's SIGTERM, and its logger dumps
-                if procs[r].is_alive():
-                    os.kill(procs[r].pid, signal.SIGTERM)
+            # the hung rank, and any rank still blocked at the deadline (gloo's send/recv have no
+            # timeout): a scheduler's SIGTERM, and their loggers dump
+            for p in procs:
+                if p.is_alive():
+                    os.kill(p.pid, signal.SIGTERM)
             end = time.monotonic() + 60
             while any(p.is_alive() for p in procs) and time.monotonic() < end:
                 time.sleep(0.2)
@@ -258,6 +264,9 @@ def run_hang_job(out: str | os.PathLike[str], config: RealRunConfig, hang: HangS
     wall = time.perf_counter() - t0
     if not (outp / "job.json").is_file():
         raise HolmesError(f"{outp}: the hung run left no job.json (no rank dumped)")
+    if "dump" not in json.loads((outp / "job.json").read_text(encoding="utf-8")):
+        raise HolmesError(f"{outp}: the run ended without hanging ({hang} never happened: is there an "
+                          f"{hang.nth + 1}th {hang.op} in iteration {hang.iteration} on rank {hang.rank}?)")
     _compact(outp)
     topo.save(outp / "topology.json")
     meta = json.loads((outp / "job.json").read_text(encoding="utf-8"))
@@ -328,7 +337,9 @@ def hang_plan(rounds: int = 2, *, seed0: int = 0, iterations: int = 6) -> list[d
         if op == "all_reduce" and tp == 1 and dp == 1:
             op = "step"
         it = int(rng.integers(1, iterations - 1))
-        nth = 0 if op == "step" else int(rng.integers(0, 2))
+        nth = int(rng.integers(0, 2))
+        if op == "step" or op == "all_reduce" and tp == 1:  # one call per step (tp 1: the dp all_reduce only)
+            nth = 0
         peer = lay.pp_next(rank) if mode == "deadlock" else None
         cfg = RealRunConfig(tp=tp, pp=pp, dp=dp, iterations=iterations, micro_batches=4, seed=seed, warmup=1,
                             timeout=20.0, layers=1, tokens=64, hidden=64, ffn=256)

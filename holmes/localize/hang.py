@@ -189,6 +189,7 @@ class HangAnalysis:
             if pa.types.is_dictionary(ops.schema.field("comm_id").type) or \
                     pa.types.is_dictionary(ops.schema.field("op").type) or ops.schema != _unify(ops.schema):
                 ops = ops.cast(_unify(ops.schema))
+            ops = ops.combine_chunks()  # one chunk, not one per rank: every column pass below is one pass
             state = ops.column("state")
             is_open = pc.not_equal(state, "completed")
             ops = ops.drop_columns(["state"]).append_column("open", is_open) \
@@ -241,10 +242,15 @@ class HangAnalysis:
         ends, depth = g.ends()
         # ranks stuck inside an operator every participant entered are explained by a root
         # elsewhere when there is one (a stream stopped behind it, order evicted from a ring
-        # buffer); they are the finding only when nothing else is
-        ev.inside = [r for r in g.roots if g.root_kind[r] == ROOT_INSIDE]
-        others = [r for r in g.roots if g.root_kind[r] != ROOT_INSIDE]
-        ev.culprits = {r: _CONF[g.root_kind[r]] for r in (others if others or g.deadlocks else g.roots)}
+        # buffer); they are the finding only when nothing else is, or when a collective's
+        # members wait for them (they never entered it: their own stop is the finding)
+        in_coll = set()   # ranks a collective waits for (missing members of a stuck collective)
+        for nd in g.nodes:
+            in_coll.update(int(x) for x in nd.missing)
+        ev.inside = [r for r in g.roots if g.root_kind[r] == ROOT_INSIDE and r not in in_coll]
+        others = [r for r in g.roots if r not in ev.inside]
+        ev.culprits = {r: CONF_CULPRIT if g.root_kind[r] == ROOT_INSIDE and r in in_coll else _CONF[g.root_kind[r]]
+                       for r in (others if others or g.deadlocks else g.roots)}
         for cyc in g.deadlocks:
             ev.culprits.update({r: CONF_DEADLOCK for r in cyc})
         ev.deadlocks = [list(c) for c in g.deadlocks]
@@ -318,7 +324,7 @@ def _unify(schema: pa.Schema) -> pa.Schema:
 
 def _codes(col: Any) -> tuple[np.ndarray, list[str]]:
     """A string column as (int codes, names) through Arrow's dictionary encoding."""
-    d = pc.dictionary_encode(col).combine_chunks() if isinstance(col, pa.ChunkedArray) else pc.dictionary_encode(col)
+    d = pc.dictionary_encode(col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col)
     return d.indices.to_numpy(zero_copy_only=False).astype(np.int64), [str(x) for x in d.dictionary.to_pylist()]
 
 

@@ -271,6 +271,33 @@ def wait_graph(*, rank: Sequence[int] | np.ndarray, comm: Sequence[int] | np.nda
     op_name = np.asarray(op_names, dtype=object)
     g._lab = (op_name[op_code], comm, seq)
 
+    # --- a P2P operator in flight whose peer completed the matching one, on a rank that issued
+    #     operators after it, is an asynchronous operator whose completion the log did not see
+    #     (isend/irecv waited on later): it counts as completed; it stays in flight (the rank's
+    #     device stopped inside it) only when it is the rank's newest operator in flight
+    if is_p2p.any() and is_open.any():
+        pk = ((rank * C + comm) * 2 + is_send) * W + np.where(is_p2p, peer, 0)
+        sel = is_p2p
+        uk, inv = np.unique(pk[sel], return_inverse=True)
+        last = np.full(len(uk), -1, np.int64)
+        np.maximum.at(last, inv, seq[sel])
+        fo = np.full(len(uk), _BIG, np.int64)
+        op_ = is_open[sel]
+        np.minimum.at(fo, inv[op_], seq[sel][op_])
+        cand = np.flatnonzero(is_p2p & is_open & (peer >= 0) & (peer < W))
+        mk = ((peer[cand] * C + comm[cand]) * 2 + (~is_send[cand])) * W + rank[cand]
+        i, found = _look(uk, mk)
+        passed = found & (last[i] >= seq[cand]) & (fo[i] > seq[cand])
+        if passed.any():
+            o = np.flatnonzero(is_open)
+            newest = np.full(W, -1, np.int64)   # per rank: its newest open row (issue order)
+            o = o[np.lexsort((o, start[o], rank[o]))]
+            newest[rank[o]] = o                  # the last write per rank wins: the newest
+            done = cand[passed & (newest[rank[cand]] != cand)]
+            if len(done):
+                is_open = is_open.copy()
+                is_open[done] = False
+
     # --- blocking operators: per rank, the oldest in flight (+ the P2P before its first collective)
     o = np.flatnonzero(is_open)
     if not len(o):
@@ -405,7 +432,7 @@ def wait_graph(*, rank: Sequence[int] | np.ndarray, comm: Sequence[int] | np.nda
         dst_l.append(pr[wait])
         lab_l.append(bl_p[wait])
         g.p2p = [(int(rank[x]), str(op_name[op_code[x]]), int(comm[x]), int(seq[x]), int(peer[x]))
-                 for x in bl_p[wait][:100_000]]
+                 for x in bl_p[wait]]
         pst = passed | (ok & arrived)
         # a rank whose every blocking P2P waits for nobody is a root: stalled when a peer passed it
         has_wait = np.zeros(W, bool)
