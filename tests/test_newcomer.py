@@ -42,8 +42,11 @@ def test_train_then_localize_with_the_model_by_bare_name(labelled_job, tmp_path,
     capsys.readouterr()
     assert main(["localize", str(labelled_job), "--detector", "mymodel", "--format", "json"]) == 0
     rep = json.loads(capsys.readouterr().out)
-    assert any("OperatorDetector" in a for a in rep["assumptions"])       # the trained model, not the shipped one
     assert rep["params"]["detector"] == "mymodel"
+    # the trained model, not the shipped one, flags the operators where a search uses them (Algorithm 1)
+    import holmes
+    forced = holmes.localize(labelled_job, detector="mymodel", full_read=0)
+    assert any("OperatorDetector" in a for a in forced.assumptions), forced.assumptions
     named = [d["id"] for d in rep["devices"] + rep["candidates"]]
     assert named and named[0] == "gpu:5", named
 

@@ -116,8 +116,12 @@ def test_bad_config_raises_config_error(kwargs, match):
 
 def test_bad_output_and_api_error_before_any_process(tmp_path):
     (tmp_path / "x").mkdir()
-    with pytest.raises(ConfigError, match="exists"):
+    (tmp_path / "x" / "mine.txt").write_text("a user's file")
+    with pytest.raises(ConfigError, match="not empty"):
         run_real_job(tmp_path / "x", RealRunConfig())
+    with pytest.raises(ConfigError, match="mine.txt"):
+        run_real_job(tmp_path / "x", RealRunConfig(), overwrite=True)
+    assert (tmp_path / "x" / "mine.txt").read_text() == "a user's file"
     with pytest.raises(ConfigError):
         run_real_job(tmp_path / "y", RealRunConfig(faults=("gpu:99@spike*2",)))
     assert not (tmp_path / "y").exists()
