@@ -2,7 +2,11 @@
 
 :class:`CommOpsLogger` replaces the collective and point-to-point functions of the
 ``torch.distributed`` namespace with thin wrappers while it is enabled, and restores the very same
-function objects when disabled. Each wrapped call is handed to a
+function objects when disabled. Operators that bypass the namespace (DDP's C++ reducer,
+``_coalescing_manager``'s coalesced operator, ``ProcessGroup`` methods called directly) are caught
+one level lower, at the dispatcher's ``c10d`` operators (:mod:`holmes.logger._dispatch`); the
+wrappers call torch below the autograd keys, where that hook is not called, so nothing is seen
+twice. Each wrapped call is handed to a
 :class:`~holmes.logger.recorder.CommOpsRecorder` (communicator id and members, ``seq``,
 ``nbytes``, entry and completion time). Training code changes only by enabling the logger and
 marking steps::
