@@ -55,6 +55,11 @@ def _torch_counts(counts: Path, r: int) -> Counter:
     return Counter(json.loads((counts / f"rank-{r}.json").read_text()))
 
 
+def _no_capture_warning(job_dir: Path) -> None:
+    """finalize_job's capture checks found nothing missing (docs/logger.md, "Never silent")."""
+    assert json.loads((job_dir / "job.json").read_text())["source"]["warnings"] == []
+
+
 def _check_collectives_match(job) -> None:
     """The same logical collective has the same (comm_id, seq, op) on every member."""
     seen = []
@@ -80,6 +85,7 @@ def test_ddp_every_bucket_captured_and_slow_rank_named(tmp_path):
     slow, healthy, counts = _capture(tmp_path, "capture_ddp.py")
     for job_dir, count_dir in ((slow, counts), (healthy, counts / "healthy")):
         job = holmes.read_job(job_dir)
+        _no_capture_warning(job_dir)
         for r in range(WORLD):
             ops = Counter(job.ops(r).column("op").to_pylist())
             # DDP's reducer issues its gradient all_reduces from C++; DDP(...) broadcasts the
@@ -94,6 +100,7 @@ def test_fsdp2_every_collective_captured_and_slow_rank_named(tmp_path):
     slow, healthy, counts = _capture(tmp_path, "capture_fsdp2.py", delay=0.2)
     for job_dir, count_dir in ((slow, counts), (healthy, counts / "healthy")):
         job = holmes.read_job(job_dir)
+        _no_capture_warning(job_dir)
         for r in range(WORLD):
             t = job.ops(r).to_pydict()
             ops, fr = Counter(t["op"]), _torch_counts(count_dir, r)
@@ -114,6 +121,7 @@ def test_pipelining_every_p2p_captured_and_slow_rank_named(tmp_path, schedule):
     mb = 4  # capture_pipelining.MICRO_BATCHES
     for job_dir in (slow, healthy):
         job = holmes.read_job(job_dir)
+        _no_capture_warning(job_dir)
         for r in range(WORLD):
             t = job.ops(r).to_pydict()
             neighbours = {r - 1, r + 1} & set(range(WORLD))
