@@ -237,7 +237,11 @@ class CommOpsLogger:
             _below = torch._C._AutoDispatchBelowAutograd
             _coalescing = c10d._world.pg_coalesce_state
             if self.dispatch:
-                self._dispatch.install()
+                try:
+                    self._dispatch.install()
+                except Exception:  # noqa: BLE001 - another torch: log what the namespace sees, say so
+                    log.warning("holmes logger: the c10d dispatcher hook could not be installed; operators that "
+                                "bypass torch.distributed (DDP's buckets) will be missing", exc_info=True)
             _ACTIVE = self
             if not self._atexit:
                 atexit.register(self._atexit_close)
