@@ -44,7 +44,7 @@ from holmes.errors import ConfigError
 from holmes.logger._dispatch import DispatchHook
 from holmes.logger._dumps import _reason_of, install_dump_handlers
 from holmes.logger._work import (_COLL_SPECS, _P2P_SPECS, WRAPPED_FUNCTIONS, CudaClock, TimedWork, arg, async_issued,
-                                  finish_on_completion, global_peer, is_cuda, nbytes_of, nbytes_of_list)
+                                  default_group, finish_on_completion, global_peer, is_cuda, nbytes_of, nbytes_of_list)
 from holmes.logger.recorder import _OP_CODE, CommOpsRecorder, _op_key
 
 __all__ = ["CommOpsLogger", "enable", "WRAPPED_FUNCTIONS", "active_logger"]
@@ -58,14 +58,15 @@ class _Depth(threading.local):
 _tls = _Depth()
 _ACTIVE: "CommOpsLogger | None" = None
 _ENABLE_LOCK = threading.Lock()
-# set by enable(): torch._C._AutoDispatchBelowAutograd (the wrappers call torch below the autograd
-# keys, so the dispatcher hook does not see their operators twice) and c10d's coalescing state
-# (group -> the operators a _coalescing_manager defers; they are recorded as the coalesced operator
-# the manager issues at its exit, through the dispatcher hook)
+# set by enable(): the wrappers call torch below the autograd keys (torch._C._AutoDispatchBelowAutograd;
+# the fast path sets the thread's exclusion of AutogradCPU itself), so the dispatcher hook does not
+# see their operators twice; c10d's coalescing state: group -> the operators a _coalescing_manager
+# defers (recorded as the coalesced operator it issues at its exit, through the dispatcher hook)
 _below: Any = None
 _coalescing: dict = {}
-
-
+_excluded: Any = None
+_exclude: Any = None
+_AUTOGRAD_CPU: Any = None
 
 
 def active_logger() -> "CommOpsLogger | None":
@@ -207,7 +208,7 @@ class CommOpsLogger:
 
     def enable(self) -> "CommOpsLogger":
         """Wrap the ``torch.distributed`` functions (see :data:`WRAPPED_FUNCTIONS`); returns self."""
-        global _ACTIVE, _below, _coalescing
+        global _ACTIVE, _below, _coalescing, _excluded, _exclude, _AUTOGRAD_CPU
         import torch
         import torch.distributed as dist
         from torch.distributed import distributed_c10d as c10d
@@ -235,6 +236,9 @@ class CommOpsLogger:
             c10d.P2POp.op = _p2p_op_property({getattr(dist, n).__wrapped__: getattr(dist, n)
                                               for n in ("isend", "irecv") if n in self._saved})
             _below = torch._C._AutoDispatchBelowAutograd
+            _excluded, _exclude = torch._C._dispatch_tls_is_dispatch_key_excluded, \
+                torch._C._dispatch_tls_set_dispatch_key_excluded
+            _AUTOGRAD_CPU = torch._C.DispatchKey.AutogradCPU
             _coalescing = c10d._world.pg_coalesce_state
             if self.dispatch:
                 try:
@@ -520,12 +524,6 @@ def _p2p_op_property(wrappers: dict[Callable, "_Wrapper"]) -> property:
     return property(get, set_)
 
 
-def _default_group() -> Any:
-    from torch.distributed import distributed_c10d as c10d
-
-    return c10d._get_default_group()
-
-
 def _is_wrapper(f: Any) -> bool:
     """Whether ``f`` is one of the logger's wrappers (a :class:`_Wrapper` or a collective's closure)."""
     return isinstance(f, _Wrapper) or getattr(f, "_holmes_wrapper", False) is True
@@ -566,7 +564,7 @@ def _collective_wrapper(orig: Callable, name: str) -> Callable:
                 nbytes, cuda = nbytes_of(t), is_cuda(t)
         else:
             nbytes, cuda = (nbytes_of_list(t) if sizing == "list" else 0), is_cuda(t)
-        if _coalescing and (group if group is not None else _default_group()) in _coalescing:
+        if _coalescing and (group if group is not None else default_group()) in _coalescing:
             return orig(*args, **kwargs)  # deferred by a _coalescing_manager (see _coalescing)
         try:
             seq = lg._seq_of.get(group)
@@ -580,8 +578,14 @@ def _collective_wrapper(orig: Callable, name: str) -> Callable:
         head = (next(rec._index), key, opk, nbytes, start)
         inflight = rec._inflight
         inflight[key] = head
-        with _below():
-            out = orig(*args, **kwargs)  # an exception leaves it in flight (close ends it, a dump shows it)
+        if _excluded(_AUTOGRAD_CPU):  # already below autograd (inference mode)
+            out = orig(*args, **kwargs)
+        else:  # below autograd, as _below() but cheaper (0.25 against 0.45 us): a CPU collective
+            _exclude(_AUTOGRAD_CPU, True)
+            try:
+                out = orig(*args, **kwargs)  # an exception leaves it in flight (close ends it, a dump shows it)
+            finally:
+                _exclude(_AUTOGRAD_CPU, False)
         if is_async:
             return async_issued(rec, out, key, head)
         end = _time_ns()
