@@ -88,6 +88,47 @@ def _per_op_cost(n: int = 20000, rounds: int = 15) -> tuple[float, float]:
     return cost["bare"], cost["logged"]
 
 
+def _dispatch_op_cost(n: int = 3000, rounds: int = 9) -> tuple[float, float]:
+    """(ns per bare, ns per logged) ``ProcessGroup.allreduce`` of a 1-rank gloo group, waited for:
+    the path of operators that bypass ``torch.distributed`` (DDP's reducer), caught by the
+    logger's dispatcher hook. Thread CPU time, interleaved rounds, medians."""
+    import torch
+    import torch.distributed as dist
+
+    import holmes.logger
+
+    with tempfile.TemporaryDirectory() as tmp:
+        dist.init_process_group("gloo", init_method=f"file://{tmp}/store", rank=0, world_size=1)
+        try:
+            pg = dist.group.WORLD
+            t = torch.ones(16)
+            lg = holmes.logger.CommOpsLogger(os.path.join(tmp, "job"), flush_every=8192)
+
+            def bare() -> None:
+                pg.allreduce([t]).wait()
+
+            def logged() -> None:
+                lg.enable()
+                for _ in range(n):
+                    pg.allreduce([t]).wait()
+                lg.disable()
+
+            out: dict = {"bare": [], "logged": []}
+            for r in range(rounds):
+                for k in (("bare", "logged") if r % 2 else ("logged", "bare")):
+                    t0 = time.thread_time_ns()
+                    if k == "bare":
+                        for _ in range(n):
+                            bare()
+                    else:
+                        logged()
+                    out[k].append((time.thread_time_ns() - t0) / n)
+            lg.close(finalize=False)
+        finally:
+            dist.destroy_process_group()
+    return statistics.median(out["bare"]), statistics.median(out["logged"])
+
+
 def hodges_lehmann(x, conf: float = 0.95) -> tuple[float, float, float]:
     """(estimate, low, high): the Hodges-Lehmann estimate of the centre of ``x`` (paired
     differences) and its Wilcoxon signed-rank confidence interval (normal approximation).
@@ -158,7 +199,21 @@ def worker(rank: int, world: int, init_file: str, out_dir: str, a: argparse.Name
         for wk in works:
             wk.wait()
 
+    if a.setup == "ddp":  # stock DDP: its reducer's bucket all_reduces reach the logger at the dispatcher
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        net = torch.nn.Sequential(*[torch.nn.Linear(a.size, a.size) for _ in range(a.layers)])
+        # buckets of about a quarter of the gradients: --buckets of them a step
+        cap = sum(p.numel() for p in net.parameters()) * 4 / 2**20 / a.buckets
+        model = DDP(net, bucket_cap_mb=cap)
+        x = torch.randn(64, a.size)
+
+        def train_step() -> None:  # noqa: F811 - the DDP setup's step
+            model.zero_grad(set_to_none=False)
+            model(x).square().mean().backward()
+
     times: dict[str, list[tuple[int, int]]] = {"off": [], "on": []}  # (wall ns, thread CPU ns) per step
+    n_on = 0  # logged steps, warm-up included (rows per step = rows / n_on)
     stop = torch.zeros(1)
     t_begin = time.monotonic()
     for rep in range(a.max_pairs + a.warmup):
@@ -177,6 +232,7 @@ def worker(rank: int, world: int, init_file: str, out_dir: str, a: argparse.Name
             c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
             if mode == "on":
                 logger.step()
+                n_on += 1
             train_step()
             t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
             logger.disable()
@@ -185,8 +241,10 @@ def worker(rank: int, world: int, init_file: str, out_dir: str, a: argparse.Name
     logger.close(finalize=False)
     if rank == 0:
         with open(result_file, "w") as f:
-            json.dump({"times": times, "ops_per_step": (2 * a.layers if tp is not None else 0) + a.buckets,
-                       "n_async": a.buckets,
+            rows = logger.recorder.rows_written
+            json.dump({"times": times, "ops_per_step": round(rows / max(n_on, 1)) if a.setup == "ddp" else
+                       (2 * a.layers if tp is not None else 0) + a.buckets,
+                       "n_async": round(rows / max(n_on, 1)) if a.setup == "ddp" else a.buckets,
                        "rows": logger.recorder.rows_written, "elapsed_s": time.monotonic() - t_begin}, f)
     dist.destroy_process_group()
 
@@ -206,6 +264,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
                     help="pin rank r to the r-th allowed core (default: when there are at least as many cores as ranks)")
     ap.add_argument("--live", action="store_true", help="record in parts (parts_every=10)")
+    ap.add_argument("--setup", choices=("tp", "ddp"), default="tp",
+                    help="tp: the TP+DP step above; ddp: a stock DistributedDataParallel model of --layers "
+                         "Linear(--size) layers in --buckets gradient buckets (its all_reduces come from DDP's "
+                         "C++ reducer, through the dispatcher hook)")
     ap.add_argument("--save", help="write the per-step times (JSON) here")
     ap.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     a = ap.parse_args(argv)
@@ -217,8 +279,12 @@ def main(argv: list[str] | None = None) -> int:
     import holmes.logger  # noqa: F401 - imported once, shared by forked workers
 
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    if a.setup == "ddp":
+        import torch._dynamo  # noqa: F401 - DistributedDataParallel imports it: once, before the fork
+        import torch.nn.parallel  # noqa: F401
     load0 = os.getloadavg()
     bare_ns, wrapped_ns = _per_op_cost()
+    disp_bare_ns, disp_ns = _dispatch_op_cost()
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     with tempfile.TemporaryDirectory() as tmp:
         res = os.path.join(tmp, "result.json")
@@ -241,6 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     med_on = statistics.median(x[0] for x in times["on"]) / 1e6
     cpu_off = statistics.median(x[1] for x in times["off"]) / 1e6
     per_op_us = (wrapped_ns - bare_ns) / 1e3
+    dispatch_op_us = (disp_ns - disp_bare_ns) / 1e3
     ops = r["ops_per_step"]
     lag1 = float(np.corrcoef(ratios[:-1], ratios[1:])[0, 1]) if len(ratios) > 2 else float("nan")
     print(f"{'arm':<12}{'median step ms':>16}{'steps':>8}")
@@ -255,11 +322,14 @@ def main(argv: list[str] | None = None) -> int:
           f"about {cpu_over / 100 * cpu_off * 1e3 / ops:.1f} us per operator ({r['n_async']} of {ops} asynchronous)")
     print(f"the hook alone (thread CPU time): bare no-op {bare_ns:.0f} ns, wrapped+logged no-op {wrapped_ns:.0f} ns "
           f"-> {per_op_us:.2f} us per op, {ops * per_op_us / (med_off * 1e3) * 100:.3f}% of a {med_off:.1f} ms step")
+    print(f"the dispatcher hook (operators that bypass torch.distributed, e.g. DDP's buckets): a 1-rank gloo "
+          f"ProcessGroup.allreduce {disp_bare_ns / 1e3:.1f} us bare, {disp_ns / 1e3:.1f} us logged -> "
+          f"{dispatch_op_us:.2f} us per op")
     print(f"load (1-min average) {load0[0]:.1f} at the start, {load1[0]:.1f} at the end; pinned: {a.pin}")
     print(f"overhead_pct={overhead:.3f} overhead_ci95_pct={half:.3f} per_op_us={per_op_us:.2f} "
           f"cpu_overhead_pct={cpu_over:.3f} cpu_overhead_ci95_pct={(chi - clo) / 2:.3f} ops_per_step={ops} "
           f"step_ms_off={med_off:.3f} step_ms_on={med_on:.3f} ranks={a.ranks} pairs={len(ratios)} "
-          f"load={load1[0]:.1f} live={int(a.live)}")
+          f"load={load1[0]:.1f} live={int(a.live)} setup={a.setup} dispatch_op_us={dispatch_op_us:.2f}")
     return 0
 
 

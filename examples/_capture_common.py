@@ -73,7 +73,8 @@ def launch(worker: Callable, args: argparse.Namespace, preload: tuple[str, ...] 
     try:
         import torch.multiprocessing as mp
     except ImportError:
-        sys.exit("this example needs PyTorch: pip install 'holmes[torch]' (see docs/install.md)")
+        print("this example needs PyTorch: pip install 'holmes[torch]' (see docs/install.md)", file=sys.stderr)
+        raise SystemExit(2) from None
     import holmes.logger  # noqa: F401 - shared with forked workers
 
     for name in preload:

@@ -183,3 +183,29 @@ def test_end_to_end_slow_rank_is_localized(tmp_path):
     report = localize(out, pivot=0)
     ids = [d["id"] for d in report.to_json()["devices"]]
     assert ids[0] == f"gpu:{slow}", ids
+
+
+def test_operators_that_bypass_the_namespace_are_recorded_once(tmp_path, world1):
+    """The dispatcher hook: ProcessGroup methods called directly, a _coalescing_manager's one
+    coalesced operator, DDP's reducer; the namespace wrappers' operators are not seen twice."""
+    from torch.distributed.distributed_c10d import _coalescing_manager
+
+    lg = holmes.logger.CommOpsLogger(tmp_path / "job").enable()
+    pg = dist.group.WORLD
+    t = torch.ones(4)
+    dist.all_reduce(t)  # the namespace: one row, not two
+    pg.allreduce([t]).wait()  # a ProcessGroup method called directly
+    with _coalescing_manager(group=pg):  # deferred by torch, issued as one coalesced operator
+        for _ in range(3):
+            dist.all_reduce(torch.ones(8))
+    dist.all_reduce(t, async_op=True).wait()
+    model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 4))  # a broadcast of its state
+    model(torch.ones(2, 4)).sum().backward()  # the reducer's bucket all_reduce, from C++
+    lg.close()
+    rows = holmes.read_job(tmp_path / "job").ops(0).to_pydict()
+    ops = list(zip(rows["op"], rows["nbytes"]))
+    assert ops[:4] == [("all_reduce", 16), ("all_reduce", 16), ("all_reduce", 96), ("all_reduce", 16)]
+    assert ops[-1] == ("all_reduce", 80)  # the bucket: weight 4x4 + bias 4, float32
+    assert {o for o, _ in ops[4:-1]} <= {"broadcast", "all_gather"} and ops[4:-1]
+    assert rows["seq"] == list(range(len(ops)))
+    assert all(e >= s for s, e in zip(rows["start_ns"], rows["end_ns"]))

@@ -27,6 +27,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from holmes.logger._work import _async_done
+
 __all__ = ["DispatchHook", "C10D_SPECS"]
 
 log = logging.getLogger(__name__)
@@ -93,6 +95,8 @@ class DispatchHook:
     def __init__(self, active: Callable[[], Any]) -> None:
         self._active = active
         self._lib: Any = None
+        self._unbox_pg: Any = None
+        self._unbox_work: Any = None
         self._warned = False
         self.seen = 0  # operators recorded through this hook
 
@@ -106,6 +110,9 @@ class DispatchHook:
         import torch
         import torch.distributed  # noqa: F401 - registers the c10d operators
 
+        from torch._C._distributed_c10d import ProcessGroup, Work
+
+        self._unbox_pg, self._unbox_work = ProcessGroup.unbox, Work.unbox
         lib = torch.library.Library("c10d", "IMPL")
         after = torch._C._after_autograd_keyset
         try:
@@ -126,28 +133,70 @@ class DispatchHook:
             lib._destroy()
 
     def _kernel(self, op: Any, after: Any, spec: tuple[str, int, int, str, int]) -> Callable:
+        from holmes.logger.recorder import _OP_CODE, _op_key
+
         name, gi, si, how, pi = spec
         active = self._active
+        unbox_pg, unbox_work = self._unbox_pg, self._unbox_work
+        redispatch = op._handle.redispatch_boxed
+        opk = _op_key(_OP_CODE[name], -1)
 
         def kernel(keyset: Any, *args: Any) -> Any:
             lg = active()
             if lg is None:
-                return op.redispatch(keyset & after, *args)
+                return redispatch(keyset & after, *args)
+            if pi >= 0:  # point-to-point: the general path
+                return self._p2p(lg, redispatch, keyset & after, args, name, gi, si, how, pi)
+            # a collective: the fast path of the namespace wrappers (a packed row held in flight
+            # under its comm/seq key, finished by a callback on the work's future)
             try:
-                note = self._note(lg, args, name, gi, si, how, pi)
+                pg = unbox_pg(args[gi])
+                seq = lg._seq_of.get(pg)
+                if seq is None:
+                    lg.comm_of(pg)
+                    seq = lg._seq_of[pg]
+                rec = lg._rec
+                nbytes = _size(args[si], how) if si >= 0 else 0
+                key = next(seq)
             except Exception:  # noqa: BLE001 - logging must never break the training step
-                note = None
                 self._warn_once(name)
+                return redispatch(keyset & after, *args)
             start = time.time_ns()
-            out = op.redispatch(keyset & after, *args)
-            if note is not None:
-                try:
-                    self._issued(lg, note, start, _work_of(out))
-                except Exception:  # noqa: BLE001
-                    self._warn_once(name)
+            head = (next(rec._index), key, opk, nbytes, start)
+            rec._inflight[key] = head
+            out = redispatch(keyset & after, *args)
+            self.seen += 1
+            work = _work_of(out)
+            try:
+                fut = None if work is None else unbox_work(work).get_future()
+            except (RuntimeError, AttributeError):
+                fut = None
+            if fut is not None:
+                fut.add_done_callback(functools.partial(_async_done, rec, key, head))
+            elif rec._inflight.pop(key, None) is not None:  # synchronous (monitored_barrier_), or no future
+                end = time.time_ns()
+                rec._done.append(head + (max(end, start),))
+            if len(rec._done) >= rec.flush_every:
+                rec.flush()
             return out
 
         return kernel
+
+    def _p2p(self, lg: Any, redispatch: Callable, keyset: Any, args: tuple, name: str, gi: int, si: int, how: str,
+             pi: int) -> Any:
+        try:
+            note = self._note(lg, args, name, gi, si, how, pi)
+        except Exception:  # noqa: BLE001 - logging must never break the training step
+            note = None
+            self._warn_once(name)
+        start = time.time_ns()
+        out = redispatch(keyset, *args)
+        if note is not None:
+            try:
+                self._issued(lg, note, start, _work_of(out))
+            except Exception:  # noqa: BLE001
+                self._warn_once(name)
+        return out
 
     def _warn_once(self, name: str) -> None:
         if not self._warned:
@@ -155,11 +204,8 @@ class DispatchHook:
             log.warning("holmes logger: recording a c10d::%s operator failed; it and others like it may be missing "
                         "from the log", name, exc_info=True)
 
-    @staticmethod
-    def _note(lg: Any, args: tuple, name: str, gi: int, si: int, how: str, pi: int) -> tuple[str, str, int | None, int]:
-        from torch._C._distributed_c10d import ProcessGroup
-
-        pg = ProcessGroup.unbox(args[gi])
+    def _note(self, lg: Any, args: tuple, name: str, gi: int, si: int, how: str, pi: int) -> tuple[str, str, int | None, int]:
+        pg = self._unbox_pg(args[gi])
         nbytes = _size(args[si], how) if si >= 0 else 0
         if pi < 0:
             return lg.comm_of(pg)[0], name, None, nbytes
@@ -176,9 +222,7 @@ class DispatchHook:
             rec.record(cid, name, peer=peer, nbytes=nbytes, start_ns=start, end_ns=time.time_ns())
             return
         h = rec.begin(cid, name, peer=peer, nbytes=nbytes, start_ns=start)
-        from torch._C._distributed_c10d import Work
-
-        w = Work.unbox(work)
+        w = self._unbox_work(work)
         try:
             fut = w.get_future()
         except (RuntimeError, AttributeError):  # e.g. gloo's send/recv works: polled at the next flush
@@ -191,3 +235,4 @@ class DispatchHook:
 
 def _finish(h: Any, _fut: Any) -> None:
     h.finish(time.time_ns())
+

@@ -14,7 +14,7 @@ from typing import Any
 from holmes.logger.recorder import PendingOp
 
 __all__ = ["arg", "nbytes_of", "nbytes_of_list", "is_cuda", "TimedWork", "CudaClock", "finish_on_completion",
-           "async_issued", "global_peer", "WRAPPED_FUNCTIONS"]
+           "async_issued", "global_peer", "default_group", "WRAPPED_FUNCTIONS"]
 
 # name -> (CommOps op, position/name of the group, position/name of async_op,
 #          position/name of the sized tensor (argument), "one"|"list" sizing, position of the tensor
@@ -42,6 +42,12 @@ _P2P_SPECS = {
 }
 #: The ``torch.distributed`` functions the logger wraps (those the installed torch has).
 WRAPPED_FUNCTIONS = tuple(_COLL_SPECS) + tuple(_P2P_SPECS) + ("batch_isend_irecv",)
+
+
+def default_group() -> Any:
+    from torch.distributed import distributed_c10d as c10d
+
+    return c10d._get_default_group()
 
 
 def global_peer(group: Any, peer: Any, group_peer: Any) -> int | None:

@@ -1,0 +1,69 @@
+"""The dump triggers of :meth:`holmes.logger.CommOpsLogger.install_dump_handlers`: signals, an
+uncaught exception, and a watchdog thread for an operator in flight too long."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterable
+from typing import Any
+
+from holmes.errors import ConfigError
+
+__all__ = ["install_dump_handlers"]
+
+
+def install_dump_handlers(self: Any, signals: Iterable[str] = ("SIGTERM", "SIGUSR1"), *, exceptions: bool = True,
+                          timeout: float | None = None, poll: float = 0.5) -> Any:
+    """See :meth:`holmes.logger.CommOpsLogger.install_dump_handlers` (``self``: the logger)."""
+    import signal
+    import sys
+
+    def _on_signal(signum: int, frame: Any) -> None:
+        name = signal.Signals(signum).name
+        self.dump("signal", name)
+        prev = self._prev_handlers.get(signum)
+        if callable(prev):
+            prev(signum, frame)
+        elif signum == signal.SIGTERM:  # still terminate, as the default handler would
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+
+    self._prev_handlers = getattr(self, "_prev_handlers", {})
+    for name in signals:
+        sig = getattr(signal, name, None)
+        if sig is None:
+            raise ConfigError(f"unknown signal {name!r}")
+        self._prev_handlers[sig] = signal.signal(sig, _on_signal)
+    if exceptions:
+        prev_hook = sys.excepthook
+
+        def _hook(tp: Any, val: Any, tb: Any) -> None:
+            if self._rec is not None and not self._rec.closed:
+                self.dump(_reason_of(val), f"{tp.__name__}: {val}")
+            prev_hook(tp, val, tb)
+
+        sys.excepthook = _hook
+    if timeout is not None:
+        limit_ns = int(float(timeout) * 1e9)
+
+        def _watch() -> None:
+            while self._rec is None or not self._rec.closed:
+                time.sleep(poll)
+                rec = self._rec
+                if rec is None or rec.closed:
+                    continue
+                oldest = rec.running_since()
+                if oldest is not None and time.time_ns() - oldest > limit_ns:
+                    self.dump("timeout", f"an operator in flight for more than {timeout:g} s")
+                    return
+
+        threading.Thread(target=_watch, name="holmes-commops-watchdog", daemon=True).start()
+    return self
+
+
+def _reason_of(exc: BaseException | None) -> str:
+    """``"timeout"`` for a collective that timed out (gloo/NCCL say so in the message), else ``"exception"``."""
+    text = f"{type(exc).__name__} {exc}".lower()
+    return "timeout" if "timed out" in text or "timeout" in text else "exception"
