@@ -44,7 +44,8 @@ import holmes
 from holmes.localize import localize
 from holmes.simulate import simulate
 
-LAYOUT = {2048: dict(tp=8, pp=8, dp=32), 4096: dict(tp=8, pp=8, dp=64), 8192: dict(tp=8, pp=8, dp=128),
+LAYOUT = {128: dict(tp=4, pp=4, dp=8),  # 128: --smoke
+          2048: dict(tp=8, pp=8, dp=32), 4096: dict(tp=8, pp=8, dp=64), 8192: dict(tp=8, pp=8, dp=128),
           32768: dict(tp=8, pp=8, dp=512)}
 
 
@@ -119,10 +120,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "holmes-bench-scale"))
     ap.add_argument("--detector", default="auto")
     ap.add_argument("--quick", action="store_true", help="3 repeats")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: tiny sizes, 128 GPUs x 10 iterations, 1 repeat, a fresh temporary cache")
     ap.add_argument("--analysis", default="irregular", choices=("irregular", "persistent"),
                     help="persistent: a GPU 1.3x slow from iteration 0, analysis='persistent' (reads every rank) "
                          "timed in a fresh process with its peak RSS")
     args = ap.parse_args(argv)
+    if args.smoke:
+        from _cache import smoke_dir
+
+        args.gpus, args.iterations, args.repeats, args.scan_repeats = "128", 10, 1, 1
+        args.cache = str(smoke_dir("localize_scale"))
     if args.analysis == "persistent":
         return persistent_scale(args)
     sizes = [int(s) for s in args.gpus.split(",")]
