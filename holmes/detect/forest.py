@@ -289,11 +289,19 @@ def _block(X, Xf, lo, hi, kind, q_feat, q_thr, q_lo, q_wid, q_words, q_start, q_
                         v = bw[wb + np.uint64(r)]
                         bw[wb + np.uint64(r)] = v if Xt[base + np.uint64(r)] <= t else v & mk
             l0 = q_lstart[k]
-            for r in range(m):
-                w = 0
-                while bw[w * B + r] == 0:
-                    w += 1
-                acc[r] += q_val[l0 + (w << 5) + trailing_zeros(bw[w * B + r])]
+            if q_words[k] == 1:
+                for r in range(m):
+                    acc[r] += q_val[l0 + trailing_zeros(bw[r])]
+            elif q_words[k] == 2:  # the two words as one uint64: no data-dependent branch
+                for r in range(m):
+                    v = np.uint64(bw[r]) | (np.uint64(bw[B + r]) << np.uint64(32))
+                    acc[r] += q_val[l0 + trailing_zeros(v)]
+            else:
+                for r in range(m):
+                    w = 0
+                    while bw[w * B + r] == 0:
+                        w += 1
+                    acc[r] += q_val[l0 + (w << 5) + trailing_zeros(bw[w * B + r])]
         else:
             r0 = w_root[k]
             for r in range(m):
