@@ -9,9 +9,11 @@ Removing the directory is always safe: jobs are simulated again.
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 DEFAULT_MAX_GB = 12.0
@@ -52,6 +54,16 @@ def prune(root: Path, max_bytes: int) -> int:
         shutil.rmtree(e, ignore_errors=True)
         freed += s
     return freed
+
+
+def smoke_dir(name: str) -> Path:
+    """A fresh temporary directory for a ``--smoke`` run of benchmark ``name``, removed at exit.
+
+    Smokes never reuse cached jobs: a job simulated by an older version would hide a break.
+    """
+    path = Path(tempfile.mkdtemp(prefix=f"holmes-smoke-{name}-"))
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def cache_dir(name: str) -> Path:

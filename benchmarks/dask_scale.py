@@ -51,7 +51,8 @@ import pyarrow.parquet as pq
 
 from holmes.simulate import simulate
 
-LAYOUT = {2048: dict(tp=8, pp=8, dp=32), 4096: dict(tp=8, pp=8, dp=64), 8192: dict(tp=8, pp=8, dp=128)}
+LAYOUT = {128: dict(tp=4, pp=4, dp=8), 2048: dict(tp=8, pp=8, dp=32), 4096: dict(tp=8, pp=8, dp=64),
+          8192: dict(tp=8, pp=8, dp=128), 32768: dict(tp=8, pp=8, dp=512)}
 
 # runs the CLI in this child and prints its own peak RSS (MB) and wall time on the last line;
 # argv[1] (JSON) may set DaskExecutor's in_flight / max_chunk (to compare settings in one session)
@@ -176,7 +177,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compare-old", action="store_true",
                     help="also run the Dask part with the old settings (512 ranks a task, 8 tasks ahead)")
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "holmes-bench-scale"))
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: tiny sizes, 128 GPUs x 10 iterations, a fresh temporary cache; exits 1 unless "
+                         "same_result=1")
     args = ap.parse_args(argv)
+    if args.smoke:
+        from _cache import smoke_dir
+
+        args.gpus, args.iterations, args.repeats, args.compare_old = 128, 10, 1, False
+        args.cache = str(smoke_dir("dask_scale"))
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     job = cached_job(cache, args.gpus, args.iterations)
@@ -212,6 +221,8 @@ def main(argv: list[str] | None = None) -> int:
               f"inproc_rss_mb={med[1]:.0f} dask_client_rss_mb={med[4]:.0f} scheduler_rss_mb={med[5]:.0f} "
               f"ratio_worker={med[1] / med[3]:.2f} ratio_any_process={med[1] / big:.2f} "
               f"same_result={int(all(r[6] for r in rows[name]))}")
+    if args.smoke and not all(r[6] for name, _ in settings for r in rows[name]):
+        return 1
     return 0
 
 

@@ -76,18 +76,28 @@ def main() -> None:
                     help="held-out jobs (with 12, one 512-GPU job holds over a quarter of the positives)")
     ap.add_argument("--n-val", type=int, default=12, help="validation jobs choosing the thresholds of the forests trained here")
     ap.add_argument("--drift", type=float, default=4e-4, help="per-iteration compute drift of the month job")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: 2 jobs per set of at most 64 GPUs and 10-12 iterations, 4 trees, a 5 x 8-iteration"
+                         " month, a fresh temporary directory")
     args = ap.parse_args()
+    scenario_kw: dict = {}
+    trees, week_len = 32, 40
+    if args.smoke:  # small scenarios in a fresh directory (the cached jobs stay as they are)
+        from _cache import smoke_dir
+
+        args.jobs_dir, args.n_train, args.n_test, args.n_val = str(smoke_dir("detect_accuracy")), 2, 2, 2
+        scenario_kw, trees, week_len = dict(max_gpus=64, iterations=(10, 12)), 4, 8
     root = Path(args.jobs_dir)
     t0 = time.time()
-    train = simulate_scenarios(root, range(1000, 1000 + args.n_train))
-    test = simulate_scenarios(root, range(9000, 9000 + args.n_test))
+    train = simulate_scenarios(root, range(1000, 1000 + args.n_train), **scenario_kw)
+    test = simulate_scenarios(root, range(9000, 9000 + args.n_test), **scenario_kw)
     X, y, _ = jobs_dataset(train, max_ranks=8, seed=1)
     models = {
         "rf_default": load_default_detector(),
         "rf_default_alone": load_default_detector(),
-        "rf_gini": OperatorDetector(n_estimators=32, criterion="gini", max_samples=100_000, min_samples_leaf=8,
+        "rf_gini": OperatorDetector(n_estimators=trees, criterion="gini", max_samples=100_000, min_samples_leaf=8,
                                     random_state=0, n_jobs=2).fit(X, y),
-        "rf_entropy": OperatorDetector(n_estimators=32, criterion="entropy", max_samples=100_000, min_samples_leaf=8,
+        "rf_entropy": OperatorDetector(n_estimators=trees, criterion="entropy", max_samples=100_000, min_samples_leaf=8,
                                        random_state=0, n_jobs=2).fit(X, y),
         "3sigma": ThreeSigmaDetector(),
         "knn": FeatureBaseline("knn", random_state=0).fit(X, y),
@@ -96,7 +106,7 @@ def main() -> None:
     }
     # each forest trained here gets its own threshold, the F1-best on validation jobs (as the
     # default model's was chosen), not the default's: a smaller training set calibrates differently
-    val = simulate_scenarios(root, range(5000, 5000 + args.n_val))
+    val = simulate_scenarios(root, range(5000, 5000 + args.n_val), **scenario_kw)
     Xv, yv, _ = jobs_dataset(val, max_ranks=8, seed=2, context="job")
     for name in ("rf_gini", "rf_entropy"):
         models[name].threshold = best_threshold(yv, models[name].predict_proba_features(Xv))
@@ -140,18 +150,18 @@ def main() -> None:
     # ---------------------------------------------------------------- drifted month
     from holmes.simulate import simulate
 
-    month = root / f"month-{args.drift:g}-v2"
+    month = root / f"month-{args.drift:g}-v2" if week_len == 40 else root / f"month-{args.drift:g}-w{week_len}"
     if not (month / "job.json").is_file():
-        simulate(month, tp=4, pp=2, dp=8, micro_batches=4, iterations=200, seed=4242, drift=args.drift,
+        simulate(month, tp=4, pp=2, dp=8, micro_batches=4, iterations=5 * week_len, seed=4242, drift=args.drift,
                  faults=["gpu:13@fluctuation*1.8", "nic:40@spike*3.0", "switch:leaf-5@fluctuation*1.6"],
                  overwrite=True)
     j = read_job(month)
     ranks = list(range(0, j.world_size, 4))
-    weeks = [(w * 40, (w + 1) * 40) for w in range(5)]
-    paper = OperatorDetector(n_estimators=32, features=PAPER_FEATURES, max_samples=100_000, min_samples_leaf=8,
+    weeks = [(w * week_len, (w + 1) * week_len) for w in range(5)]
+    paper = OperatorDetector(n_estimators=trees, features=PAPER_FEATURES, max_samples=100_000, min_samples_leaf=8,
                              random_state=0, n_jobs=2).fit(X, y)
-    print(f"\n# drifted month: 64 GPUs, 200 iterations = 5 weeks, drift {args.drift:g}/iteration "
-          f"({100 * args.drift * 200:.1f}% over the month), {len(ranks)} ranks scored per week")
+    print(f"\n# drifted month: 64 GPUs, {5 * week_len} iterations = 5 weeks, drift {args.drift:g}/iteration "
+          f"({100 * args.drift * 5 * week_len:.1f}% over the month), {len(ranks)} ranks scored per week")
     print(f"{'week':>4s} {'default naive':>14s} {'default tuned':>14s} {'paper naive':>12s} {'paper tuned':>12s}")
     tuners = {"default": AutoTuner(load_default_detector(), period=len(ranks)),
               "paper": AutoTuner(paper, period=len(ranks))}

@@ -39,14 +39,14 @@ def durations(t) -> np.ndarray:
     return t.column("end_ns").to_numpy() - t.column("start_ns").to_numpy()
 
 
-def stretch(job: Path, seed: int, twins: Path, table) -> np.ndarray:
+def stretch(job: Path, seed: int, twins: Path, table, scenario_kw: dict | None = None) -> np.ndarray:
     """Per row of ``table`` (holmes detect's output, ranks ascending), faulted / fault-free duration."""
     from holmes.io import read_job
     from holmes.simulate import simulate
 
     twin = twins / job.name
     if not (twin / "job.json").is_file():
-        simulate(twin, overwrite=True, **{**random_scenario(seed), "faults": ()})
+        simulate(twin, overwrite=True, **{**random_scenario(seed, **(scenario_kw or {})), "faults": ()})
     tj = read_job(twin)
     cf = np.concatenate([durations(tj.ops(r)) for r in tj.available_ranks()])
     d = durations(table)
@@ -66,9 +66,18 @@ def main() -> None:
     ap.add_argument("--model", help="detector model (NAME.json); default: the shipped model")
     ap.add_argument("--threshold", type=float, help="flag threshold; default: the model's")
     ap.add_argument("--by-stretch", action="store_true", help="recall by stretch (simulates fault-free twins)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: 2 held-out jobs of at most 64 GPUs and 10-12 iterations, --by-stretch, a fresh "
+                         "temporary directory")
     args = ap.parse_args()
+    scenario_kw: dict = {}
+    if args.smoke:  # small scenarios in a fresh directory (the cached held-out jobs stay as they are)
+        from _cache import smoke_dir
+
+        args.jobs_dir, args.n_test, args.by_stretch = str(smoke_dir("detect_heldout")), 2, True
+        scenario_kw = dict(max_gpus=64, iterations=(10, 12))
     seeds = range(args.first_seed, args.first_seed + args.n_test)
-    jobs = simulate_scenarios(Path(args.jobs_dir), seeds)
+    jobs = simulate_scenarios(Path(args.jobs_dir), seeds, **scenario_kw)
     tp_all = y_all = f_all = 0
     f1_jobs = []
     by_stretch = np.zeros((2, len(STRETCH_BINS) - 1), np.int64)  # positives, caught
@@ -88,7 +97,7 @@ def main() -> None:
             y = t.column("abnormal").to_numpy(zero_copy_only=False)
             f = t.column("flagged").to_numpy(zero_copy_only=False)
             if args.by_stretch and y.any():
-                b = np.digitize(stretch(job, s, Path(args.jobs_dir) / "fault-free", t)[y], STRETCH_BINS) - 1
+                b = np.digitize(stretch(job, s, Path(args.jobs_dir) / "fault-free", t, scenario_kw)[y], STRETCH_BINS) - 1
                 by_stretch[0] += np.bincount(b, minlength=len(STRETCH_BINS) - 1)
                 by_stretch[1] += np.bincount(b[f[y]], minlength=len(STRETCH_BINS) - 1)
             tp = int(np.sum(y & f))

@@ -68,7 +68,12 @@ def main() -> None:
     ap.add_argument("--ops", type=int, default=10_000)
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--no-default", action="store_true", help="time the forest trained here instead of the default")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: 1,000 ops, 3 repetitions, a bench forest of 8 trees (seconds; the same code path)")
     args = ap.parse_args()
+    args.trees = 64
+    if args.smoke:
+        args.ops, args.reps, args.trees = 1_000, 3, 8
     with tempfile.TemporaryDirectory(prefix="holmes-bench-") as d:
         run(args, d)
 
@@ -76,7 +81,7 @@ def main() -> None:
 def run(args: argparse.Namespace, d: str) -> None:
     job, ops = rank_log(args.ops, d)
     X, y = job_dataset(job, max_ranks=16, seed=0)
-    det_bench = OperatorDetector(n_estimators=64, max_depth=14, min_samples_leaf=8, random_state=0).fit(X, y)
+    det_bench = OperatorDetector(n_estimators=args.trees, max_depth=14, min_samples_leaf=8, random_state=0).fit(X, y)
     rf = det_bench.estimator_
     try:
         det = det_bench if args.no_default else load_default_detector()

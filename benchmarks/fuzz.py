@@ -876,7 +876,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cases", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--verbose", action="store_true", help="print every failing case")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: 12 cases (exits 1 on a traceback, clobber or silent wrong answer)")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.cases, args.verbose = 12, True
     os.environ.update(FUZZ_ENV)
     t0 = time.time()
     with tempfile.TemporaryDirectory(prefix="holmes-fuzz-") as tmp:
@@ -921,6 +925,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"fuzz_cases={args.cases} tracebacks={counts['traceback']} internal_errors={counts['internal_error']} "
           f"clobbers={counts['clobber']} "
           f"silent_wrong={counts['silent_wrong']} max_rss_mb={max_rss_mb():.0f}")
+    if args.smoke and (counts["traceback"] or counts["clobber"] or counts["silent_wrong"]):
+        return 1
     return 0
 
 

@@ -57,11 +57,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--corpus", default=str(ROOT / "fixtures" / "real-hang"))
     ap.add_argument("--split", default="test", choices=("test", "dev", "all"))
+    ap.add_argument("--smoke", action="store_true", help="CI: the first 3 runs of the split")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     root = Path(args.corpus)
-    runs = json.loads((root / "MANIFEST.json").read_text())["runs"]
+    try:
+        runs = json.loads((root / "MANIFEST.json").read_text())["runs"]
+    except (OSError, ValueError, KeyError) as exc:
+        print(f"hang_real: {root}/MANIFEST.json unreadable ({exc}); generate the corpus with "
+              f"python scripts/real_hangs.py corpus --out {root} --rounds 4", file=sys.stderr)
+        return 2
     runs = [e for e in runs if args.split == "all" or e["split"] == args.split]
+    if args.smoke:
+        runs = runs[:3]
     print(f"{'run':46} {'split':5} {'want':>8} {'culprits':>10} {'named':>10} {'exact':>5} {'deadlock':>8}")
     exact = dl = 0
     waiting_named: list[int] = []

@@ -159,7 +159,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "holmes-bench-scale"),
                     help="where the generated dump directory is kept (reused by later runs)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: tiny sizes, tp 2 x dp 4 x pp 2, 2 iterations, 1 repeat, a fresh temporary cache")
     args = ap.parse_args(argv)
+    if args.smoke:
+        from _cache import smoke_dir
+
+        args.tp, args.dp, args.pp, args.iterations, args.repeats = 2, 4, 2, 2, 1
+        args.cache = str(smoke_dir("hang_scale"))
     logging.basicConfig(level=logging.WARNING)
     world = args.tp * args.dp * args.pp
     culprit = random.Random(args.seed).randrange(world)

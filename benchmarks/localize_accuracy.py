@@ -59,25 +59,33 @@ from holmes.localize import localize
 from holmes.eval.localize_baselines import RandomWalkLocalizer, SeerLikeLocalizer
 from holmes.simulate.scenarios import KINDS, PATTERNS, REALISTIC_FACTOR, irregular_fault_job, realistic_fault_job
 
-SIZES = {2048: dict(tp=8, pp=8, dp=32), 4096: dict(tp=8, pp=8, dp=64), 8192: dict(tp=8, pp=8, dp=128)}
+SIZES = {64: dict(tp=4, pp=2, dp=8),  # 64: --smoke
+         2048: dict(tp=8, pp=8, dp=32), 4096: dict(tp=8, pp=8, dp=64), 8192: dict(tp=8, pp=8, dp=128)}
 DIMS = {"3D": dict(tp=4, pp=4, dp=32, sequence_parallel=False), "4D": dict(tp=4, pp=4, dp=32, ep=4, sequence_parallel=False),
         "5D": dict(tp=4, pp=4, dp=16, ep=4, cp=2, sequence_parallel=False),
         "6D": dict(tp=4, pp=4, dp=16, ep=4, cp=2, sequence_parallel=True)}
 ITERATIONS = 30
+#: ``--smoke``: Fig. 15c's fewest and most dimensions at 64 GPUs, jobs of 15 iterations
+SMOKE_DIMS = {"3D": dict(tp=2, pp=2, dp=16, sequence_parallel=False),
+              "6D": dict(tp=2, pp=2, dp=8, ep=4, cp=2, sequence_parallel=True)}
+SMOKE_ITERATIONS = 15
 
 
-def make_job(cache: Path, cfg: dict, kind: str, pattern: str, seed: int) -> tuple[Path, str]:
+def make_job(cache: Path, cfg: dict, kind: str, pattern: str, seed: int,
+             iterations: int = ITERATIONS) -> tuple[Path, str]:
     """Simulate (once; cached) a job whose fault makes the pivot's iterations irregular
     (:func:`holmes.simulate.scenarios.irregular_fault_job`)."""
     name = "_".join(f"{k}{v}" for k, v in sorted(cfg.items())) + f"_{kind}_{pattern}_s{seed}"
-    return irregular_fault_job(cache / name, cfg, kind, pattern, seed, iterations=ITERATIONS)
+    name += "" if iterations == ITERATIONS else f"_it{iterations}"
+    return irregular_fault_job(cache / name, cfg, kind, pattern, seed, iterations=iterations)
 
 
-def job_set(cache: Path, cfg: dict, n: int, seed0: int) -> list[tuple[Path, str, str, str]]:
+def job_set(cache: Path, cfg: dict, n: int, seed0: int,
+            iterations: int = ITERATIONS) -> list[tuple[Path, str, str, str]]:
     out = []
     for i in range(n):
         kind, pattern = KINDS[i % len(KINDS)], PATTERNS[(i // len(KINDS) + i) % len(PATTERNS)]
-        path, dev = make_job(cache, cfg, kind, pattern, seed0 + i)
+        path, dev = make_job(cache, cfg, kind, pattern, seed0 + i, iterations)
         out.append((path, dev, kind, pattern))
     return out
 
@@ -220,8 +228,17 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --realistic: 64-128 GPU jobs of 20 iterations, layouts 2x4x8 .. 8x2x4 (tp x pp x dp)")
     ap.add_argument("--split", choices=tuple(SPLIT_SEED), default="test",
                     help="seed split of --realistic: dev, dev2 or dev3 (choose thresholds) or test (report)")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: 1 job per point at 64 GPUs x 15 iterations, 2 training jobs, Fig. 15c 3D and 6D "
+                         "only, 2 deltas, 1-2 monitors, a fresh temporary cache; with --realistic: --small, 1 "
+                         "faulty + 2 healthy jobs")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
+    if args.smoke:
+        from _cache import smoke_dir
+
+        args.quick, args.jobs, args.sizes, args.small = True, 1, "64", True
+        args.cache = str(smoke_dir("localize_accuracy"))
     n = args.jobs or (6 if args.quick else 20)
     if args.cache:
         cache = Path(args.cache)
@@ -241,12 +258,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'GPUs':>6} {'Holmes':>8} {'RW':>8} {'Seer':>8} {'ranks read (median)':>20} {'s/job (median)':>15}")
     top1: dict[int, float] = {}
     all_sets = {}
+    its = SMOKE_ITERATIONS if args.smoke else ITERATIONS
     for size in sizes:
-        jobs = job_set(cache, SIZES[size], n, args.seed + size)
+        jobs = job_set(cache, SIZES[size], n, args.seed + size, its)
         all_sets[size] = jobs
         ok, reads, secs = run_holmes(jobs, detector=det)
         top1[size] = pct(ok)
-        train = job_set(cache, SIZES[size], 6, args.seed + 100_000 + size)
+        train = job_set(cache, SIZES[size], 2 if args.smoke else 6, args.seed + 100_000 + size, its)
         seer = SeerLikeLocalizer(max_ranks=args.baseline_ranks).fit([p for p, *_ in train])
         rw = RandomWalkLocalizer(max_ranks=args.baseline_ranks)
         rw_ok = [bool(s := rw.rank(p)) and s[0][0] == d for p, d, *_ in jobs]
@@ -265,19 +283,20 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{label:>8} {g:<12} {pct(hits):6.1f}%  ({len(hits)} jobs)")
 
     print(f"\n## Fig. 15a: top-1 vs delta ({sizes[0]} GPUs)")
-    deltas = [1.02, 1.06, 1.1, 1.14] if args.quick else [1.02, 1.04, 1.06, 1.08, 1.1, 1.12, 1.14]
+    deltas = ([1.02, 1.1] if args.smoke else [1.02, 1.06, 1.1, 1.14] if args.quick
+              else [1.02, 1.04, 1.06, 1.08, 1.1, 1.12, 1.14])
     for d in deltas:
         ok, _, _ = run_holmes(base, detector=det, delta=d)
         print(f"delta={d:.2f} top1={pct(ok):6.1f}%")
 
     print(f"\n## Fig. 14c: per-iteration accuracy vs monitored GPUs ({sizes[0]} GPUs)")
-    for m in ([1, 3, 6] if args.quick else [1, 2, 3, 4, 5, 6]):
+    for m in ([1, 2] if args.smoke else [1, 3, 6] if args.quick else [1, 2, 3, 4, 5, 6]):
         print(f"monitors={m} per_iteration={per_iteration_accuracy(base, m, args.seed):6.1f}%")
 
-    print("\n## Fig. 15c: top-1 vs parallelism dimensions (256-512 GPUs)")
+    print(f"\n## Fig. 15c: top-1 vs parallelism dimensions ({'64' if args.smoke else '256-512'} GPUs)")
     dims = {}
-    for name, cfg in DIMS.items():
-        jobs = job_set(cache, cfg, n, args.seed + 7000 + len(name) * 31 + sum(cfg.values()))
+    for name, cfg in (SMOKE_DIMS if args.smoke else DIMS).items():
+        jobs = job_set(cache, cfg, n, args.seed + 7000 + len(name) * 31 + sum(cfg.values()), its)
         ok, _, _ = run_holmes(jobs, detector=det)
         dims[name] = pct(ok)
         print(f"{name} top1={dims[name]:6.1f}%", flush=True)

@@ -25,6 +25,7 @@ Usage::
     python benchmarks/localize_scale.py --gpus 8192 --analysis persistent --iterations 100
     python benchmarks/localize_scale.py --gpus 8192
     python benchmarks/localize_scale.py --gpus 32768 --scan-repeats 0   # simulated once: ~4 min, ~0.6 GB
+    python benchmarks/localize_scale.py --gpus 131072 --scan-repeats 0  # simulated once (issue #38 target: <= 15 min, <= 8 GB; not yet measured)
     python benchmarks/localize_scale.py            # 2048, 4096 and 8192
 """
 
@@ -44,8 +45,9 @@ import holmes
 from holmes.localize import localize
 from holmes.simulate import simulate
 
-LAYOUT = {2048: dict(tp=8, pp=8, dp=32), 4096: dict(tp=8, pp=8, dp=64), 8192: dict(tp=8, pp=8, dp=128),
-          32768: dict(tp=8, pp=8, dp=512)}
+LAYOUT = {128: dict(tp=4, pp=4, dp=8),  # 128: --smoke
+          2048: dict(tp=8, pp=8, dp=32), 4096: dict(tp=8, pp=8, dp=64), 8192: dict(tp=8, pp=8, dp=128),
+          32768: dict(tp=8, pp=8, dp=512), 131072: dict(tp=8, pp=8, dp=2048)}
 
 
 def three_sigma(table) -> np.ndarray:
@@ -112,17 +114,25 @@ def persistent_scale(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--gpus", default="2048,4096,8192", help="comma-separated sizes (2048, 4096, 8192, 32768)")
+    ap.add_argument("--gpus", default="2048,4096,8192",
+                    help="comma-separated sizes (128, 2048, 4096, 8192, 32768, 131072)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--scan-repeats", type=int, default=1, help="full scans to time (0: none)")
     ap.add_argument("--iterations", type=int, default=20)
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "holmes-bench-scale"))
     ap.add_argument("--detector", default="auto")
     ap.add_argument("--quick", action="store_true", help="3 repeats")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: tiny sizes, 128 GPUs x 10 iterations, 1 repeat, a fresh temporary cache")
     ap.add_argument("--analysis", default="irregular", choices=("irregular", "persistent"),
                     help="persistent: a GPU 1.3x slow from iteration 0, analysis='persistent' (reads every rank) "
                          "timed in a fresh process with its peak RSS")
     args = ap.parse_args(argv)
+    if args.smoke:
+        from _cache import smoke_dir
+
+        args.gpus, args.iterations, args.repeats, args.scan_repeats = "128", 10, 1, 1
+        args.cache = str(smoke_dir("localize_scale"))
     if args.analysis == "persistent":
         return persistent_scale(args)
     sizes = [int(s) for s in args.gpus.split(",")]

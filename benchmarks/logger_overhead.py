@@ -270,7 +270,18 @@ def main(argv: list[str] | None = None) -> int:
                          "C++ reducer, through the dispatcher hook)")
     ap.add_argument("--save", help="write the per-step times (JSON) here")
     ap.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: 2 ranks, 2 layers, 1 bucket, 64x64 matmuls, 12 pairs; skipped (exit 0, said) "
+                         "without torch")
     a = ap.parse_args(argv)
+    if a.smoke:
+        try:
+            import torch  # noqa: F401
+        except ImportError:
+            print("logger_overhead --smoke: skipped, torch is not installed (pip install 'holmes[torch]')")
+            return 0
+        a.ranks, a.layers, a.buckets, a.size = 2, 2, 1, 64
+        a.min_pairs, a.max_pairs, a.warmup, a.budget_s = 12, 12, 1, 60.0
     if a.pin is None:
         a.pin = hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) >= a.ranks
 
@@ -283,8 +294,8 @@ def main(argv: list[str] | None = None) -> int:
         import torch._dynamo  # noqa: F401 - DistributedDataParallel imports it: once, before the fork
         import torch.nn.parallel  # noqa: F401
     load0 = os.getloadavg()
-    bare_ns, wrapped_ns = _per_op_cost()
-    disp_bare_ns, disp_ns = _dispatch_op_cost()
+    bare_ns, wrapped_ns = _per_op_cost(2000, 3) if a.smoke else _per_op_cost()
+    disp_bare_ns, disp_ns = _dispatch_op_cost(2000, 3) if a.smoke else _dispatch_op_cost()
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     with tempfile.TemporaryDirectory() as tmp:
         res = os.path.join(tmp, "result.json")

@@ -111,6 +111,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="faulted jobs of the simulated figure (default 18: every kind x pattern once, and 4 healthy)")
     ap.add_argument("--param", action="append", default=[], metavar="NAME=VALUE",
                     help="a localize parameter (holmes.LocalizeParams), repeatable: --param cell_noise=0.1")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: the first 2 runs of each corpus, errors raised, and the simulated figure from "
+                         "localize_accuracy.py --realistic --smoke")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     import holmes
@@ -122,11 +125,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"real_accuracy: {root}/MANIFEST.json unreadable ({exc}); generate the corpus with "
               f"python scripts/real_runs.py corpus --out {root}", file=sys.stderr)
         return 2
-    runs = [dict(r, root=root) for r in runs if a.split == "all" or r["split"] == a.split]
+    runs = [dict(r, root=root) for r in runs if a.split == "all" or r["split"] == a.split][:2 if a.smoke else None]
     always = Path(a.always_root) if a.always_root else None
     if always is not None and (always / "MANIFEST.json").is_file():
         runs += [dict(r, root=always, always=True) for r in json.loads((always / "MANIFEST.json").read_text())["runs"]
-                 if a.split == "all" or r["split"] == a.split]
+                 if a.split == "all" or r["split"] == a.split][:2 if a.smoke else None]
     from localize_accuracy import _params  # the same NAME=VALUE parsing as the simulated benchmark
 
     extra: dict[str, object] = _params(a.param)
@@ -146,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             ids = [x["id"] for x in js.get("devices", [])]
             verdict = js.get("verdict") or "-"
         except Exception as exc:  # noqa: BLE001 - a benchmark reports failures and goes on
+            if a.smoke:  # ... but a smoke fails CI
+                raise
             ids, verdict = [], f"error:{type(exc).__name__}"
         cat, hit = score(truth, ids, d)
         (res_always if r.get("always") else res)[cat].append(bool(hit))
@@ -173,11 +178,16 @@ def _sim_realistic(a: argparse.Namespace) -> str:
     import subprocess
 
     cmd = [sys.executable, str(REPO / "benchmarks" / "localize_accuracy.py"), "--realistic", "--split", "test"]
-    if a.sim_jobs:
+    if a.smoke:
+        cmd += ["--smoke"]
+    elif a.sim_jobs:
         cmd += ["--jobs", str(a.sim_jobs)]
     for kv in a.param:
         cmd += ["--param", kv]
     proc = subprocess.run(cmd, capture_output=True, text=True)
+    if a.smoke and proc.returncode != 0:
+        sys.stderr.write(proc.stderr[-3000:])
+        raise SystemExit(f"real_accuracy: {' '.join(cmd[1:])} exited {proc.returncode}")
     sys.stderr.write(proc.stdout)
     for line in proc.stdout.splitlines()[::-1]:
         if line.startswith("realistic_top1="):

@@ -40,7 +40,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-ranks", type=int, default=512)
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "holmes-bench-scale"))
     ap.add_argument("--keep", default=None, metavar="FILE", help="also keep the page here")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: tiny sizes, 128 GPUs x 10 iterations, 1 render of 64 ranks, a fresh temporary "
+                         "cache")
     args = ap.parse_args(argv)
+    if args.smoke:
+        from _cache import smoke_dir
+
+        args.gpus, args.iterations, args.repeats, args.max_ranks = 128, 10, 1, 64
+        args.cache = str(smoke_dir("report_size"))
     size = args.gpus
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)

@@ -97,7 +97,11 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--no-peers", action="store_true", help="skip the naive-peer comparisons")
+    ap.add_argument("--smoke", action="store_true",
+                    help="tiny run (64 GPUs x 3 iterations, tp=4 pp=2) for CI: same code path, seconds")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.gpus, args.iterations, args.tp, args.pp = 64, 3, 4, 2
     dp = args.gpus // (args.tp * args.pp)
     if dp * args.tp * args.pp != args.gpus:
         ap.error("--gpus must be a multiple of tp * pp")
@@ -106,9 +110,10 @@ def main(argv=None) -> int:
     # warm the numba cache outside the timed region
     run_simulation(tp=2, pp=2, dp=2, iterations=2, faults=["gpu:1@spike*2"])
 
+    workload = Workload(micro_batches=args.micro_batches)
     t0, c0 = time.perf_counter(), time.process_time()
     res = run_simulation(tp=args.tp, pp=args.pp, dp=dp, iterations=args.iterations, seed=0, faults=faults,
-                         workload=Workload(micro_batches=args.micro_batches))
+                         workload=workload)
     t1, c1 = time.perf_counter(), time.process_time()
     write_result(res, out, overwrite=True, compression=args.compression)
     t2, c2 = time.perf_counter(), time.process_time()
@@ -133,7 +138,10 @@ def main(argv=None) -> int:
         prog, net = res.program, res.network
         T, W, ni = prog.num_ops, prog.world_size, prog.num_instances
         noise, tn, inn = np.empty(T), np.empty(W), np.empty(ni)
-        engine.iteration_noise(0, 0, 0.04, 0.03, prog.rank_ptr, prog.gap_ns, prog.tail_ns, noise, tn, inn)
+        w = workload.resolved(args.pp)  # the noise parameters run_simulation used
+        engine.iteration_noise(0, 0, float(w.jitter), float(w.tail_prob), float(w.tail_scale), float(w.xfer_jitter),
+                               float(w.xfer_tail_prob), float(w.xfer_tail_scale), prog.rank_ptr, prog.gap_ns,
+                               prog.tail_ns, noise, tn, inn)
         common = (noise, tn, inn, prog.rank_ptr, prog.inst, prog.inst_ptr, prog.inst_members, prog.inst_xgroup,
                   net.inst_vol, net.inst_lat_ns, net.xg_inv_bw, np.zeros(net.xg_inv_bw.size + 1, np.int64),
                   np.zeros(0, np.int64), np.zeros(0), np.ones(0), np.ones(W))
@@ -150,7 +158,8 @@ def main(argv=None) -> int:
         a = time.perf_counter()
         ps, pe, pc = naive_iteration(prog, net, noise, tn, inn, np.zeros(W, np.int64))
         py_t.append(time.perf_counter() - a)
-        assert np.array_equal(ps, s) and np.array_equal(pe, e) and np.array_equal(pc, clock)
+        if not (np.array_equal(ps, s) and np.array_equal(pe, e) and np.array_equal(pc, clock)):
+            raise SystemExit("simulate_speed: the naive engine disagrees with the numba engine")
         nb_ms, py_ms = statistics.median(nb_t) * 1e3, statistics.median(py_t) * 1e3
         # writer vs JobWriter.write_ops defaults, 256 ranks
         sample = range(min(256, W))

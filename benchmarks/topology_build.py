@@ -49,7 +49,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=20000)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--smoke", action="store_true", help="CI: tiny sizes, 512 GPUs, 200 pairs, 1 repeat")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.gpus, args.pairs, args.repeats = 512, 200, 1
     n = args.gpus
 
     # warm imports (scipy.sparse.csgraph is imported lazily on the first route)

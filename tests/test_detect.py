@@ -306,22 +306,29 @@ def _forest_of(trees):
     return rf
 
 
-@pytest.mark.parametrize("shape", ["small", "mid", "deep", "mixed", "best_first"])
+@pytest.mark.parametrize("shape", ["small", "mid", "wide", "deep", "mixed", "best_first"])
 def test_compiled_forest_all_layouts_equal_sklearn(shape):
-    """<= 32 leaves (32-bit masks), 33..64 leaves (64-bit masks), larger trees (walk), a mix, and
-    best-first trees (node ids not in left-to-right leaf order); rows on the thresholds."""
+    """<= 32 leaves (one 32-bit word of leaf bits), 33..64 and 65..128 leaves (2-4 words), larger
+    trees (walk), a mix, and best-first trees (node ids not in left-to-right leaf order); rows on the
+    thresholds, and rows sorted by a feature (blocks where every row goes left at many nodes)."""
+    from holmes.detect.forest import _KIND_QS, _KIND_WALK, _QS_MAX_LEAVES
     rng = np.random.default_rng(7)
     X = rng.normal(size=(3000, 6)).astype(np.float32)
     y = (X[:, 0] + 0.5 * X[:, 1] ** 2 + 0.3 * rng.normal(size=3000) > 0.4).astype(int)
     kw = {"small": [dict(max_leaf_nodes=20)], "mid": [dict(max_leaf_nodes=60)], "deep": [dict(max_depth=None)],
-          "mixed": [dict(max_leaf_nodes=8), dict(max_depth=None), dict(max_leaf_nodes=50), dict(max_depth=3)],
+          "wide": [dict(max_leaf_nodes=110)],
+          "mixed": [dict(max_leaf_nodes=8), dict(max_depth=None), dict(max_leaf_nodes=50), dict(max_leaf_nodes=100),
+                    dict(max_depth=3)],
           "best_first": [dict(max_leaf_nodes=200)]}[shape]
     rf = _forest_of([RandomForestClassifier(n_estimators=5, random_state=i, **k).fit(X, y) for i, k in enumerate(kw)])
     cf = CompiledForest.from_sklearn(rf)
     leaves = np.diff(np.r_[cf.roots, cf.n_nodes]) // 2 + 1
     assert {"small": leaves.max() <= 32, "mid": (leaves > 32).any() and leaves.max() <= 64,
-            "deep": leaves.min() > 64, "mixed": leaves.min() <= 32 and leaves.max() > 64,
-            "best_first": leaves.min() > 64}[shape]
+            "wide": (leaves > 64).all() and leaves.max() <= 128, "deep": leaves.min() > 128,
+            "mixed": leaves.min() <= 32 and leaves.max() > 128 and ((leaves > 64) & (leaves <= 128)).any(),
+            "best_first": leaves.min() > 128}[shape]
+    kinds = cf._packed()[0]
+    np.testing.assert_array_equal(kinds, np.where(leaves <= _QS_MAX_LEAVES, _KIND_QS, _KIND_WALK))
     # queries: data, and values exactly at / one float32 step around the thresholds
     internal = cf.left != -1
     thr = cf.threshold[internal]
@@ -335,6 +342,8 @@ def test_compiled_forest_all_layouts_equal_sklearn(shape):
     for n in (1, 127, 128, 129, 2600):
         np.testing.assert_array_equal(cf.predict_proba(Xq[:n], parallel=False), want[:n])
     np.testing.assert_array_equal(cf.predict_proba(Xq), want)     # helper threads share the blocks
+    order = np.argsort(Xq[:, 0], kind="stable")
+    np.testing.assert_array_equal(cf.predict_proba(Xq[order], parallel=False), want[order])
 
 
 def test_compiled_forest_nan_inf_inputs_match_reference_kernel(fitted, data):

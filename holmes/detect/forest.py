@@ -52,13 +52,14 @@ LEAF = -1
 
 #: rows evaluated together: one block's features (transposed) and per-row state stay in L1
 _BLOCK = 128
-#: trees with at most this many leaves are evaluated with leaf bitvectors (one uint64 per row)
-_QS_MAX_LEAVES = 64
+#: trees with at most this many leaves are evaluated with leaf bitvectors (``_QS_MAX_LEAVES / 32``
+#: uint32 words per row)
+_QS_MAX_LEAVES = 128
+_QS_MAX_WORDS = _QS_MAX_LEAVES // 32
 #: fewer rows than this are evaluated by the calling thread alone
 _PARALLEL_MIN_ROWS = 2048
-_KIND_QS32 = 0   # <= 32 leaves: uint32 bitvectors (16 rows per 512-bit register)
+_KIND_QS = 0     # <= _QS_MAX_LEAVES leaves: leaf bitvectors, in uint32 words
 _KIND_WALK = 1
-_KIND_QS64 = 2   # 33..64 leaves: uint64 bitvectors
 
 
 # ---------------------------------------------------------------------------------------------
@@ -94,15 +95,18 @@ def _forest_proba_reference(X, feature, threshold, left, right, value, roots, ou
 # ---------------------------------------------------------------------------------------------
 # Packing: a forest in the layouts the fast kernels read.
 #
-# * Small trees (<= 64 leaves), "QuickScorer" style (Lucchese et al., SIGIR 2015): the tree's
-#   internal nodes as (feature, float32 threshold, 64-bit mask). Leaves are numbered left to right;
-#   a node's mask clears the bits of the leaves of its left subtree. A row starts with all bits set
-#   and, for every node it does NOT satisfy (not x <= threshold: the row goes right there), ANDs the
-#   node's mask; its exit leaf is then the lowest set bit (every leaf left of it lies in the left
-#   subtree of a node on its path where it went right; nodes off its path only clear leaves it
-#   cannot reach). Every node of the tree is tested for a block of rows with SIMD compares on the
-#   block's transposed features: no data-dependent branches, no gathers. Trees with <= 32 leaves
-#   use 32-bit masks (twice the rows per vector instruction).
+# * Small trees (<= 128 leaves), "QuickScorer" style (Lucchese et al., SIGIR 2015): the tree's
+#   internal nodes as (feature, float32 threshold, the leaves of its left subtree). Leaves are
+#   numbered left to right; a row's bitvector (one bit per leaf) starts with all bits set and, for
+#   every node it does NOT satisfy (not x <= threshold: the row goes right there), the bits of the
+#   node's left-subtree leaves are cleared; its exit leaf is then the lowest set bit (every leaf
+#   left of it lies in the left subtree of a node on its path where it went right; nodes off its
+#   path only clear leaves it cannot reach). Every node of the tree is tested for a block of rows
+#   with SIMD compares on the block's transposed features: no data-dependent branches, no gathers.
+#   The bitvectors are uint32 words (as wide as the float32 features: 16 rows per 512-bit
+#   register), and a node updates only the words its left-subtree leaves fall in: one word for all
+#   but the few nodes near the root of a tree of 33-128 leaves, so such a tree costs about what
+#   a tree of <= 32 leaves costs per node.
 # * Larger trees, branch-free walk: nodes re-laid out breadth first so that siblings are adjacent
 #   (right child = left child + 1), packed in 8 bytes (float32 threshold, then
 #   ``child << fb | feature``); a leaf points to itself (threshold NaN, child = itself - 1, and
@@ -121,7 +125,9 @@ def _pack(feature, thr32, left, right, value, roots, n_nodes, n_features, fb):
     # QuickScorer arrays (at most one entry per node)
     q_feat = np.zeros(n_nodes, np.uint32)
     q_thr = np.zeros(n_nodes, np.float32)
-    q_mask = np.zeros(n_nodes, np.uint64)
+    q_lo = np.zeros(n_nodes, np.int32)    # first leaf of the node's left subtree
+    q_wid = np.zeros(n_nodes, np.int32)   # leaves of the node's left subtree
+    q_words = np.zeros(T, np.int64)       # uint32 words of the tree's bitvectors
     q_start = np.zeros(T + 1, np.int64)
     q_val = np.zeros(n_nodes, np.float64)
     q_lstart = np.zeros(T + 1, np.int64)
@@ -144,7 +150,7 @@ def _pack(feature, thr32, left, right, value, roots, n_nodes, n_features, fb):
         s = roots[k]
         e = roots[k + 1] if k + 1 < T else n_nodes
         if s < 0 or e > n_nodes or e <= s:
-            return False, kind, q_feat, q_thr, q_mask, q_start, q_val, q_lstart, w_node, w_val, w_root, w_depth
+            return False, kind, q_feat, q_thr, q_lo, q_wid, q_words, q_start, q_val, q_lstart, w_node, w_val, w_root, w_depth
         # structure check + leaf count (children inside the tree and after their parent: the
         # walk terminates); count reachable nodes (a shared subtree is counted each time)
         n_leaves = 0
@@ -157,7 +163,7 @@ def _pack(feature, thr32, left, right, value, roots, n_nodes, n_features, fb):
             j = stack[top]
             seen += 1
             if seen > e - s:
-                return False, kind, q_feat, q_thr, q_mask, q_start, q_val, q_lstart, w_node, w_val, w_root, w_depth
+                return False, kind, q_feat, q_thr, q_lo, q_wid, q_words, q_start, q_val, q_lstart, w_node, w_val, w_root, w_depth
             if left[j] == -1:
                 n_leaves += 1
                 continue
@@ -165,12 +171,13 @@ def _pack(feature, thr32, left, right, value, roots, n_nodes, n_features, fb):
             rj = right[j]
             f = feature[j]
             if lj <= j or rj <= j or lj >= e or rj >= e or f < 0 or f >= n_features:
-                return False, kind, q_feat, q_thr, q_mask, q_start, q_val, q_lstart, w_node, w_val, w_root, w_depth
+                return False, kind, q_feat, q_thr, q_lo, q_wid, q_words, q_start, q_val, q_lstart, w_node, w_val, w_root, w_depth
             stack[top] = rj
             stack[top + 1] = lj
             top += 2
         if n_leaves <= _QS_MAX_LEAVES:
-            kind[k] = _KIND_QS32 if n_leaves <= 32 else _KIND_QS64
+            kind[k] = _KIND_QS
+            q_words[k] = (n_leaves + 31) // 32
             # depth first, left first: leaves come out left to right
             stack[0] = s
             mark[0] = -1
@@ -181,8 +188,7 @@ def _pack(feature, thr32, left, right, value, roots, n_nodes, n_features, fb):
                 j = stack[top]
                 if mark[top] >= 0:  # j is the right child of internal node mark: its left subtree is done
                     q = mark[top]
-                    width = leaf - qlo[q]
-                    q_mask[q] = ~(((np.uint64(1) << np.uint64(width)) - np.uint64(1)) << np.uint64(qlo[q]))
+                    q_wid[q] = leaf - qlo[q]
                 if left[j] == -1:
                     q_val[nl + leaf] = value[j]
                     leaf += 1
@@ -190,6 +196,7 @@ def _pack(feature, thr32, left, right, value, roots, n_nodes, n_features, fb):
                 q_feat[nq] = np.uint32(feature[j])
                 q_thr[nq] = thr32[j]
                 qlo[nq] = leaf
+                q_lo[nq] = leaf
                 stack[top] = right[j]
                 mark[top] = nq
                 stack[top + 1] = left[j]
@@ -233,13 +240,13 @@ def _pack(feature, thr32, left, right, value, roots, n_nodes, n_features, fb):
                     nxt += 2
             w_depth[k] = depth
             pos += tail
-    return True, kind, q_feat[:nq], q_thr[:nq], q_mask[:nq], q_start, q_val[:nl], q_lstart, \
+    return True, kind, q_feat[:nq], q_thr[:nq], q_lo[:nq], q_wid[:nq], q_words, q_start, q_val[:nl], q_lstart, \
         w_node[:2 * pos], w_val[:pos], w_root, w_depth
 
 
 @njit(cache=True, nogil=True)
-def _block(X, Xf, lo, hi, kind, q_feat, q_thr, q_mask, q_start, q_val, q_lstart,
-           w_node, w_thr, w_val, w_root, w_depth, fb, n_qs, out, Xt, bits, bits32, idx, acc):
+def _block(X, Xf, lo, hi, kind, q_feat, q_thr, q_lo, q_wid, q_words, q_start, q_val, q_lstart,
+           w_node, w_thr, w_val, w_root, w_depth, fb, n_qs, out, Xt, bw, idx, acc, bmax):
     """P(class 1) of rows ``lo:hi`` (at most ``_BLOCK``): trees in order, all rows of the block per tree."""
     m = hi - lo
     nf = X.shape[1]
@@ -248,38 +255,53 @@ def _block(X, Xf, lo, hi, kind, q_feat, q_thr, q_mask, q_start, q_val, q_lstart,
     fmask = np.uint64((1 << fb) - 1)
     unf = np.uint64(nf)
     if n_qs > 0:  # transposed block: a node's comparisons read one contiguous run of B floats
+        inf = np.float32(np.inf)
+        for f in range(nf):
+            bmax[f] = -inf
         for r in range(m):
             for f in range(nf):
-                Xt[f * B + r] = X[lo + r, f]
+                v = X[lo + r, f]
+                Xt[f * B + r] = v
+                if not v <= bmax[f]:  # NaN (goes right at every node) counts as +inf
+                    bmax[f] = v if v == v else inf
     for r in range(m):
         acc[r] = 0.0
-    ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
     ALL32 = np.uint32(0xFFFFFFFF)
+    ONE = np.uint64(1)
     for k in range(kind.size):
-        if kind[k] == _KIND_QS32:
-            for r in range(B):
-                bits32[r] = ALL32
+        if kind[k] == _KIND_QS:
+            for i in range(q_words[k] * B):
+                bw[i] = ALL32
             for j in range(q_start[k], q_start[k + 1]):
                 t = q_thr[j]
-                mk32 = np.uint32(q_mask[j] & np.uint64(0xFFFFFFFF))
+                if bmax[q_feat[j]] <= t:
+                    continue  # every row of the block goes left here: the node clears nothing
                 base = np.uint64(q_feat[j]) * np.uint64(B)
-                for r in range(B):
-                    bits32[r] = bits32[r] if Xt[base + np.uint64(r)] <= t else bits32[r] & mk32
+                a = q_lo[j]
+                e = a + q_wid[j]  # the node clears leaves a .. e-1
+                for w in range(a >> 5, ((e - 1) >> 5) + 1):
+                    w0 = w << 5
+                    ca = max(a, w0) - w0
+                    ce = min(e, w0 + 32) - w0
+                    mk = np.uint32(~(((ONE << np.uint64(ce - ca)) - ONE) << np.uint64(ca)) & np.uint64(0xFFFFFFFF))
+                    wb = np.uint64(w * B)
+                    for r in range(B):
+                        v = bw[wb + np.uint64(r)]
+                        bw[wb + np.uint64(r)] = v if Xt[base + np.uint64(r)] <= t else v & mk
             l0 = q_lstart[k]
-            for r in range(m):
-                acc[r] += q_val[l0 + trailing_zeros(bits32[r])]
-        elif kind[k] == _KIND_QS64:
-            for r in range(B):
-                bits[r] = ALL
-            for j in range(q_start[k], q_start[k + 1]):
-                t = q_thr[j]
-                mk = q_mask[j]
-                base = np.uint64(q_feat[j]) * np.uint64(B)
-                for r in range(B):
-                    bits[r] = bits[r] if Xt[base + np.uint64(r)] <= t else bits[r] & mk
-            l0 = q_lstart[k]
-            for r in range(m):
-                acc[r] += q_val[l0 + trailing_zeros(bits[r])]
+            if q_words[k] == 1:
+                for r in range(m):
+                    acc[r] += q_val[l0 + trailing_zeros(bw[r])]
+            elif q_words[k] == 2:  # the two words as one uint64: no data-dependent branch
+                for r in range(m):
+                    v = np.uint64(bw[r]) | (np.uint64(bw[B + r]) << np.uint64(32))
+                    acc[r] += q_val[l0 + trailing_zeros(v)]
+            else:
+                for r in range(m):
+                    w = 0
+                    while bw[w * B + r] == 0:
+                        w += 1
+                    acc[r] += q_val[l0 + (w << 5) + trailing_zeros(bw[w * B + r])]
         else:
             r0 = w_root[k]
             for r in range(m):
@@ -300,20 +322,20 @@ def _block(X, Xf, lo, hi, kind, q_feat, q_thr, q_mask, q_start, q_val, q_lstart,
 @njit(cache=True, nogil=True)
 def _scratch(nf):
     """Per-thread work buffers of one block of ``_BLOCK`` rows."""
-    return (np.zeros(nf * _BLOCK, np.float32), np.empty(_BLOCK, np.uint64), np.empty(_BLOCK, np.uint32),
-            np.empty(_BLOCK, np.uint32), np.empty(_BLOCK, np.float64))
+    return (np.zeros(nf * _BLOCK, np.float32), np.empty(_QS_MAX_WORDS * _BLOCK, np.uint32),
+            np.empty(_BLOCK, np.uint32), np.empty(_BLOCK, np.float64), np.empty(nf, np.float32))
 
 
 @njit(cache=True, nogil=True)
-def _proba_serial(X, kind, q_feat, q_thr, q_mask, q_start, q_val, q_lstart, w_node, w_val, w_root, w_depth,
+def _proba_serial(X, kind, q_feat, q_thr, q_lo, q_wid, q_words, q_start, q_val, q_lstart, w_node, w_val, w_root, w_depth,
                   fb, n_qs, out):
     n, nf = X.shape
     Xf = X.reshape(n * nf)
     w_thr = w_node.view(np.float32)
-    Xt, bits, bits32, idx, acc = _scratch(nf)
+    Xt, bw, idx, acc, bmax = _scratch(nf)
     for lo in range(0, n, _BLOCK):
-        _block(X, Xf, lo, min(n, lo + _BLOCK), kind, q_feat, q_thr, q_mask, q_start, q_val, q_lstart,
-               w_node, w_thr, w_val, w_root, w_depth, fb, n_qs, out, Xt, bits, bits32, idx, acc)
+        _block(X, Xf, lo, min(n, lo + _BLOCK), kind, q_feat, q_thr, q_lo, q_wid, q_words, q_start, q_val,
+               q_lstart, w_node, w_thr, w_val, w_root, w_depth, fb, n_qs, out, Xt, bw, idx, acc, bmax)
 
 
 @intrinsic
@@ -331,21 +353,21 @@ def _fetch_add(typingctx, counter, inc):
 
 
 @njit(cache=True, nogil=True)
-def _proba_claiming(X, kind, q_feat, q_thr, q_mask, q_start, q_val, q_lstart, w_node, w_val, w_root, w_depth,
+def _proba_claiming(X, kind, q_feat, q_thr, q_lo, q_wid, q_words, q_start, q_val, q_lstart, w_node, w_val, w_root, w_depth,
                     fb, n_qs, out, counter):
     """Evaluate blocks claimed one at a time from ``counter`` until none is left (run by several threads)."""
     n, nf = X.shape
     Xf = X.reshape(n * nf)
     w_thr = w_node.view(np.float32)
-    Xt, bits, bits32, idx, acc = _scratch(nf)
+    Xt, bw, idx, acc, bmax = _scratch(nf)
     nblocks = (n + _BLOCK - 1) // _BLOCK
     while True:
         b = _fetch_add(counter, 1)
         if b >= nblocks:
             break
         lo = b * _BLOCK
-        _block(X, Xf, lo, min(n, lo + _BLOCK), kind, q_feat, q_thr, q_mask, q_start, q_val, q_lstart,
-               w_node, w_thr, w_val, w_root, w_depth, fb, n_qs, out, Xt, bits, bits32, idx, acc)
+        _block(X, Xf, lo, min(n, lo + _BLOCK), kind, q_feat, q_thr, q_lo, q_wid, q_words, q_start, q_val,
+               q_lstart, w_node, w_thr, w_val, w_root, w_depth, fb, n_qs, out, Xt, bw, idx, acc, bmax)
 
 
 _POOL: tuple[int, ThreadPoolExecutor] | None = None
