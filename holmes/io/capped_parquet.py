@@ -101,7 +101,8 @@ def read_parquet_capped(path: str | os.PathLike[str], *, where: str | None = Non
     p = Path(path)
     _regular(p, where, error)
     # a memory map is left to the tables' buffers to release (they may point into it)
-    with open(p, "rb") if not memory_map else contextlib.nullcontext(pa.memory_map(str(p), "r")) as fh:
+    # a native file (pyarrow's own reads, no Python file object in the loop: 3-4x cheaper per small file)
+    with pa.OSFile(str(p), "r") if not memory_map else contextlib.nullcontext(pa.memory_map(str(p), "r")) as fh:
         pf = pq.ParquetFile(fh)
         md = pf.metadata
         rows = int(md.num_rows)
