@@ -99,6 +99,30 @@ def _group_median(key: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+def _loo_median(x: np.ndarray) -> np.ndarray:
+    """Per element, the median of all the others (exact, O(n log n): one sort).
+
+    >>> _loo_median(np.array([1.0, 5.0, 3.0, 9.0])).tolist()
+    [5.0, 3.0, 5.0, 3.0]
+    """
+    x = np.asarray(x, np.float64)
+    n = x.size
+    if n < 2:
+        return np.full(n, np.nan)
+    o = np.argsort(x, kind="stable")
+    v = x[o]
+    j = np.empty(n, np.int64)
+    j[o] = np.arange(n)          # each element's place in the sorted order
+    m = n - 1                    # how many others
+
+    def at(i: int) -> np.ndarray:  # the i-th smallest of the others, per element
+        return v[np.where(i < j, i, i + 1)]
+
+    if m % 2:
+        return at((m - 1) // 2)
+    return (at(m // 2 - 1) + at(m // 2)) / 2.0
+
+
 def rank_shapes(ri: np.ndarray, it: np.ndarray, st: np.ndarray, en: np.ndarray, ok: np.ndarray,
                 comm: np.ndarray, comm_names: Sequence[str], ranks: Sequence[int]) -> dict[int, RankShape]:
     """Per rank of ``ranks``, the :class:`RankShape` of its rows.
@@ -161,12 +185,9 @@ def judge(shapes: Mapping[int, RankShape], members: Mapping[str, Sequence[int]] 
     its = np.array([shapes[r].iterations for r in rs], float)
     ops = np.array([shapes[r].ops for r in rs], float)
     if len(rs) >= 3:
-        short = []
-        for k, r in enumerate(rs):
-            peers = np.delete(np.arange(len(rs)), k)
-            mi, mo = float(np.median(its[peers])), float(np.median(ops[peers]))
-            if (mi >= 2 and its[k] < SHORT_ITERATIONS * mi) or (mo >= 8 and ops[k] < SHORT_OPS * mo):
-                short.append(r)
+        mi_all, mo_all = _loo_median(its), _loo_median(ops)   # each rank's peers: every other rank read
+        is_short = ((mi_all >= 2) & (its < SHORT_ITERATIONS * mi_all)) | ((mo_all >= 8) & (ops < SHORT_OPS * mo_all))
+        short = [r for r, f in zip(rs, is_short.tolist()) if f]
         if short and len(short) < len(rs) / 2:
             r0 = short[0]
             peers = [r for r in rs if r not in short]
