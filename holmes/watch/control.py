@@ -29,13 +29,14 @@ from holmes.errors import ConfigError
 
 __all__ = ["CONTROL_KEYS", "parse_control", "read_control"]
 
-#: key -> (kind, what it must be); "int" keys are >= 1, "seconds" keys >= 0 (null: off)
+#: key -> what it must be: "int" >= 1, "count" >= 0, "seconds" >= 0 (null: off), "delta" > 1
 CONTROL_KEYS: dict[str, str] = {
     "delta": "delta",               # the irregularity threshold (> 1)
     "window": "int",                # iterations each analysis sees
     "monitor_window": "int",        # iterations of the streaming monitor's reference
     "persistent_after": "int",      # slow iterations that make an episode a straggler
     "recover_after": "int",         # regular iterations that end an episode
+    "reevaluate_every": "count",    # iterations between re-evaluations of an open episode (0: never)
     "top_k": "int",                 # devices each analysis reports
     "settle": "seconds",            # longest wait for every rank's part
     "hang_after": "seconds",        # no part for this long: a hang event (null: off)
@@ -49,6 +50,10 @@ def _check(key: str, v: Any) -> Any:
         if not (is_num and v > 1):
             raise ConfigError(f"control: {key} must be a number > 1, not {v!r}")
         return float(v)
+    if kind == "count":
+        if not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+            raise ConfigError(f"control: {key} must be an integer >= 0, not {v!r}")
+        return int(v)
     if kind == "int":
         if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
             raise ConfigError(f"control: {key} must be an integer >= 1, not {v!r}")

@@ -13,7 +13,11 @@ The loop of :class:`Watcher` (one thread; nothing but the window is held in memo
    iterations stay slow (against the reference before it) for ``persistent_after`` iterations
    schedules the persistent one (``"straggler"``), as does, once, the first full monitor window
    (a straggler slow from the start shows no irregularity); ``recover_after`` regular iterations end
-   the episode (``"recovered"``); a dump (``job.json``'s or a sidecar's ``dump``) schedules the hang
+   the episode (``"recovered"``); an episode still open is **re-evaluated** -- every analysis
+   ``holmes localize`` runs, over the last ``window`` iterations -- ``reevaluate_every`` iterations
+   after its last analysis, sooner (after ``recover_after``) when the rolling monitor flags a new
+   burst, and once more when the job ends; a re-evaluation is an ``"irregular"`` event only when it
+   names a culprit or a hang, so a long noisy episode never hides a later fault; a dump (``job.json``'s or a sidecar's ``dump``) schedules the hang
    analysis, and no part at all for ``hang_after`` seconds emits a ``"hang"`` stall event;
 4. a scheduled analysis runs once every rank has landed the part holding its iteration, or after
    ``settle`` seconds (the ranks still missing are named in the event's findings): it builds a
@@ -57,7 +61,8 @@ __all__ = ["Watcher", "watch"]
 
 log = logging.getLogger(__name__)
 
-_EVENT_OF = {"irregular": "irregular", "persistent": "straggler", "hang": "hang"}
+_EVENT_OF = {"irregular": "irregular", "persistent": "straggler", "hang": "hang", "all": "irregular"}
+_NAMED = ("culprit", "hang")  # the verdicts a re-evaluation emits
 _PARTS_PER_LOOP = 16  # pivot parts read between two looks at the events due
 _MIN_WINDOW = 10  # iterations an irregular analysis sees at least (the previous episode may then be in it)
 
@@ -87,6 +92,8 @@ class Watcher:
         Slow iterations that make an episode a straggler; regular ones that end it.
     straggler_check : bool, default True
         Run the persistent analysis once when the monitor's first window is full.
+    reevaluate_every : int, optional
+        Iterations between two re-evaluations of an open episode (default ``monitor_window``; 0: never).
     hang_after : float, optional
         Emit a ``"hang"`` stall event when no part lands for this many seconds.
     idle_exit : float, optional
@@ -117,7 +124,7 @@ class Watcher:
     def __init__(self, job: str | os.PathLike[str], *, pivot: int = 0, window: int = 100, interval: float = 0.5,
                  delta: float = DEFAULT_DELTA, monitor_window: int = 20, settle: float = 5.0,
                  late_after: float | None = None, persistent_after: int = 5, recover_after: int = 5,
-                 straggler_check: bool = True, hang_after: float | None = None, idle_exit: float | None = None,
+                 straggler_check: bool = True, reevaluate_every: int | None = None, hang_after: float | None = None, idle_exit: float | None = None,
                  once: bool = False, use_watchdog: bool | None = None, control: str | os.PathLike[str] | None = None,
                  metrics: Any = None, **localize_params: Any) -> None:
         if not isinstance(job, (str, os.PathLike)):
@@ -133,6 +140,12 @@ class Watcher:
                         ("hang_after", hang_after), ("idle_exit", idle_exit)):
             if f is not None and not (isinstance(f, (int, float)) and np.isfinite(f) and f >= 0):
                 raise ConfigError(f"watch: {name} must be a number of seconds >= 0, not {f!r}")
+        if reevaluate_every is None:
+            reevaluate_every = monitor_window
+        if isinstance(reevaluate_every, bool) or not isinstance(reevaluate_every, (int, np.integer)) or \
+                reevaluate_every < 0:
+            raise ConfigError(f"watch: reevaluate_every must be an integer >= 0, not {reevaluate_every!r}")
+        self.reevaluate_every = int(reevaluate_every)
         self.pivot, self.window = int(pivot), int(window)
         self.interval, self.settle = float(interval), float(settle)
         self.late_after = self.settle if late_after is None else float(late_after)
@@ -213,7 +226,7 @@ class Watcher:
             self.monitor = mon
             self._recent = deque(self._recent, maxlen=mw)
             self.params = self.params.replace(delta=mon.delta)
-        for key in ("window", "persistent_after", "recover_after"):
+        for key in ("window", "persistent_after", "recover_after", "reevaluate_every"):
             if key in s:
                 setattr(self, key, s[key])
         if "settle" in s:
@@ -279,6 +292,8 @@ class Watcher:
                     self._check_dump()
                     self._check_stall()
                 ended = self._ended()
+                if ended:
+                    self._last_look()
                 self._run_due(force=ended)
                 while self._ready:
                     ev = self._ready.popleft()
@@ -412,12 +427,17 @@ class Watcher:
         if ep is None:
             if flagged:
                 self._episode = {"start": i, "ref": self.monitor.reference, "slow": 1, "regular": 0,
-                                 "straggler": False}
+                                 "straggler": False, "analysed": i}
                 self._schedule("irregular", i, part)
             elif not self._checked_straggler and self.monitor.n_seen >= self.monitor.window:
                 self._checked_straggler = True
                 self._schedule("persistent", i, part, only_if_found=True)
             return
+        since = i - ep["analysed"]
+        if self.reevaluate_every and (since >= self.reevaluate_every or (flagged and since >= self.recover_after)):
+            # the episode again, as holmes localize would see the window now: a later fault is not hidden
+            ep["analysed"] = i
+            self._schedule("all", i, part, emit_if=_NAMED)
         if d > self.monitor.delta * ep["ref"]:
             ep["slow"] += 1
             ep["regular"] = 0
@@ -432,6 +452,14 @@ class Watcher:
                     "recovered", i, detail={"episode_start": ep["start"], "slow_iterations": ep["slow"]})})
                 self._episode = None
                 self._last_episode_end = i
+
+    def _last_look(self) -> None:
+        """The job ended with an episode open: re-evaluate its last window once more."""
+        ep = self._episode
+        if ep is None or not self.reevaluate_every or self._fed - ep["analysed"] < self.recover_after:
+            return
+        ep["analysed"] = self._fed
+        self._schedule("all", self._fed, None, emit_if=_NAMED)
 
     # ------------------------------------------------------------------ hangs
 
@@ -461,10 +489,10 @@ class Watcher:
     # ------------------------------------------------------------------ analyses
 
     def _schedule(self, kind: str, iteration: int | None, part: int | None, only_if_found: bool = False,
-                  lo: int | None = None) -> None:
+                  lo: int | None = None, emit_if: tuple[str, ...] | None = None) -> None:
         log.info("watch %s: %s analysis scheduled at iteration %s", self.path, kind, iteration)
         self._pending.append({"kind": kind, "iteration": iteration, "part": part, "since": time.monotonic(),
-                              "only_if_found": only_if_found, "lo": lo})
+                              "only_if_found": only_if_found, "lo": lo, "emit_if": emit_if})
         self._run_due(force=False)  # already settled (every rank landed the part): run it now
 
     def _run_due(self, force: bool) -> None:
@@ -511,8 +539,13 @@ class Watcher:
         if job["only_if_found"] and verdict in ("healthy", "error"):
             log.info("watch %s: no straggler at iteration %s (%s)", self.path, i, verdict)
             return
-        self._ready.append(WatchEvent(_EVENT_OF[kind], i, report, findings=tuple(findings),
-                                      detail={"analysis_s": round(took, 3), "window": [lo, hi], "settled": settled}))
+        if job.get("emit_if") is not None and verdict not in job["emit_if"]:
+            log.info("watch %s: re-evaluated at iteration %s: %s", self.path, i, verdict)
+            return
+        detail = {"analysis_s": round(took, 3), "window": [lo, hi], "settled": settled}
+        if kind == "all":
+            detail["reevaluated"] = True
+        self._ready.append(WatchEvent(_EVENT_OF[kind], i, report, findings=tuple(findings), detail=detail))
 
     def _localize(self, wj: WindowJob, kind: str, n: int, i: int | None) -> tuple[dict[str, Any], str]:
         """The analysis's report as JSON and its verdict; the report object itself (and what it
