@@ -162,6 +162,9 @@ class Watcher:
         self._follower: PartsFollower | None = None
         self._mode = "polling"
         self._last_episode_end = -1
+        self._analysed: int | None = None  # the iteration of the last analysis scheduled
+        self._looked: int | None = None  # the iteration of the last look (every analysis, the whole window)
+        self._last_named: tuple[int, str] | None = None  # (iteration, top device) of the last culprit event
         self._topology: Any = None
         # the pivot's stream
         self._next_part = 0
@@ -424,19 +427,28 @@ class Watcher:
 
     def _on_iteration(self, i: int, d: float, flagged: bool, part: int) -> None:
         ep = self._episode
+        if self._analysed is None:
+            self._analysed = i
+        since = i - self._analysed
         if ep is None:
             if flagged:
                 self._episode = {"start": i, "ref": self.monitor.reference, "slow": 1, "regular": 0,
-                                 "straggler": False, "analysed": i}
+                                 "straggler": False}
+                self._analysed = i
                 self._schedule("irregular", i, part)
             elif not self._checked_straggler and self.monitor.n_seen >= self.monitor.window:
                 self._checked_straggler = True
+                self._analysed = i
                 self._schedule("persistent", i, part, only_if_found=True)
+            elif self.reevaluate_every and since >= self.reevaluate_every:
+                # nothing stood out on the pivot, but the window may still hold a fault (a job read
+                # whole compares every rank's cells): look as holmes localize would
+                self._analysed = self._looked = i
+                self._schedule(self._quiet_kind(), i, part, emit_if=_NAMED)
             return
-        since = i - ep["analysed"]
         if self.reevaluate_every and (since >= self.reevaluate_every or (flagged and since >= self.recover_after)):
             # the episode again, as holmes localize would see the window now: a later fault is not hidden
-            ep["analysed"] = i
+            self._analysed = self._looked = i
             self._schedule("all", i, part, emit_if=_NAMED)
         if d > self.monitor.delta * ep["ref"]:
             ep["slow"] += 1
@@ -453,13 +465,19 @@ class Watcher:
                 self._episode = None
                 self._last_episode_end = i
 
+    def _quiet_kind(self) -> str:
+        """The analysis of a periodic look outside an episode: all of them on a job read whole,
+        else the irregular one only (the persistent one would read every rank each time)."""
+        world = self._meta.world_size if self._meta is not None else 0
+        return "all" if self.params.full_read and world <= self.params.full_read else "irregular"
+
     def _last_look(self) -> None:
-        """The job ended with an episode open: re-evaluate its last window once more."""
-        ep = self._episode
-        if ep is None or not self.reevaluate_every or self._fed - ep["analysed"] < self.recover_after:
+        """The job ended: look at its last window once more, as holmes localize would (unless the
+        last look was at its last iteration already)."""
+        if not self.reevaluate_every or self._analysed is None or self._looked == self._fed:
             return
-        ep["analysed"] = self._fed
-        self._schedule("all", self._fed, None, emit_if=_NAMED)
+        self._analysed = self._looked = self._fed
+        self._schedule("all" if self._episode is not None else self._quiet_kind(), self._fed, None, emit_if=_NAMED)
 
     # ------------------------------------------------------------------ hangs
 
@@ -522,7 +540,8 @@ class Watcher:
             min_part = next((k for k, a, b in self._parts_seen if b >= lo), 0)
         if hi is not None:  # a rank's cadence may differ a little from the pivot's: one part of slack
             max_part = next((k + 1 for k, a, b in self._parts_seen if b >= hi), None)
-        findings = self._take_findings()
+        own = self._take_findings()
+        findings = list(own)
         if not settled and job["part"] is not None and self._follower is not None:
             behind = self._follower.behind(job["part"])
             findings.append(f"{self._meta.world_size - self._follower.reached(job['part'])} rank(s) (e.g. {behind[:8]}) "
@@ -538,10 +557,19 @@ class Watcher:
         pa.default_memory_pool().release_unused()  # a service: give the window's buffers back
         if job["only_if_found"] and verdict in ("healthy", "error"):
             log.info("watch %s: no straggler at iteration %s (%s)", self.path, i, verdict)
+            self._findings.extend(own)  # no event: the next one carries them
             return
-        if job.get("emit_if") is not None and verdict not in job["emit_if"]:
-            log.info("watch %s: re-evaluated at iteration %s: %s", self.path, i, verdict)
-            return
+        top = _top_device(report)
+        if job.get("emit_if") is not None:
+            same = top is not None and self._last_named is not None and self._last_named[1] == top and \
+                lo is not None and self._last_named[0] >= lo
+            if verdict not in job["emit_if"] or same:  # nothing, or the finding already reported in this window
+                log.info("watch %s: re-evaluated at iteration %s: %s%s", self.path, i, verdict,
+                         f" ({top}, reported at iteration {self._last_named[0]})" if same else "")
+                self._findings.extend(own)
+                return
+        if verdict in _NAMED and top is not None:
+            self._last_named = (i if i is not None else self._fed, top)
         detail = {"analysis_s": round(took, 3), "window": [lo, hi], "settled": settled}
         if kind == "all":
             detail["reevaluated"] = True
@@ -566,6 +594,11 @@ class Watcher:
         out = list(self._findings)
         self._findings.clear()
         return out
+
+
+def _top_device(report: dict[str, Any]) -> str | None:
+    devices = report.get("devices") or []
+    return str(devices[0]["id"]) if devices and isinstance(devices[0], dict) and "id" in devices[0] else None
 
 
 def watch(job: str | os.PathLike[str], **kwargs: Any) -> Watcher:
