@@ -13,11 +13,14 @@ The loop of :class:`Watcher` (one thread; nothing but the window is held in memo
    iterations stay slow (against the reference before it) for ``persistent_after`` iterations
    schedules the persistent one (``"straggler"``), as does, once, the first full monitor window
    (a straggler slow from the start shows no irregularity); ``recover_after`` regular iterations end
-   the episode (``"recovered"``); an episode still open is **re-evaluated** -- every analysis
-   ``holmes localize`` runs, over the last ``window`` iterations -- ``reevaluate_every`` iterations
-   after its last analysis, sooner (after ``recover_after``) when the rolling monitor flags a new
-   burst, and once more when the job ends; a re-evaluation is an ``"irregular"`` event only when it
-   names a culprit or a hang, so a long noisy episode never hides a later fault; a dump (``job.json``'s or a sidecar's ``dump``) schedules the hang
+   the episode (``"recovered"``); the window is **looked at again** -- every analysis ``holmes
+   localize`` runs, over the last ``window`` iterations -- ``reevaluate_every`` iterations after
+   the last analysis, in an episode sooner (after ``recover_after``) when the rolling monitor
+   flags a new burst (looks start once ``monitor_window`` iterations were measured: a look judges
+   the window against the job's own noise), and once more when the job ends; a look is an
+   ``"irregular"`` event only when it names a culprit or a hang not already reported, so a long
+   noisy episode never hides a later fault; a dump (``job.json``'s or a sidecar's ``dump``)
+   schedules the hang
    analysis, and no part at all for ``hang_after`` seconds emits a ``"hang"`` stall event;
 4. a scheduled analysis runs once every rank has landed the part holding its iteration, or after
    ``settle`` seconds (the ranks still missing are named in the event's findings): it builds a
@@ -124,8 +127,9 @@ class Watcher:
     def __init__(self, job: str | os.PathLike[str], *, pivot: int = 0, window: int = 100, interval: float = 0.5,
                  delta: float = DEFAULT_DELTA, monitor_window: int = 20, settle: float = 5.0,
                  late_after: float | None = None, persistent_after: int = 5, recover_after: int = 5,
-                 straggler_check: bool = True, reevaluate_every: int | None = None, hang_after: float | None = None, idle_exit: float | None = None,
-                 once: bool = False, use_watchdog: bool | None = None, control: str | os.PathLike[str] | None = None,
+                 straggler_check: bool = True, reevaluate_every: int | None = None,
+                 hang_after: float | None = None, idle_exit: float | None = None, once: bool = False,
+                 use_watchdog: bool | None = None, control: str | os.PathLike[str] | None = None,
                  metrics: Any = None, **localize_params: Any) -> None:
         if not isinstance(job, (str, os.PathLike)):
             raise ConfigError(f"watch: job must be a path, not {type(job).__name__}")
@@ -164,6 +168,7 @@ class Watcher:
         self._last_episode_end = -1
         self._analysed: int | None = None  # the iteration of the last analysis scheduled
         self._looked: int | None = None  # the iteration of the last look (every analysis, the whole window)
+        self._first = 0  # the pivot's first iteration measured
         self._last_named: tuple[int, str] | None = None  # (iteration, top device) of the last culprit event
         self._topology: Any = None
         # the pivot's stream
@@ -428,8 +433,10 @@ class Watcher:
     def _on_iteration(self, i: int, d: float, flagged: bool, part: int) -> None:
         ep = self._episode
         if self._analysed is None:
-            self._analysed = i
+            self._analysed = self._first = i
         since = i - self._analysed
+        # a look judges the window against the job's own noise: not before the monitor's window is full
+        can_look = bool(self.reevaluate_every) and i - self._first + 1 >= self.monitor.window
         if ep is None:
             if flagged:
                 self._episode = {"start": i, "ref": self.monitor.reference, "slow": 1, "regular": 0,
@@ -440,13 +447,13 @@ class Watcher:
                 self._checked_straggler = True
                 self._analysed = i
                 self._schedule("persistent", i, part, only_if_found=True)
-            elif self.reevaluate_every and since >= self.reevaluate_every:
+            elif can_look and since >= self.reevaluate_every:
                 # nothing stood out on the pivot, but the window may still hold a fault (a job read
                 # whole compares every rank's cells): look as holmes localize would
                 self._analysed = self._looked = i
                 self._schedule(self._quiet_kind(), i, part, emit_if=_NAMED)
             return
-        if self.reevaluate_every and (since >= self.reevaluate_every or (flagged and since >= self.recover_after)):
+        if can_look and (since >= self.reevaluate_every or (flagged and since >= self.recover_after)):
             # the episode again, as holmes localize would see the window now: a later fault is not hidden
             self._analysed = self._looked = i
             self._schedule("all", i, part, emit_if=_NAMED)
