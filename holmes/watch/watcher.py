@@ -56,6 +56,7 @@ from holmes.detect.monitor import DEFAULT_DELTA, IterationMonitor
 from holmes.errors import ConfigError, HolmesError, JobError
 from holmes.io.parts import Part, list_parts, rank_parts_dirname, read_part
 from holmes.localize import Localizer, LocalizeParams
+from holmes.watch.control import ControlFile
 from holmes.watch.events import WatchEvent
 from holmes.watch.follower import PartsFollower
 from holmes.watch.window import WindowJob, job_meta
@@ -188,8 +189,7 @@ class Watcher:
         # live settings
         self._recent: deque[float] = deque(maxlen=self.monitor.window)  # to rebuild the monitor on a new delta
         self.control = None if control is None else Path(control)
-        self._control_stamp: tuple[int, int] | None = None
-        self._control_reload = threading.Event()
+        self._control = None if control is None else ControlFile(control)
         self.metrics = metrics.bind(self) if metrics is not None and hasattr(metrics, "bind") else metrics
         if self.control is not None:
             self._check_control()
@@ -247,26 +247,16 @@ class Watcher:
 
     def reload_control(self) -> None:
         """Re-read the control file at the next loop (safe from a signal handler or another thread)."""
-        self._control_reload.set()
+        if self._control is not None:
+            self._control.reload()
 
     def _check_control(self) -> None:
-        if self.control is None:
+        if self._control is None:
             return
         try:
-            st = self.control.stat()
-            stamp = (st.st_mtime_ns, st.st_size)
-        except FileNotFoundError:
-            stamp = None
-        if stamp == self._control_stamp and not self._control_reload.is_set():
-            return
-        self._control_reload.clear()
-        self._control_stamp = stamp
-        if stamp is None:
-            return
-        from holmes.watch.control import read_control
-
-        try:
-            self.apply_control(read_control(self.control))
+            settings = self._control.poll()
+            if settings is not None:
+                self.apply_control(settings)
         except (HolmesError, OSError, UnicodeDecodeError) as exc:
             self._finding(f"control file not applied: {exc}")
 
