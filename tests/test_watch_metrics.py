@@ -98,20 +98,21 @@ def test_control_file_applied_at_start_and_on_change(two_spikes, tmp_path):
 
     def raise_delta(ev):
         seen.append((ev.event, ev.iteration))
-        if ev.event == "irregular":  # after the first spike: no spike of 3x is irregular at delta 50
-            ctl.write_text(json.dumps({"delta": 50, "window": 30}))
+        if ev.event == "irregular":  # after the first spike: no spike of 3x is irregular at delta 50,
+            # and no periodic look (which compares every rank's cells whatever the delta)
+            ctl.write_text(json.dumps({"delta": 50, "window": 30, "reevaluate_every": 0}))
             os.utime(ctl, ns=(time.time_ns(), time.time_ns() + 10**9))
 
     m = WatchMetrics()
     w = Watcher(two_spikes, once=True, detector="robust", straggler_check=False, control=ctl, metrics=m)
     w.run(raise_delta)
     assert [e for e in seen if e[0] == "irregular"] == [("irregular", 12)]
-    assert w.monitor.delta == 50 and w.window == 30 and w.params.delta == 50
+    assert w.monitor.delta == 50 and w.window == 30 and w.params.delta == 50 and w.reevaluate_every == 0
     text = m.exposition()
     assert _value(text, "holmes_delta") == 50 and _value(text, "holmes_window") == 30
     # without the change both spikes are events
     _, events = _run(two_spikes)
-    assert [e.iteration for e in events if e.event == "irregular"] == [12, 30]
+    assert [e.iteration for e in events if e.event == "irregular" and not e.detail.get("reevaluated")] == [12, 30]
 
 
 def test_a_bad_control_file_changes_nothing(two_spikes, tmp_path):

@@ -75,7 +75,7 @@ def _columns(t: Any) -> dict[str, np.ndarray]:
     comm, comm_names = codes("comm_id")
     op, op_names = codes("op")
     return {"iteration": t.column("iteration").to_numpy().astype(np.int64),
-            "comm": np.asarray(comm_names, dtype=object)[comm] if len(comm) else np.zeros(0, dtype=object),
+            "comm": comm, "comm_names": np.asarray(comm_names, dtype=object),
             "seq": t.column("seq").to_numpy().astype(np.int64),
             "op": np.asarray(op_names, dtype=object)[op] if len(op) else np.zeros(0, dtype=object),
             "peer": peer.to_numpy().astype(np.int64),
@@ -103,20 +103,21 @@ def rank_summary(tables: Mapping[int, Any], window: Sequence[int] | None = None,
     cols = {int(r): _columns(t) for r, t in tables.items()}
     if window is not None:
         keep = np.unique(np.asarray(list(window), dtype=np.int64))
-        cols = {r: {k: v[np.isin(c["iteration"], keep)] for k, v in c.items()} for r, c in cols.items()}
+        cols = {r: {k: v if k == "comm_names" else v[np.isin(c["iteration"], keep)] for k, v in c.items()}
+                for r, c in cols.items()}
     cols = {r: c for r, c in cols.items() if len(c["iteration"])}
     if not cols:
         return []
     # the key of each operator instance, equal on every member: collectives (comm, seq), P2P
     # (comm, sender, receiver, seq)
-    names = sorted({str(x) for c in cols.values() for x in np.unique(c["comm"])})
+    names = sorted({str(x) for c in cols.values() for x in c["comm_names"]})
     code = {n: i for i, n in enumerate(names)}
     keys: list[np.ndarray] = []
     for r, c in cols.items():
         op = c["op"]
         p2p = (op == _SEND) | (op == _RECV)
-        comm = np.fromiter((code[str(x)] for x in c["comm"]), dtype=np.int64, count=len(op)) \
-            if len(op) < 64 else _map_codes(c["comm"], code)
+        local = np.array([code[str(x)] for x in c["comm_names"]], dtype=np.int64)
+        comm = local[c["comm"]] if len(local) else np.zeros(len(op), dtype=np.int64)
         sender = np.where(p2p, np.where(op == _RECV, c["peer"], r), -1)
         receiver = np.where(p2p, np.where(op == _RECV, r, c["peer"]), -1)
         keys.append(np.stack([comm, sender, receiver, c["seq"]], axis=1))
@@ -160,12 +161,6 @@ def rank_summary(tables: Mapping[int, Any], window: Sequence[int] | None = None,
                      "peers_transfer_ms": round(px / 1e6, 4),
                      "compute_vs_peers": round(comp / pc_, 4) if pc_ > 0 else None})
     return rows
-
-
-def _map_codes(values: np.ndarray, code: dict[str, int]) -> np.ndarray:
-    """Global codes of an object array of names (through its distinct values)."""
-    u, inv = np.unique(values.astype(str), return_inverse=True)
-    return np.array([code[x] for x in u.tolist()], dtype=np.int64)[inv.reshape(-1)]
 
 
 def rank_summary_of_job(job: Any, ranks: Iterable[int] | None = None, window: Sequence[int] | None = None,

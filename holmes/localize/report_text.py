@@ -145,7 +145,8 @@ def _rank_lines(r: Any, show_all: bool) -> list[str]:
         return []
     rows = rank_rows(r, None if show_all else 6)
     steps = max(x["steps"] for x in all_rows)
-    more = "" if len(rows) == len(all_rows) else f"; the {len(rows)} furthest from their peers of {len(all_rows)}, --all lists each"
+    more = "" if len(rows) == len(all_rows) else \
+        f"; the {len(rows)} furthest from their peers of {len(all_rows)}, --all lists each"
     out = [f"Per-rank time per step (median of {steps} iteration(s); peers: the ranks of its pipeline stage{more}):",
            f"  {'rank':>6} {'stage':>5}  {'compute ms (peers)':>20}  {'waiting ms (peers)':>20}  "
            f"{'transfer ms (peers)':>20}  compute/peers"]
@@ -153,7 +154,8 @@ def _rank_lines(r: Any, show_all: bool) -> list[str]:
         vs = x.get("compute_vs_peers")
         out.append(f"  {x['rank']:>6} {x['stage']:>5}  {_pair(x['compute_ms'], x['peers_compute_ms']):>20}  "
                    f"{_pair(x['waiting_ms'], x['peers_waiting_ms']):>20}  "
-                   f"{_pair(x['transfer_ms'], x['peers_transfer_ms']):>20}  " + (f"{vs:.2f}x" if vs is not None else "-"))
+                   f"{_pair(x['transfer_ms'], x['peers_transfer_ms']):>20}  "
+                   + (f"{vs:.2f}x" if vs is not None else "-"))
     return out
 
 
@@ -185,8 +187,9 @@ def _iteration_lines(r: Any, usual: float | None, durs: dict[int, int]) -> list[
         head = f"Iterations ({piv}): usual {fmt_ns(usual)}"
     else:
         lo, hi = min(longer), max(longer)
-        head = (f"Iterations ({piv}): usual {fmt_ns(usual)}; the irregular ones took {_span(lo / 1e6, hi / 1e6, '.1f')} "
-                f"ms, {_span(lo / usual, hi / usual, '.2f')}x the usual ({signed_span(lo - usual, hi - usual)})")
+        head = (f"Iterations ({piv}): usual {fmt_ns(usual)}; the irregular ones took "
+                f"{_span(lo / 1e6, hi / 1e6, '.1f')} ms, {_span(lo / usual, hi / usual, '.2f')}x the usual "
+                f"({signed_span(lo - usual, hi - usual)})")
     out = [head]
     within = sorted(i for i in flagged if durs[i] <= usual)
     if within:
@@ -257,8 +260,11 @@ def _where(c: Any) -> str:
 
 
 def _path(c: Any) -> str:
-    return " -> ".join(f"{s['op']}@{s['rank']}" + (f" ({'+' if s['gap_excess_ns'] > 0 else ''}{fmt_ns(s['gap_excess_ns'])} compute before)"
-                                                    if s.get("gap_excess_ns") else "") for s in c.evidence)
+    def step(s: dict[str, Any]) -> str:
+        gap = s.get("gap_excess_ns")
+        return f"{s['op']}@{s['rank']}" + (f" ({'+' if gap > 0 else ''}{fmt_ns(gap)} compute before)" if gap else "")
+
+    return " -> ".join(step(s) for s in c.evidence)
 
 
 def _stretch(its: Sequence[int], durs: dict[int, int], usual: float | None) -> str:

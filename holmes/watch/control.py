@@ -23,19 +23,22 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
+from pathlib import Path
 from typing import Any
 
 from holmes.errors import ConfigError
 
-__all__ = ["CONTROL_KEYS", "parse_control", "read_control"]
+__all__ = ["CONTROL_KEYS", "ControlFile", "parse_control", "read_control"]
 
-#: key -> (kind, what it must be); "int" keys are >= 1, "seconds" keys >= 0 (null: off)
+#: key -> what it must be: "int" >= 1, "count" >= 0, "seconds" >= 0 (null: off), "delta" > 1
 CONTROL_KEYS: dict[str, str] = {
     "delta": "delta",               # the irregularity threshold (> 1)
     "window": "int",                # iterations each analysis sees
     "monitor_window": "int",        # iterations of the streaming monitor's reference
     "persistent_after": "int",      # slow iterations that make an episode a straggler
     "recover_after": "int",         # regular iterations that end an episode
+    "reevaluate_every": "count",    # iterations between re-evaluations of an open episode (0: never)
     "top_k": "int",                 # devices each analysis reports
     "settle": "seconds",            # longest wait for every rank's part
     "hang_after": "seconds",        # no part for this long: a hang event (null: off)
@@ -49,6 +52,10 @@ def _check(key: str, v: Any) -> Any:
         if not (is_num and v > 1):
             raise ConfigError(f"control: {key} must be a number > 1, not {v!r}")
         return float(v)
+    if kind == "count":
+        if not (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+            raise ConfigError(f"control: {key} must be an integer >= 0, not {v!r}")
+        return int(v)
     if kind == "int":
         if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
             raise ConfigError(f"control: {key} must be an integer >= 1, not {v!r}")
@@ -85,3 +92,34 @@ def read_control(path: str | os.PathLike[str], max_bytes: int = 65536) -> dict[s
         return parse_control(text)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+
+
+class ControlFile:
+    """A control file followed by modification time and size, or re-read on demand.
+
+    :meth:`poll` returns the file's checked settings when it changed (or :meth:`reload` was
+    called) since the last poll, else None; a missing file is no change.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._stamp: tuple[int, int] | None = None
+        self._reload = threading.Event()
+
+    def reload(self) -> None:
+        """Re-read at the next :meth:`poll` (safe from a signal handler or another thread)."""
+        self._reload.set()
+
+    def poll(self) -> dict[str, Any] | None:
+        """The settings when the file changed since the last poll; a bad file raises
+        :class:`~holmes.errors.ConfigError` (once per change)."""
+        try:
+            st = self.path.stat()
+            stamp: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
+        except FileNotFoundError:
+            stamp = None
+        if stamp == self._stamp and not self._reload.is_set():
+            return None
+        self._reload.clear()
+        self._stamp = stamp
+        return None if stamp is None else read_control(self.path)

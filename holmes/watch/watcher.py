@@ -13,7 +13,14 @@ The loop of :class:`Watcher` (one thread; nothing but the window is held in memo
    iterations stay slow (against the reference before it) for ``persistent_after`` iterations
    schedules the persistent one (``"straggler"``), as does, once, the first full monitor window
    (a straggler slow from the start shows no irregularity); ``recover_after`` regular iterations end
-   the episode (``"recovered"``); a dump (``job.json``'s or a sidecar's ``dump``) schedules the hang
+   the episode (``"recovered"``); the window is **looked at again** -- every analysis ``holmes
+   localize`` runs, over the last ``window`` iterations -- ``reevaluate_every`` iterations after
+   the last analysis, in an episode sooner (after ``recover_after``) when the rolling monitor
+   flags a new burst (looks start once ``monitor_window`` iterations were measured: a look judges
+   the window against the job's own noise), and once more when the job ends; a look is an
+   ``"irregular"`` event only when it names a culprit or a hang not already reported, so a long
+   noisy episode never hides a later fault; a dump (``job.json``'s or a sidecar's ``dump``)
+   schedules the hang
    analysis, and no part at all for ``hang_after`` seconds emits a ``"hang"`` stall event;
 4. a scheduled analysis runs once every rank has landed the part holding its iteration, or after
    ``settle`` seconds (the ranks still missing are named in the event's findings): it builds a
@@ -49,6 +56,7 @@ from holmes.detect.monitor import DEFAULT_DELTA, IterationMonitor
 from holmes.errors import ConfigError, HolmesError, JobError
 from holmes.io.parts import Part, list_parts, rank_parts_dirname, read_part
 from holmes.localize import Localizer, LocalizeParams
+from holmes.watch.control import ControlFile
 from holmes.watch.events import WatchEvent
 from holmes.watch.follower import PartsFollower
 from holmes.watch.window import WindowJob, job_meta
@@ -57,7 +65,8 @@ __all__ = ["Watcher", "watch"]
 
 log = logging.getLogger(__name__)
 
-_EVENT_OF = {"irregular": "irregular", "persistent": "straggler", "hang": "hang"}
+_EVENT_OF = {"irregular": "irregular", "persistent": "straggler", "hang": "hang", "all": "irregular"}
+_NAMED = ("culprit", "hang")  # the verdicts a re-evaluation emits
 _PARTS_PER_LOOP = 16  # pivot parts read between two looks at the events due
 _MIN_WINDOW = 10  # iterations an irregular analysis sees at least (the previous episode may then be in it)
 
@@ -87,6 +96,8 @@ class Watcher:
         Slow iterations that make an episode a straggler; regular ones that end it.
     straggler_check : bool, default True
         Run the persistent analysis once when the monitor's first window is full.
+    reevaluate_every : int, optional
+        Iterations between two re-evaluations of an open episode (default ``monitor_window``; 0: never).
     hang_after : float, optional
         Emit a ``"hang"`` stall event when no part lands for this many seconds.
     idle_exit : float, optional
@@ -117,8 +128,9 @@ class Watcher:
     def __init__(self, job: str | os.PathLike[str], *, pivot: int = 0, window: int = 100, interval: float = 0.5,
                  delta: float = DEFAULT_DELTA, monitor_window: int = 20, settle: float = 5.0,
                  late_after: float | None = None, persistent_after: int = 5, recover_after: int = 5,
-                 straggler_check: bool = True, hang_after: float | None = None, idle_exit: float | None = None,
-                 once: bool = False, use_watchdog: bool | None = None, control: str | os.PathLike[str] | None = None,
+                 straggler_check: bool = True, reevaluate_every: int | None = None,
+                 hang_after: float | None = None, idle_exit: float | None = None, once: bool = False,
+                 use_watchdog: bool | None = None, control: str | os.PathLike[str] | None = None,
                  metrics: Any = None, **localize_params: Any) -> None:
         if not isinstance(job, (str, os.PathLike)):
             raise ConfigError(f"watch: job must be a path, not {type(job).__name__}")
@@ -133,6 +145,12 @@ class Watcher:
                         ("hang_after", hang_after), ("idle_exit", idle_exit)):
             if f is not None and not (isinstance(f, (int, float)) and np.isfinite(f) and f >= 0):
                 raise ConfigError(f"watch: {name} must be a number of seconds >= 0, not {f!r}")
+        if reevaluate_every is None:
+            reevaluate_every = monitor_window
+        if isinstance(reevaluate_every, bool) or not isinstance(reevaluate_every, (int, np.integer)) or \
+                reevaluate_every < 0:
+            raise ConfigError(f"watch: reevaluate_every must be an integer >= 0, not {reevaluate_every!r}")
+        self.reevaluate_every = int(reevaluate_every)
         self.pivot, self.window = int(pivot), int(window)
         self.interval, self.settle = float(interval), float(settle)
         self.late_after = self.settle if late_after is None else float(late_after)
@@ -149,6 +167,10 @@ class Watcher:
         self._follower: PartsFollower | None = None
         self._mode = "polling"
         self._last_episode_end = -1
+        self._analysed: int | None = None  # the iteration of the last analysis scheduled
+        self._looked: int | None = None  # the iteration of the last look (every analysis, the whole window)
+        self._first = 0  # the pivot's first iteration measured
+        self._last_named: tuple[int, str] | None = None  # (iteration, top device) of the last culprit event
         self._topology: Any = None
         # the pivot's stream
         self._next_part = 0
@@ -167,8 +189,7 @@ class Watcher:
         # live settings
         self._recent: deque[float] = deque(maxlen=self.monitor.window)  # to rebuild the monitor on a new delta
         self.control = None if control is None else Path(control)
-        self._control_stamp: tuple[int, int] | None = None
-        self._control_reload = threading.Event()
+        self._control = None if control is None else ControlFile(control)
         self.metrics = metrics.bind(self) if metrics is not None and hasattr(metrics, "bind") else metrics
         if self.control is not None:
             self._check_control()
@@ -213,7 +234,7 @@ class Watcher:
             self.monitor = mon
             self._recent = deque(self._recent, maxlen=mw)
             self.params = self.params.replace(delta=mon.delta)
-        for key in ("window", "persistent_after", "recover_after"):
+        for key in ("window", "persistent_after", "recover_after", "reevaluate_every"):
             if key in s:
                 setattr(self, key, s[key])
         if "settle" in s:
@@ -226,26 +247,16 @@ class Watcher:
 
     def reload_control(self) -> None:
         """Re-read the control file at the next loop (safe from a signal handler or another thread)."""
-        self._control_reload.set()
+        if self._control is not None:
+            self._control.reload()
 
     def _check_control(self) -> None:
-        if self.control is None:
+        if self._control is None:
             return
         try:
-            st = self.control.stat()
-            stamp = (st.st_mtime_ns, st.st_size)
-        except FileNotFoundError:
-            stamp = None
-        if stamp == self._control_stamp and not self._control_reload.is_set():
-            return
-        self._control_reload.clear()
-        self._control_stamp = stamp
-        if stamp is None:
-            return
-        from holmes.watch.control import read_control
-
-        try:
-            self.apply_control(read_control(self.control))
+            settings = self._control.poll()
+            if settings is not None:
+                self.apply_control(settings)
         except (HolmesError, OSError, UnicodeDecodeError) as exc:
             self._finding(f"control file not applied: {exc}")
 
@@ -279,6 +290,8 @@ class Watcher:
                     self._check_dump()
                     self._check_stall()
                 ended = self._ended()
+                if ended:
+                    self._last_look()
                 self._run_due(force=ended)
                 while self._ready:
                     ev = self._ready.popleft()
@@ -409,15 +422,31 @@ class Watcher:
 
     def _on_iteration(self, i: int, d: float, flagged: bool, part: int) -> None:
         ep = self._episode
+        if self._analysed is None:
+            self._analysed = self._first = i
+        since = i - self._analysed
+        # a look judges the window against the job's own noise: not before the monitor's window is full
+        can_look = bool(self.reevaluate_every) and i - self._first + 1 >= self.monitor.window
         if ep is None:
             if flagged:
                 self._episode = {"start": i, "ref": self.monitor.reference, "slow": 1, "regular": 0,
                                  "straggler": False}
+                self._analysed = i
                 self._schedule("irregular", i, part)
             elif not self._checked_straggler and self.monitor.n_seen >= self.monitor.window:
                 self._checked_straggler = True
+                self._analysed = i
                 self._schedule("persistent", i, part, only_if_found=True)
+            elif can_look and since >= self.reevaluate_every:
+                # nothing stood out on the pivot, but the window may still hold a fault (a job read
+                # whole compares every rank's cells): look as holmes localize would
+                self._analysed = self._looked = i
+                self._schedule(self._quiet_kind(), i, part, emit_if=_NAMED)
             return
+        if can_look and (since >= self.reevaluate_every or (flagged and since >= self.recover_after)):
+            # the episode again, as holmes localize would see the window now: a later fault is not hidden
+            self._analysed = self._looked = i
+            self._schedule("all", i, part, emit_if=_NAMED)
         if d > self.monitor.delta * ep["ref"]:
             ep["slow"] += 1
             ep["regular"] = 0
@@ -432,6 +461,20 @@ class Watcher:
                     "recovered", i, detail={"episode_start": ep["start"], "slow_iterations": ep["slow"]})})
                 self._episode = None
                 self._last_episode_end = i
+
+    def _quiet_kind(self) -> str:
+        """The analysis of a periodic look outside an episode: all of them on a job read whole,
+        else the irregular one only (the persistent one would read every rank each time)."""
+        world = self._meta.world_size if self._meta is not None else 0
+        return "all" if self.params.full_read and world <= self.params.full_read else "irregular"
+
+    def _last_look(self) -> None:
+        """The job ended: look at its last window once more, as holmes localize would (unless the
+        last look was at its last iteration already)."""
+        if not self.reevaluate_every or self._analysed is None or self._looked == self._fed:
+            return
+        self._analysed = self._looked = self._fed
+        self._schedule("all" if self._episode is not None else self._quiet_kind(), self._fed, None, emit_if=_NAMED)
 
     # ------------------------------------------------------------------ hangs
 
@@ -461,10 +504,10 @@ class Watcher:
     # ------------------------------------------------------------------ analyses
 
     def _schedule(self, kind: str, iteration: int | None, part: int | None, only_if_found: bool = False,
-                  lo: int | None = None) -> None:
+                  lo: int | None = None, emit_if: tuple[str, ...] | None = None) -> None:
         log.info("watch %s: %s analysis scheduled at iteration %s", self.path, kind, iteration)
         self._pending.append({"kind": kind, "iteration": iteration, "part": part, "since": time.monotonic(),
-                              "only_if_found": only_if_found, "lo": lo})
+                              "only_if_found": only_if_found, "lo": lo, "emit_if": emit_if})
         self._run_due(force=False)  # already settled (every rank landed the part): run it now
 
     def _run_due(self, force: bool) -> None:
@@ -494,7 +537,8 @@ class Watcher:
             min_part = next((k for k, a, b in self._parts_seen if b >= lo), 0)
         if hi is not None:  # a rank's cadence may differ a little from the pivot's: one part of slack
             max_part = next((k + 1 for k, a, b in self._parts_seen if b >= hi), None)
-        findings = self._take_findings()
+        own = self._take_findings()
+        findings = list(own)
         if not settled and job["part"] is not None and self._follower is not None:
             behind = self._follower.behind(job["part"])
             findings.append(f"{self._meta.world_size - self._follower.reached(job['part'])} rank(s) (e.g. {behind[:8]}) "
@@ -510,9 +554,23 @@ class Watcher:
         pa.default_memory_pool().release_unused()  # a service: give the window's buffers back
         if job["only_if_found"] and verdict in ("healthy", "error"):
             log.info("watch %s: no straggler at iteration %s (%s)", self.path, i, verdict)
+            self._findings.extend(own)  # no event: the next one carries them
             return
-        self._ready.append(WatchEvent(_EVENT_OF[kind], i, report, findings=tuple(findings),
-                                      detail={"analysis_s": round(took, 3), "window": [lo, hi], "settled": settled}))
+        top = _top_device(report)
+        if job.get("emit_if") is not None:
+            same = top is not None and self._last_named is not None and self._last_named[1] == top and \
+                lo is not None and self._last_named[0] >= lo
+            if verdict not in job["emit_if"] or same:  # nothing, or the finding already reported in this window
+                log.info("watch %s: re-evaluated at iteration %s: %s%s", self.path, i, verdict,
+                         f" ({top}, reported at iteration {self._last_named[0]})" if same else "")
+                self._findings.extend(own)
+                return
+        if verdict in _NAMED and top is not None:
+            self._last_named = (i if i is not None else self._fed, top)
+        detail = {"analysis_s": round(took, 3), "window": [lo, hi], "settled": settled}
+        if kind == "all":
+            detail["reevaluated"] = True
+        self._ready.append(WatchEvent(_EVENT_OF[kind], i, report, findings=tuple(findings), detail=detail))
 
     def _localize(self, wj: WindowJob, kind: str, n: int, i: int | None) -> tuple[dict[str, Any], str]:
         """The analysis's report as JSON and its verdict; the report object itself (and what it
@@ -533,6 +591,11 @@ class Watcher:
         out = list(self._findings)
         self._findings.clear()
         return out
+
+
+def _top_device(report: dict[str, Any]) -> str | None:
+    devices = report.get("devices") or []
+    return str(devices[0]["id"]) if devices and isinstance(devices[0], dict) and "id" in devices[0] else None
 
 
 def watch(job: str | os.PathLike[str], **kwargs: Any) -> Watcher:

@@ -1,0 +1,84 @@
+"""Watch parity (issue #37): real runs replayed as parts; what the watcher emits against offline reports.
+
+``benchmarks/watch_parity.py`` runs the whole of ``fixtures/real`` and ``fixtures/real-loaded``;
+these tests take a few runs each: offline culprits the watcher used to miss behind a long episode
+or outside any episode, healthy runs, and every event's report against :func:`holmes.localize`
+of the same iterations of the finished job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+
+import holmes
+from holmes.io import MemoryJob
+from holmes.localize import Localizer
+from holmes.watch import Watcher
+from holmes.watch.replay import replay_as_parts, watch_parity
+
+REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
+LOADED = REAL.parent / "real-loaded"
+
+
+def _run(root: Path, name: str) -> Path:
+    p = root / name
+    if not (p / "job.json").is_file():
+        pytest.skip(f"{p} missing (python scripts/real_runs.py corpus)")
+    return p
+
+
+@pytest.mark.parametrize("root,name", [
+    (REAL, "r026-gpu-persistent-tp2-pp2-dp4"),      # before: irregular 6 healthy, straggler 12 healthy, nothing after
+    (REAL, "r008-nic-persistent-tp2-pp2-dp4"),      # before: irregular 4 healthy, straggler 12 healthy
+    (REAL, "r003-host-spike-tp2-pp2-dp4"),          # before: irregular 9 inconclusive, straggler 14 healthy
+    (LOADED, "r050-gpu-persistent-tp2-pp2-dp2-ep2"),  # before: irregular 5 healthy, straggler 13 healthy
+])
+def test_offline_culprit_is_an_event_naming_the_same_device(root, name, tmp_path):
+    p = watch_parity(_run(root, name), tmp_path, per_part=5)
+    assert p.offline_verdict == "culprit"
+    assert p.caught, (p.offline_device, p.events)
+
+
+@pytest.mark.parametrize("root,name", [(REAL, "r061-healthy-tp2-pp2-dp3-do"), (REAL, "r067-healthy-tp2-pp2-dp4")])
+def test_healthy_run_gets_no_culprit_event(root, name, tmp_path):
+    p = watch_parity(_run(root, name), tmp_path, per_part=5)
+    assert p.offline_verdict == "healthy"
+    assert not [e for e in p.events if e[2] in ("culprit", "hang")], p.events
+
+
+def _window(job, lo: int, hi: int) -> MemoryJob:
+    ops = {}
+    for r in range(job.world_size):
+        t = job.ops(r)
+        it = t.column("iteration")
+        ops[r] = t.filter(pc.and_(pc.greater_equal(it, lo), pc.less_equal(it, hi)))
+    return MemoryJob(job.meta, ops, topology=job.topology)
+
+
+def test_each_event_is_the_offline_report_of_its_window(tmp_path):
+    """An event's report is holmes.localize of the same iterations of the finished job."""
+    src = _run(REAL, "r026-gpu-persistent-tp2-pp2-dp4")
+    job = holmes.read_job(src)
+    live = replay_as_parts(src, tmp_path / "live", per_part=5)
+    w = Watcher(live, once=True)
+    events = [e for e in w if e.report and "verdict" in e.report]
+    assert any(e.report["verdict"] == "culprit" for e in events)
+    for e in events:
+        lo, hi = e.detail["window"]
+        params = w.params.replace(analysis=e.report["params"]["analysis"], window=max(2, hi - lo + 1))
+        off = Localizer(params).localize(_window(job, lo, hi))
+        assert off.verdict == e.report["verdict"], (e.event, e.iteration, off.verdict, e.report["verdict"])
+        assert [d.id for d in off.devices] == [d["id"] for d in e.report["devices"]]
+
+
+def test_replay_refuses_an_existing_directory(tmp_path):
+    from holmes.errors import ConfigError
+
+    src = _run(REAL, "r061-healthy-tp2-pp2-dp3-do")
+    replay_as_parts(src, tmp_path / "live", per_part=10)
+    with pytest.raises(ConfigError, match="exists"):
+        replay_as_parts(src, tmp_path / "live")
+    with pytest.raises(ConfigError, match="per_part"):
+        replay_as_parts(src, tmp_path / "other", per_part=0)
