@@ -7,7 +7,7 @@ and runs :func:`holmes.localize` over the whole job. A job offline calls ``culpr
 is *caught* when an event's report names the same top device (a hang event); an *extra* is an
 event naming a culprit none of whose devices offline named.
 
-    python benchmarks/watch_parity.py [--corpus fixtures/real ...] [--per-part 5] [--limit N]
+    python benchmarks/watch_parity.py [--corpus fixtures/real ...] [--per-part 5] [--limit N] [--smoke]
 
 Last line: ``parity_caught_pct=<%> parity_culprits=<n> parity_extra=<events> parity_extra_jobs=<jobs>
 healthy_jobs=<n> healthy_with_culprit_event=<jobs>``.
@@ -23,12 +23,16 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--corpus", nargs="+", default=[str(REPO / "fixtures" / "real"), str(REPO / "fixtures" / "real-loaded")])
     ap.add_argument("--per-part", type=int, default=5)
     ap.add_argument("--limit", type=int, default=None, help="at most N jobs per corpus")
+    ap.add_argument("--smoke", action="store_true",
+                    help="CI: 2 jobs of fixtures/real (a faulted and a healthy run), parts of 10 iterations")
     args = ap.parse_args()
+    if args.smoke:
+        args.corpus, args.per_part, args.limit = [str(REPO / "fixtures" / "real")], 10, 2
 
     from holmes.watch.replay import watch_parity
 
@@ -55,7 +59,8 @@ def main() -> None:
     print(f"parity_caught_pct={pct:.1f} parity_culprits={len(culprits)} parity_extra={extra} "
           f"parity_extra_jobs={extra_jobs} healthy_jobs={len(healthy)} healthy_with_culprit_event={extra_healthy} "
           f"jobs={len(rows)}")
+    return 0 if not args.smoke or caught == len(culprits) else 1
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
