@@ -344,20 +344,7 @@ def compute_table(**columns: Any) -> pa.Table:
     >>> compute_table(rank=[3], iteration=[0], name=["forward-compute"], start_ns=[0], end_ns=[7]).schema.names
     ['rank', 'iteration', 'name', 'start_ns', 'end_ns']
     """
-    arrays, fields = [], []
-    for f in COMPUTE_SCHEMA:
-        if f.name not in columns:
-            raise SchemaError(f"missing required column '{f.name}'")
-        v = columns[f.name]
-        arrays.append(pa.array(v, type=f.type) if not isinstance(v, (pa.Array, pa.ChunkedArray)) else v.cast(f.type))
-        fields.append(f)
-    for name, v in columns.items():
-        if name in COMPUTE_SCHEMA.names:
-            continue
-        a = v if isinstance(v, (pa.Array, pa.ChunkedArray)) else pa.array(np.asarray(v) if not isinstance(v, list) else v)
-        arrays.append(a)
-        fields.append(pa.field(name, a.type))
-    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+    return _table(COMPUTE_SCHEMA, columns)
 
 
 def ops_table(**columns: Any) -> pa.Table:
@@ -371,15 +358,20 @@ def ops_table(**columns: Any) -> pa.Table:
     >>> t.schema.field("peer").type
     DataType(int32)
     """
+    return _table(OPS_SCHEMA, columns)
+
+
+def _table(schema: pa.Schema, columns: dict[str, Any]) -> pa.Table:
+    """``schema``'s columns from ``columns`` (cast to their types), then the extra columns as given."""
     arrays, fields = [], []
-    for f in OPS_SCHEMA:
+    for f in schema:
         if f.name not in columns:
             raise SchemaError(f"missing required column '{f.name}'")
         v = columns[f.name]
         arrays.append(pa.array(v, type=f.type) if not isinstance(v, (pa.Array, pa.ChunkedArray)) else v.cast(f.type))
         fields.append(f)
     for name, v in columns.items():
-        if name in OPS_SCHEMA.names:
+        if name in schema.names:
             continue
         a = v if isinstance(v, (pa.Array, pa.ChunkedArray)) else pa.array(np.asarray(v) if not isinstance(v, list) else v)
         arrays.append(a)
