@@ -78,7 +78,7 @@ def test_fixture_physics_as_written_to_disk(name):
 
 def test_fixtures_each_at_most_1mb_and_regeneration_script_present():
     assert (REPO / "scripts" / "make_fixtures.py").is_file()
-    corpora = ("real", "real-loaded", "real-always")
+    corpora = ("real", "real-loaded", "real-always", "real-hang")
     dirs = [p for p in FIXTURES.iterdir() if p.is_dir() and p.name not in corpora]
     assert len(dirs) >= 2
     for p in dirs:
