@@ -33,6 +33,7 @@ import os
 import stat
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -48,12 +49,19 @@ def _at(p: Path, where: str | None) -> str:
     return f"{where}: {p}" if where else str(p)
 
 
-def _regular(p: Path, where: str | None, error: type[HolmesError]) -> None:
+def _regular(p: Path, where: str | None, error: type[HolmesError]) -> int:
+    """The size of ``p`` when it is a regular file, else ``error``."""
     st = os.stat(p)  # FileNotFoundError / OSError: the caller's to name
     if stat.S_ISDIR(st.st_mode):
         raise error(f"{_at(p, where)}: is a directory, expected a parquet file")
     if not stat.S_ISREG(st.st_mode):
         raise error(f"{_at(p, where)}: not a regular file (a device, FIFO or socket); refusing to read it")
+    return int(st.st_size)
+
+
+#: files up to this size are read into memory in one call and parsed from there (a rank log of a
+#: few hundred rows: 20 % cheaper than pyarrow's file reads); larger ones are read from the file
+_SMALL_FILE = 1 << 20
 
 
 def _is_string(t: pa.DataType) -> bool:
@@ -99,10 +107,16 @@ def read_parquet_capped(path: str | os.PathLike[str], *, where: str | None = Non
         Left to the caller (each names missing, truncated and corrupt files its own way).
     """
     p = Path(path)
-    _regular(p, where, error)
-    # a memory map is left to the tables' buffers to release (they may point into it)
-    # a native file (pyarrow's own reads, no Python file object in the loop: 3-4x cheaper per small file)
-    with pa.OSFile(str(p), "r") if not memory_map else contextlib.nullcontext(pa.memory_map(str(p), "r")) as fh:
+    size = _regular(p, where, error)
+    # a memory map is left to the tables' buffers to release (they may point into it); a native file
+    # otherwise (pyarrow's own reads, no Python file object in the loop), or the bytes of a small one
+    if memory_map:
+        src: Any = contextlib.nullcontext(pa.memory_map(str(p), "r"))
+    elif size <= _SMALL_FILE:
+        src = contextlib.nullcontext(pa.BufferReader(p.read_bytes()))
+    else:
+        src = pa.OSFile(str(p), "r")
+    with src as fh:
         pf = pq.ParquetFile(fh)
         md = pf.metadata
         rows = int(md.num_rows)
