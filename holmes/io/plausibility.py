@@ -88,7 +88,8 @@ def _group_median(key: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
     out = np.full(n, np.nan)
     if not v.size:
         return out
-    o = np.lexsort((v, key))
+    o = np.argsort(v)                               # by value, then (stable, radix) by key:
+    o = o[np.argsort(key[o], kind="stable")]        # ~2x cheaper than lexsort on floats
     k, vs = key[o], v[o]
     lo = np.searchsorted(k, np.arange(n), "left")
     hi = np.searchsorted(k, np.arange(n), "right")
@@ -97,6 +98,25 @@ def _group_median(key: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
     mid_hi = (lo + (hi - lo) // 2)[has]
     out[has] = (vs[mid_lo] + vs[mid_hi]) / 2.0
     return out
+
+
+def _unique_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The distinct ``(a, b)`` rows, sorted, as an ``(n, 2)`` array: one int64 key per pair and a 1-D
+    unique (``np.unique(..., axis=0)`` sorts structured rows, 10x slower on millions of rows).
+
+    >>> _unique_pairs(np.array([1, 0, 1, 1]), np.array([5, 7, 5, -2])).tolist()
+    [[0, 7], [1, -2], [1, 5]]
+    """
+    a = np.asarray(a, np.int64)
+    b = np.asarray(b, np.int64)
+    if not a.size:
+        return np.zeros((0, 2), np.int64)
+    b0 = int(b.min())
+    span = int(b.max()) - b0 + 1
+    if int(a.max()) < (1 << 62) // span and int(a.min()) >= 0:
+        k = np.unique(a * span + (b - b0))
+        return np.stack([k // span, k % span + b0], axis=1)
+    return np.unique(np.stack([a, b], axis=1), axis=0)
 
 
 def _loo_median(x: np.ndarray) -> np.ndarray:
@@ -136,7 +156,7 @@ def rank_shapes(ri: np.ndarray, it: np.ndarray, st: np.ndarray, en: np.ndarray, 
     out: dict[int, RankShape] = {}
     if not ri.size:
         return {int(r): RankShape(0, 0, 0, float("nan"), float("nan")) for r in ranks}
-    pair = np.unique(np.stack([ri, np.asarray(it, np.int64)], axis=1), axis=0)
+    pair = _unique_pairs(ri, np.asarray(it, np.int64))
     iters = np.bincount(pair[:, 0], minlength=n)
     okm = np.asarray(ok, bool)
     dur = (np.asarray(en, np.float64) - np.asarray(st, np.float64))[okm]
@@ -155,7 +175,7 @@ def rank_shapes(ri: np.ndarray, it: np.ndarray, st: np.ndarray, en: np.ndarray, 
         b = np.flatnonzero(first)
         span = np.maximum.reduceat(ends, b) - np.minimum.reduceat(starts, b)
         med_step = _group_median(g_r[b], span, n)
-    cpair = np.unique(np.stack([ri, np.asarray(comm, np.int64)], axis=1), axis=0)
+    cpair = _unique_pairs(ri, np.asarray(comm, np.int64))
     used: dict[int, set[str]] = {}
     for i, c in cpair.tolist():
         used.setdefault(i, set()).add(str(comm_names[c]))
