@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from holmes.io.schema import OP_NAMES, P2P_OPS
+from holmes.stats import median_by_group
 
 __all__ = ["CrossCheck", "MemberIndex", "op_codes"]
 
@@ -167,7 +168,7 @@ def _compare_slot(qi: int, block_readers: list[list[_Reader]], seg_block: np.nda
             | ((nb[rows] != rnb[j]) & (nb[rows] > 0) & (rnb[j] > 0) & (opc[rows] != _A2A)))
     bad = np.bincount(sg[diff], minlength=n)
     ok_m = end_ok[rows] & rok[j]
-    lag = _group_median(sg[ok_m], np.abs(end[rows][ok_m] - rend[j][ok_m]).astype(np.float64), n)
+    lag = median_by_group(sg[ok_m], np.abs(end[rows][ok_m] - rend[j][ok_m]).astype(np.float64), n)
     period = np.minimum(periods, np.where(seg_q >= 0, qperiod[np.maximum(seg_q, 0)], np.inf))
     out: list[tuple[int, _Reader, str]] = []
     for s in np.flatnonzero(elig & (common > 0)).tolist():
@@ -287,22 +288,6 @@ class MemberIndex:
         return known, is_member
 
 
-def _group_median(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """Median of ``values`` per group id in ``[0, n)`` (nan for an empty group)."""
-    out = np.full(n, np.nan)
-    if not len(values):
-        return out
-    o = np.lexsort([values, group])
-    g, v = group[o], values[o]
-    cnt = np.bincount(g, minlength=n)
-    start = np.r_[0, np.cumsum(cnt)[:-1]]
-    has = cnt > 0
-    lo = start[has] + (cnt[has] - 1) // 2
-    hi = start[has] + cnt[has] // 2
-    out[has] = (v[lo] + v[hi]) / 2.0
-    return out
-
-
 def _periods(seg: np.ndarray, it: np.ndarray, end: np.ndarray, end_ok: np.ndarray, n: int) -> np.ndarray:
     """Per segment: the median gap between the first collective ends of consecutive iterations
     (per iteration number), inf with fewer than 3 iterations."""
@@ -317,7 +302,7 @@ def _periods(seg: np.ndarray, it: np.ndarray, end: np.ndarray, end_ok: np.ndarra
     ok = same & (ge[1:] != _I64_MAX) & (ge[:-1] != _I64_MAX) & (n_it[gs[1:]] >= 3)
     gaps = (ge[1:].astype(np.float64) - ge[:-1]) / np.maximum((gi[1:] - gi[:-1]).astype(np.float64), 1.0)
     ok &= gaps > 0
-    med = _group_median(gs[1:][ok], gaps[ok], n)
+    med = median_by_group(gs[1:][ok], gaps[ok], n)
     has = np.isfinite(med)
     out[has] = med[has]
     return out

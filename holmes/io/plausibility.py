@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from holmes.stats import median_by_group
+
 __all__ = ["RankShape", "Finding", "rank_shapes", "judge", "layout_contradictions", "SHORT_ITERATIONS", "SHORT_OPS", "MIN_OP_NS",
            "MIN_STEP_NS", "MAX_OP_NS", "ZERO_LENGTH_SHARE"]
 
@@ -81,23 +83,6 @@ class Finding:
     ranks: tuple[int, ...] = ()
     severe: bool = False
     kind: str = field(default="", compare=False)
-
-
-def _group_median(key: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
-    """Per key in ``range(n)``, the median of ``v`` (NaN for a key without values)."""
-    out = np.full(n, np.nan)
-    if not v.size:
-        return out
-    o = np.argsort(v)                               # by value, then (stable, radix) by key:
-    o = o[np.argsort(key[o], kind="stable")]        # ~2x cheaper than lexsort on floats
-    k, vs = key[o], v[o]
-    lo = np.searchsorted(k, np.arange(n), "left")
-    hi = np.searchsorted(k, np.arange(n), "right")
-    has = hi > lo
-    mid_lo = (lo + (hi - lo - 1) // 2)[has]
-    mid_hi = (lo + (hi - lo) // 2)[has]
-    out[has] = (vs[mid_lo] + vs[mid_hi]) / 2.0
-    return out
 
 
 def _unique_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -162,7 +147,7 @@ def rank_shapes(ri: np.ndarray, it: np.ndarray, st: np.ndarray, en: np.ndarray, 
     dur = (np.asarray(en, np.float64) - np.asarray(st, np.float64))[okm]
     rk = ri[okm]
     zero = np.bincount(rk[dur == 0], minlength=n)
-    med_op = _group_median(rk, dur, n)
+    med_op = median_by_group(rk, dur, n)
     # per (rank, iteration): first start to last end of the completed ops
     itk = np.asarray(it, np.int64)[okm]
     o = np.lexsort((itk, rk))
@@ -174,7 +159,7 @@ def rank_shapes(ri: np.ndarray, it: np.ndarray, st: np.ndarray, en: np.ndarray, 
         first = np.r_[True, (g_r[1:] != g_r[:-1]) | (g_it[1:] != g_it[:-1])]
         b = np.flatnonzero(first)
         span = np.maximum.reduceat(ends, b) - np.minimum.reduceat(starts, b)
-        med_step = _group_median(g_r[b], span, n)
+        med_step = median_by_group(g_r[b], span, n)
     cpair = _unique_pairs(ri, np.asarray(comm, np.int64))
     used: dict[int, set[str]] = {}
     for i, c in cpair.tolist():

@@ -201,7 +201,8 @@ class PersistentAnalysis:
         # has compute tables (every rank read), and the rest of every rank's gaps in every iteration
         # at the job's mean, scaled in proportion (whatif.ideal_gaps)
         with np.errstate(divide="ignore", invalid="ignore"):
-            f_peer = np.where(C > 0, np.minimum(ev.roles.group_median(C) / C, 1.0), 1.0)
+            # a suspect's work at its work peers' (the faster half of its stage, as it was found)
+            f_peer = np.where(C > 0, np.minimum(ev.roles.work_reference(C) / C, 1.0), 1.0)
         x_ideal = f.type_x[f.inst_type] if len(f.type_x) else x
         g_ideal = ideal_gaps(gap, row_rank, row_it, C.shape, f.present,
                              *((rc.comp, rc.ideal) if use and rc is not None else ()))
@@ -227,7 +228,7 @@ class PersistentAnalysis:
         # each suspect's impact: its work (transfers) at its peers' level
         for s in ev.suspects[:8]:
             if s.kind == "compute":
-                peers = [q for r in s.ranks for q in ev.roles.peers_of(r).tolist() if q not in s.ranks]
+                peers = [q for r in s.ranks for q in ev.roles.work_peers_of(r).tolist() if q not in s.ranks]
                 if tails is not None and rc is not None and peers:  # its compute records at its peers' means
                     comp, tl = rc.at_peers(s.ranks, peers)
                     alt = replay(prog, gap=swap_compute(gap, rc.comp, comp), tail=tl)

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from holmes.localize.peers import Roles
+from holmes.localize.peers import Roles, faster_half_mean
 from holmes.localize.ranking import network_devices
 from holmes.stats import MAD_SIGMA
 
@@ -71,14 +71,6 @@ class NetworkOutliers:
     flags: np.ndarray               # (S, T) outlier slots
     rate: float
     device_hits: dict[str, tuple[float, float]] = field(default_factory=dict)  # device -> (iterations, share)
-
-
-def _lower_ref(v: np.ndarray) -> np.ndarray:
-    """Per column, the mean of the lower half of the rows (at least one row): the work of the
-    group's faster members, which a slow half of the group (a host's GPUs) cannot pull up."""
-    n = v.shape[0]
-    k = max(1, n // 2)
-    return np.sort(v, axis=0)[:k].mean(axis=0)
 
 
 def _separated(eff: np.ndarray, gap: float) -> np.ndarray:
@@ -149,11 +141,11 @@ def compute_suspects(roles: Roles, caused: np.ndarray, compute: np.ndarray, *, z
             no_peer.extend(int(r) for r in m)
             continue
         x = np.log(np.maximum(C[m], floor))
-        d = x - _lower_ref(x)
+        d = x - faster_half_mean(x)
         med_d = np.median(d, axis=1, keepdims=True)
         sig = max(MAD_SIGMA * float(np.median(np.abs(d - med_d))), 0.002)
         tot = caused[m].sum(axis=1)
-        f = (d > min_log / 2) & (tot > _lower_ref(tot[:, None]))[:, None]
+        f = (d > min_log / 2) & (tot > faster_half_mean(tot[:, None]))[:, None]
         zs[m] = d / sig
         flags[m] = f
         sig_med = 1.2533 * sig / math.sqrt(T)  # standard error of a median of T iterations
@@ -164,7 +156,7 @@ def compute_suspects(roles: Roles, caused: np.ndarray, compute: np.ndarray, *, z
         if not ((f.mean(axis=1) >= fraction) & strong[m]).any():
             moving += int((f & (d > max(z * sig, min_log))).any(axis=0).sum())
     frac = np.where(strong, flags.mean(axis=1), 0.0)
-    excess = caused - roles.group_median(caused) if roles.members else caused
+    excess = caused - roles.work_reference(caused) if roles.work_members else caused
     sus = [Suspect("compute", [r], int(flags[r].sum()), float(max(excess[r].mean(), 0.0) + effect[r] * step))
            for r in np.flatnonzero(frac >= fraction).tolist()]
     rate = float(flags.mean()) if flags.size else 0.0
@@ -224,7 +216,7 @@ def stage_hosts(roles: Roles, compute: np.ndarray, host_of: Any, *, z: float, fr
     if have.size < 2:
         return []
     v = stage_x[have]
-    d = v - _lower_ref(v)
+    d = v - faster_half_mean(v)
     med = np.median(d, axis=1)
     sig = max(MAD_SIGMA * float(np.median(np.abs(d - med[:, None]))), 0.002)
     min_log = math.log1p(max(min_effect, 0.0))
@@ -306,7 +298,7 @@ def network_suspects(slot_info: list[tuple], X: np.ndarray, classes: list[np.nda
         if not ok.any():
             continue
         lv = np.log(np.where(v > 0, v, 1.0))
-        lr = np.where(ok, lv - _lower_ref(lv), 0.0)  # over the faster half of the peer slots
+        lr = np.where(ok, lv - faster_half_mean(lv), 0.0)  # over the faster half of the peer slots
         med = np.median(lr[:, ok], axis=1)
         sig = max(MAD_SIGMA * float(np.median(np.abs(lr[:, ok] - med[:, None]))), 0.01)
         flags[idx] = ok & (lr > min_log / 2)
