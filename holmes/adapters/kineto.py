@@ -65,6 +65,7 @@ KNOWN_TOP_LEVEL = frozenset({
     "VERBOSE", "INFO", "WARNING", "STAGE", "ERROR", "USDT",
     "distributedInfo", "profile_memory", "with_stack", "record_shapes", "with_modules", "with_flops",
     "DISABLE_CUPTI_LAZY_REINIT", "trace_id", "host_name",
+    "cuda_driver_version", "cuda_runtime_version", "cupti_version",  # torch 2.11 on CUDA 13
 })
 
 

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from holmes.logger._work import _async_done
+from holmes.logger._work import _async_done, is_cuda
 
 __all__ = ["DispatchHook", "C10D_SPECS"]
 
@@ -147,6 +147,8 @@ class DispatchHook:
                 return redispatch(keyset & after, *args)
             if pi >= 0:  # point-to-point: the general path
                 return self._p2p(lg, redispatch, keyset & after, args, name, gi, si, how, pi)
+            if si >= 0 and _on_gpu(args[si]):  # CUDA tensors: times from CUDA events
+                return self._cuda(lg, redispatch, keyset & after, args, name, gi, si, how)
             # a collective: the fast path of the namespace wrappers (a packed row held in flight
             # under its comm/seq key, finished by a callback on the work's future)
             try:
@@ -198,6 +200,41 @@ class DispatchHook:
                 self._warn_once(name)
         return out
 
+    def _cuda(self, lg: Any, redispatch: Callable, keyset: Any, args: tuple, name: str, gi: int, si: int,
+              how: str) -> Any:
+        """A collective on CUDA tensors: it starts when the issuing stream reaches it (a CUDA event
+        recorded before it is enqueued) and ends when its work completes on the GPU (an event
+        recorded from the work's future callback, whose current stream waits on the work), not
+        when the CPU issued it: a rank whose GPU is late issues its collectives early, and only
+        the GPU's clock shows it late. Resolved at flush (:class:`~holmes.logger._work.CudaClock`)."""
+        try:
+            note = self._note(lg, args, name, gi, si, how, -1)
+            clock = lg._cuda
+            ev0 = clock.event()
+        except Exception:  # noqa: BLE001 - logging must never break the training step
+            self._warn_once(name)
+            return redispatch(keyset, *args)
+        start = time.time_ns()
+        out = redispatch(keyset, *args)
+        try:
+            cid, op, _, nbytes = note
+            h = lg.recorder.begin(cid, op, nbytes=nbytes, start_ns=start)
+            box: list = []
+            h.resolver = clock.resolver(ev0, box)
+            work = _work_of(out)
+            try:
+                fut = None if work is None else self._unbox_work(work).get_future()
+            except (RuntimeError, AttributeError):
+                fut = None
+            if fut is None:  # no future: the end as enqueued on the issuing stream
+                box.append(clock.event())
+            else:
+                fut.add_done_callback(functools.partial(_cuda_end, clock, box))
+            self.seen += 1
+        except Exception:  # noqa: BLE001
+            self._warn_once(name)
+        return out
+
     def _warn_once(self, name: str) -> None:
         if not self._warned:
             self._warned = True
@@ -236,3 +273,16 @@ class DispatchHook:
 def _finish(h: Any, _fut: Any) -> None:
     h.finish(time.time_ns())
 
+
+def _on_gpu(x: Any) -> bool:
+    """Whether a c10d operator's tensor argument (a tensor, or nested lists of them) is on a GPU."""
+    while isinstance(x, (list, tuple)):
+        if not x:
+            return False
+        x = x[0]
+    return is_cuda(x)
+
+
+def _cuda_end(clock: Any, box: list, _fut: Any) -> None:
+    if not box:  # the first completion wins
+        box.append(clock.event())
