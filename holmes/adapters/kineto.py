@@ -48,7 +48,7 @@ from holmes.adapters.opnames import normalize_op
 from holmes.adapters.rows import RankRows
 from holmes.adapters.flight_recorder import DTYPE_BYTES
 from holmes.errors import ConvertError, ParseError
-from holmes.io.limits import max_world_size
+from holmes.limits import max_world_size
 from holmes.progress import track
 
 __all__ = ["convert_kineto", "parse_kineto_trace"]

@@ -44,11 +44,11 @@ class LocalizeParams(BaseModel):
     ----------
     analysis : {"all", "irregular"}, default "all"
         Which analyses run. ``"hang"`` names the ranks that never arrived at the collective the
-        others wait in when ops are in flight at the end of the logs (:mod:`holmes.localize.hang`;
+        others wait in when ops are in flight at the end of the logs (:mod:`holmes.localize.hang.analysis`;
         it reads every log only when the job can hold ops in flight). ``"irregular"`` explains the pivot's delta-irregular iterations (the
         paper's Holmes); ``"persistent"`` compares every rank with its role peers in every iteration
         (stragglers slow from the first iteration, no pivot needed, every rank read) and replays
-        the iterations without them (:mod:`holmes.localize.persistent`); ``"all"`` runs every analysis this version has.
+        the iterations without them (:mod:`holmes.localize.persistent.analysis`); ``"all"`` runs every analysis this version has.
     pivot : int, default 0
         The monitored rank whose iteration times define the irregular iterations.
     monitors : tuple of int, default ()
@@ -82,7 +82,7 @@ class LocalizeParams(BaseModel):
         Compute causes also implicate the host (explained away by its most-blamed GPU).
     exonerate : bool, default True
         Leave out of a network cause the devices crossed quickly, in the same iteration, by
-        operators that ran normally (:mod:`holmes.localize.healthy`).
+        operators that ran normally (:mod:`holmes.localize.irregular.healthy`).
     exonerate_bytes : float, default 1/16
         Only operators moving at least this share of the cause operator's bytes clear a device.
     exonerate_speedup : float, default 2.0
@@ -105,7 +105,7 @@ class LocalizeParams(BaseModel):
     noise_z : float, default 3.0
         An irregular iteration counts by how far it stands above the job's healthy spread: not at
         all within ``noise_z - 1`` healthy sigmas, fully beyond ``noise_z + 1``
-        (:mod:`holmes.localize.confidence`); iterations within the noise are not searched.
+        (:mod:`holmes.localize.evidence.confidence`); iterations within the noise are not searched.
     noise_window : int, default 10
         The healthy level an iteration is weighed against is also taken locally, over the
         ``2 * noise_window + 1`` iterations around it (a slow drift of the whole job is not an
@@ -113,7 +113,7 @@ class LocalizeParams(BaseModel):
     null_iterations : int, default 8
         Regular iterations the search also runs on (evenly spread over the window): how often the
         procedure blames a device when nothing is wrong sets the chance level its evidence must
-        beat (:func:`holmes.localize.confidence.confidences`); 0 uses the topology's share alone.
+        beat (:func:`holmes.localize.evidence.confidence.confidences`); 0 uses the topology's share alone.
     persistent_z : float, default 4.0
         Persistent analysis: a rank's median excess work over its work peers' must stand this many
         standard errors above zero, a channel's median excess transfer time this many times its
@@ -141,7 +141,7 @@ class LocalizeParams(BaseModel):
         A rank whose own compute (its gaps between operators) grew in an irregular iteration by
         at least this share of the iteration's excess, and by at least half as much as the rank
         that grew most, is a compute straggler of that iteration; stragglers on several hosts are
-        a common-mode slowdown no device explains (:mod:`holmes.localize.straggler`); 0 turns
+        a common-mode slowdown no device explains (:mod:`holmes.localize.irregular.straggler`); 0 turns
         the rule off.
     stretch_z : float, default 5.0
         An iteration under ``delta`` is irregular too when it lasts at least ``1 + min_stretch``
@@ -162,7 +162,7 @@ class LocalizeParams(BaseModel):
         ``min_stretch`` longer, not next to an irregular one) are *candidates*, searched: a cause
         of one counts only when its rank's own work (its compute, or its time in the cause's
         communicator) stood ``own_z`` sigmas out of that rank's usual level
-        (:func:`holmes.localize.cause_filter.cause_z`), and a candidate that no cause explains is
+        (:func:`holmes.localize.irregular.cause_filter.cause_z`), and a candidate that no cause explains is
         the job's noise, not a reason for ``inconclusive``; among the repeat rule's iterations
         such a cause's devices count without a second hit. A single NVSwitch,
         leaf-switch or spine-link spike costing 4-7% of a 2,048-GPU step stands 3.6-5 sigmas out;
@@ -176,7 +176,7 @@ class LocalizeParams(BaseModel):
     compute_z : float, default 3.0
         Algorithm 1 (jobs not read whole): a compute cause -- the search ended on a rank's
         compute -- counts only when that rank computed ``compute_z`` robust sigmas longer in its
-        iteration than over the usual ones (:func:`holmes.localize.cause_filter.computed_longer`;
+        iteration than over the usual ones (:func:`holmes.localize.irregular.cause_filter.computed_longer`;
         the null search obeys the same rule). In an iteration a network fault stretched, the
         search can end on the rank that happened to arrive last, its compute as usual (the delay
         came in through an operator the detector left unflagged). Chosen on the simulated
@@ -185,11 +185,11 @@ class LocalizeParams(BaseModel):
         (one 14.5: a rank's own heavy-tailed kernel). 0 keeps every compute cause.
     cause_share : float, default 0.3
         Algorithm 1 (jobs not read whole): a root cause counts only when it cost its rank in its
-        iteration (:func:`holmes.localize.cause_filter.cause_cost`, against the rank's regular
+        iteration (:func:`holmes.localize.irregular.cause_filter.cause_cost`, against the rank's regular
         iterations) at least this share of the iteration's excess over the usual one; a cause
         that cost less is where the search ended in an iteration stretched by the job's own
         jitter, spread thin over many ranks, not what made it slow
-        (:func:`holmes.localize.cause_filter.drop_minor`; the null search obeys the same rule).
+        (:func:`holmes.localize.irregular.cause_filter.drop_minor`; the null search obeys the same rule).
         0 keeps every cause.
     repeat_z : float, default 3.0
         When no iteration is irregular, the iterations standing ``repeat_z`` healthy sigmas out
@@ -217,7 +217,7 @@ class LocalizeParams(BaseModel):
     full_read : int, default 128
         Jobs of at most this many ranks are read whole: instead of following waits from the
         pivot, every device's own time in every iteration (each rank's compute, each channel's
-        transfers) is compared with the job's own noise (:mod:`holmes.localize.cells`), a cell
+        transfers) is compared with the job's own noise (:mod:`holmes.localize.irregular.cells`), a cell
         counting when its excess alone could make an iteration delta-irregular; larger
         jobs run Algorithm 1 and compare the ranks the search reads.
     cell_noise : float, default 0.1
@@ -243,22 +243,22 @@ class LocalizeParams(BaseModel):
         under this fraction of that operator's rate (a GPU's other kernels; a host's, the median
         over its slow ranks; for a channel holding one operator in the iteration, the other
         transfers through its device;
-        :meth:`holmes.localize.cells.CellEvidence.spread_ratio`; a slower device stretches all of
+        :meth:`holmes.localize.irregular.cells.CellEvidence.spread_ratio`; a slower device stretches all of
         its work alike, near 1) -- is reported as a one-off stall, not counted as evidence
         against the device; 0 counts every cell.
     cell_event_p : float, default 0.3
         Jobs read whole: a cell makes an event of its iteration when its p-value, times the rows
         of its kind (ranks, channels), is below this; a device's events are then judged together.
     cell_tail : {"exponential", "gpd"}, default "exponential"
-        Jobs read whole: the model of the null cells' upper tail (:func:`holmes.localize.tails.tail_pvalue`).
+        Jobs read whole: the model of the null cells' upper tail (:func:`holmes.localize.irregular.tails.tail_pvalue`).
     cell_per_op : bool, default False
         Jobs read whole: a channel's cell in an iteration is the median of its operators'
         slowdowns (each against its own operator position's usual transfer) instead of its
-        summed transfer time (:meth:`holmes.localize.transfer.TransferTimes.ratio_table`).
+        summed transfer time (:meth:`holmes.localize.irregular.transfer.TransferTimes.ratio_table`).
     tail_calibration : float, default 1e6
         Jobs read whole: a device's confidence is ``1 - tail_calibration * p``, ``p`` the
         family-wise p-value of its cells under the exponential tail fitted to the job's cells
-        (:func:`holmes.localize.cells.device_pvalues`), for the devices many others share (hosts,
+        (:func:`holmes.localize.irregular.cells.device_pvalues`), for the devices many others share (hosts,
         NVSwitches, switches, their uplinks; single devices have ``point_calibration``). The
         exponential tail is lighter than the real one, so the default names such a device
         (confidence 0.9) only from ``p = 1e-7``: on 104 development real runs (44 healthy) a
@@ -267,7 +267,7 @@ class LocalizeParams(BaseModel):
         both, host hiccups reached ``5e-8`` and the default was 1e8; docs/real-runs.md).
     point_calibration : float, default 1e4
         Jobs read whole: ``tail_calibration`` for single devices (a GPU, a NIC, a NIC's cable;
-        :func:`holmes.localize.ranking.is_point_device`), named (confidence 0.9) from ``p = 1e-5``.
+        :func:`holmes.localize.evidence.ranking.is_point_device`), named (confidence 0.9) from ``p = 1e-5``.
         Their cells are judged against every other rank or channel, while a host or an NVSwitch
         is judged against the job's two to four others, and it is there that the environment's
         shared disturbances land (a machine's other load, the operating system): on the 104
@@ -279,7 +279,7 @@ class LocalizeParams(BaseModel):
         entered it last) may read: a scan that would read more is set aside until the iteration's
         other branches are searched, then resumed in full only if they found no cause (or none
         as strong as the set-aside operator's own excess), else dropped, and the report says so
-        (:class:`~holmes.localize.search.GraphSearch`). Bounds the reads of a large job (a
+        (:class:`~holmes.localize.evidence.search.GraphSearch`). Bounds the reads of a large job (a
         data-parallel group of hundreds of ranks); 0: every scan runs in full at once.
     min_confidence : float, default 0.9
         A device is named only when its confidence (against how often chance would blame it)
@@ -386,7 +386,7 @@ class LocalizeParams(BaseModel):
             return ()
         if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
             raise ValueError("must be a sequence of ranks")
-        from holmes.io.limits import max_world_size
+        from holmes.limits import max_world_size
 
         cap = max_world_size()  # more distinct ranks than any job may hold: refused before it is listed
         n = len(v) if hasattr(v, "__len__") else None

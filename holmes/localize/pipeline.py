@@ -14,7 +14,7 @@
 
 An analysis is any object with a ``name`` and the three methods ``select(run)``,
 ``gather(run, selection)`` and ``rank(run, evidence, selection)`` (:class:`Analysis`); the irregular
-analysis of the paper is :class:`~holmes.localize.irregular.IrregularAnalysis`. A new analysis
+analysis of the paper is :class:`~holmes.localize.irregular.analysis.IrregularAnalysis`. A new analysis
 (persistent stragglers, hangs) adds a class and a name in :data:`ANALYSIS_CLASSES`; its devices are
 merged with the others' in :func:`merge_devices` (a device found by several analyses is one entry
 with every kind of evidence).
@@ -39,14 +39,14 @@ from typing import Any, Protocol
 from holmes.detect.monitor import IrregularityRule
 from holmes.detect.simple import resolve_detector
 from holmes.errors import ConfigError
-from holmes.localize.hang import HangAnalysis
-from holmes.localize.irregular import IrregularAnalysis
+from holmes.localize.evidence.rank_summary import pipeline_stages, rank_summary
+from holmes.localize.evidence.search import GraphSearch, RootCause
+from holmes.localize.evidence.sources import JobSource, open_source
+from holmes.localize.hang.analysis import HangAnalysis
+from holmes.localize.irregular.analysis import IrregularAnalysis
 from holmes.localize.params import LocalizeParams
-from holmes.localize.persistent import PersistentAnalysis
-from holmes.localize.rank_summary import pipeline_stages, rank_summary
+from holmes.localize.persistent.analysis import PersistentAnalysis
 from holmes.localize.report import DeviceScore, Report
-from holmes.localize.search import GraphSearch, RootCause
-from holmes.localize.sources import JobSource, open_source
 from holmes.progress import counter
 
 __all__ = ["Localizer", "localize", "Analysis", "Finding", "Run", "ANALYSIS_CLASSES", "merge_devices", "decide_verdict"]
@@ -308,7 +308,7 @@ def decide_verdict(findings: list[Finding], ranked: list[DeviceScore], min_confi
 
 def _beyond_noise(selection: Any) -> bool:
     """Whether an analysis's selection holds an iteration beyond the job's own noise: its
-    ``beyond_noise()`` when it has one (:class:`~holmes.localize.irregular.Selection`), else any
+    ``beyond_noise()`` when it has one (:class:`~holmes.localize.irregular.analysis.Selection`), else any
     positive weight of its ``weights`` (iteration -> weight)."""
     own = getattr(selection, "beyond_noise", None)
     if callable(own):
@@ -355,7 +355,7 @@ def _timing(irr: Finding | None, delta: float) -> dict[str, Any]:
 
 def _rank_summary(run: Run, irr: Finding | None, verdict: str, max_ranks: int = 512) -> list[dict[str, Any]]:
     """Each rank read: compute, waiting and transfer per step against its peers, over the window
-    (:mod:`holmes.localize.rank_summary`; from the logs already in memory; none for a hang)."""
+    (:mod:`holmes.localize.evidence.rank_summary`; from the logs already in memory; none for a hang)."""
     if verdict == "hang":
         return []
     ranks = run.search.graph.ranks

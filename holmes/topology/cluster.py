@@ -608,9 +608,9 @@ class ClusterTopology:
     def load(cls, path: str | os.PathLike[str]) -> ClusterTopology:
         """Read a topology.json; any problem raises :class:`TopologyError` naming the file.
 
-        Read through :func:`holmes.io.limits.read_json_capped`: a regular file only (a FIFO or
+        Read through :func:`holmes.limits.read_json_capped`: a regular file only (a FIFO or
         ``/dev/zero`` is refused, not read forever), at most ``HOLMES_MAX_JSON_BYTES``."""
-        from holmes.io.limits import read_json_capped
+        from holmes.limits import read_json_capped
 
         data = read_json_capped(path, error=TopologyError, what="topology file")
         topo = cls.from_dict(data, source=str(path))

@@ -3,21 +3,21 @@
 The irregular analysis explains iterations that are slower than the job's usual ones; a GPU that
 is slow from the first logged iteration, or a badly balanced pipeline, never makes an iteration
 irregular. This analysis asks instead, in every iteration, **who made whom wait**, and compares
-every rank with its *role peers* (:mod:`~holmes.localize.peers`: same stage and tensor position
+every rank with its *role peers* (:mod:`~holmes.localize.persistent.peers`: same stage and tensor position
 in the other data-parallel replicas), Minder-style. Its steps, as the pipeline runs them:
 
 1. **select** -- the last ``window`` iterations of the pivot (no irregular iteration needed);
 2. **gather** -- every rank's log is read once, rank by rank, and only a compact per-rank summary
-   is kept (:mod:`~holmes.localize.persistent_rank`, the map/reduce form: the same functions run
+   is kept (:mod:`~holmes.localize.persistent.rank`, the map/reduce form: the same functions run
    distributed); the summaries are folded into *waiting caused*, *own work* and *transfer time*
-   tables (:mod:`~holmes.localize.persistent_wait`), and compute and network stragglers are told
-   against their role peers with the continuity rule (:mod:`~holmes.localize.persistent_suspects`).
+   tables (:mod:`~holmes.localize.persistent.wait`), and compute and network stragglers are told
+   against their role peers with the continuity rule (:mod:`~holmes.localize.persistent.suspects`).
    Compute stragglers implicate their GPU (their host when most of the host's GPUs are
    stragglers); slow slots the network devices on the paths of all of them and of few healthy ones;
 3. **what-if** -- every iteration is replayed through the dependency graph of its operators
-   (:mod:`~holmes.localize.whatif`) with the actual gaps and transfers, with a suspect's set to its
+   (:mod:`~holmes.localize.persistent.whatif`) with the actual gaps and transfers, with a suspect's set to its
    peers' (its ``impact_pct``), and ideal -- every rank's work at the window-wide mean, every
-   transfer at its operator type's median (:func:`~holmes.localize.persistent_wait.operator_types`):
+   transfer at its operator type's median (:func:`~holmes.localize.persistent.wait.operator_types`):
    ``slowdown = actual / ideal``, WIA's S; per stage and per replica the ideal step with only that
    stage (replica) left as logged, its gaps and the transfers it takes part in (WIA's decomposition;
    jobs of at most 1,024 ranks, one replay each -- beyond, the slowest stage is told by its work
@@ -46,17 +46,17 @@ from typing import Any
 import numpy as np
 
 from holmes.errors import ConfigError
-from holmes.localize.compute_source import row_compute
-from holmes.localize.confidence import device_confidence
-from holmes.localize.peers import Roles
-from holmes.localize.persistent_rank import PersistentSummary, persistent_summaries, persistent_window
-from holmes.localize.persistent_suspects import (ComputeOutliers, NetworkOutliers, StageHost, Suspect,
+from holmes.localize.evidence.confidence import device_confidence
+from holmes.localize.evidence.ranking import device_kind
+from holmes.localize.persistent.compute_source import row_compute
+from holmes.localize.persistent.peers import Roles
+from holmes.localize.persistent.rank import PersistentSummary, persistent_summaries, persistent_window
+from holmes.localize.persistent.suspects import (ComputeOutliers, NetworkOutliers, StageHost, Suspect,
                                                  compute_suspects, network_suspects, slot_classes, stage_hosts)
-from holmes.localize.persistent_wait import Folded, fold
-from holmes.localize.ranking import device_kind
+from holmes.localize.persistent.wait import Folded, fold
+from holmes.localize.persistent.whatif import ideal_gaps, swap_compute
+from holmes.localize.persistent.whatif import replay as _replay
 from holmes.localize.report import DeviceScore
-from holmes.localize.whatif import ideal_gaps, swap_compute
-from holmes.localize.whatif import replay as _replay
 
 __all__ = ["PersistentAnalysis", "PersistentSelection", "PersistentEvidence", "Suspect"]
 

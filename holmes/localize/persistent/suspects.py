@@ -13,7 +13,7 @@ of them and of few healthy ones.
 Examples
 --------
 >>> import numpy as np
->>> from holmes.localize.peers import Roles
+>>> from holmes.localize.persistent.peers import Roles
 >>> roles = Roles.from_communicators({"dp": ("dp", [0, 1, 2, 3])}, 4)
 >>> rng = np.random.default_rng(0)
 >>> work = 100.0 + rng.normal(0, 1, (4, 20)); work[2] += 30
@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from holmes.localize.peers import Roles, faster_half_mean
-from holmes.localize.ranking import network_devices
+from holmes.localize.evidence.ranking import network_devices
+from holmes.localize.persistent.peers import Roles, faster_half_mean
 from holmes.stats import MAD_SIGMA
 
 __all__ = ["Suspect", "ComputeOutliers", "NetworkOutliers", "compute_suspects", "network_suspects", "slot_classes",
@@ -192,7 +192,7 @@ def stage_hosts(roles: Roles, compute: np.ndarray, host_of: Any, *, z: float, fr
     neighbours); the first or the last stage alone is ``ambiguous``: it is heavier by design in many
     models (the embedding; the output layer and the loss), which looks the same.
 
-    >>> from holmes.localize.peers import Roles
+    >>> from holmes.localize.persistent.peers import Roles
     >>> roles = Roles.from_communicators({"pp0": ("pp", [0, 2, 4, 6]), "pp1": ("pp", [1, 3, 5, 7]),
     ...                                   **{f"dp{s}": ("dp", [2 * s, 2 * s + 1]) for s in range(4)}}, 8)
     >>> rng = np.random.default_rng(1)

@@ -1,8 +1,8 @@
 """One iteration explained by Algorithm 1 (the irregular analysis's gather step, per iteration).
 
 :func:`explain_iteration` runs the search from the monitored ranks over one irregular iteration
-and checks its verdicts against every read rank's compute (:mod:`holmes.localize.straggler`) and,
-on a job read whole, against the transfer times (:mod:`holmes.localize.transfer`);
+and checks its verdicts against every read rank's compute (:mod:`holmes.localize.irregular.straggler`) and,
+on a job read whole, against the transfer times (:mod:`holmes.localize.irregular.transfer`);
 :func:`implicated_devices` turns a root cause into the devices it implicates, after the
 healthy-path exoneration and the network and host probes.
 """
@@ -13,13 +13,13 @@ from typing import Any
 
 import numpy as np
 
-from holmes.localize.healthy import HealthyPaths
-from holmes.localize.host_probe import HostProbe
-from holmes.localize.probe import NetworkProbe
-from holmes.localize.ranking import cause_devices, device_kind, network_devices
-from holmes.localize.search import COMPUTE, NETWORK, GraphSearch, RootCause
-from holmes.localize.straggler import classify, compute_growth
-from holmes.localize.transfer import TransferTimes, pick_channels
+from holmes.localize.evidence.ranking import cause_devices, device_kind, network_devices
+from holmes.localize.evidence.search import COMPUTE, NETWORK, GraphSearch, RootCause
+from holmes.localize.irregular.healthy import HealthyPaths
+from holmes.localize.irregular.host_probe import HostProbe
+from holmes.localize.irregular.probe import NetworkProbe
+from holmes.localize.irregular.straggler import classify, compute_growth
+from holmes.localize.irregular.transfer import TransferTimes, pick_channels
 
 __all__ = ["explain_iteration", "implicated_devices", "pivot_compute", "search_iteration", "start_operators"]
 
@@ -27,9 +27,9 @@ __all__ = ["explain_iteration", "implicated_devices", "pivot_compute", "search_i
 def explain_iteration(run: Any, iteration: int, iteration_excess: float,
                       transfers: TransferTimes | None = None) -> list[RootCause] | None:
     """Root causes of one iteration: Algorithm 1 from the monitored ranks, checked against the
-    compute of every rank read (:mod:`holmes.localize.straggler`) and, when every channel's
+    compute of every rank read (:mod:`holmes.localize.irregular.straggler`) and, when every channel's
     transfers were read (``transfers``, a job read whole), against the transfer times
-    (:mod:`holmes.localize.transfer`).
+    (:mod:`holmes.localize.irregular.transfer`).
 
     Returns None for a common-mode slowdown (ranks of several hosts computed longer together,
     or unrelated channels transferred slower together), else the causes:
@@ -86,7 +86,7 @@ def _stragglers(search: GraphSearch, topo: Any, iteration: int, excess: float,
 
 def _transfer_cause(search: GraphSearch, transfers: TransferTimes, channel: int, iteration: int,
                     excess: float) -> RootCause:
-    """A network cause on a channel whose transfers took longer (:mod:`holmes.localize.transfer`)."""
+    """A network cause on a channel whose transfers took longer (:mod:`holmes.localize.irregular.transfer`)."""
     rank, row = transfers.where(channel, iteration)
     ro = search.graph.ranks[rank]
     step = ro.describe(row, search.graph.comm_ids)

@@ -1,6 +1,6 @@
 """The persistent analysis as map/reduce: one small summary per rank, and an associative merge.
 
-The persistent analysis (:mod:`~holmes.localize.persistent`) must read every rank. It does so
+The persistent analysis (:mod:`~holmes.localize.persistent.analysis`) must read every rank. It does so
 rank by rank, keeping of each rank only a compact numeric summary of its operators in the
 analysis window (no strings, no timestamps: each value is measured on the rank's own clock):
 
@@ -137,7 +137,7 @@ def persistent_window(job: Any, pivot: int = 0, window: int = 200) -> np.ndarray
     JobError
         The pivot's log holds no iteration (or is unreadable: the typed error naming its file).
     """
-    from holmes.localize.sources import open_source
+    from holmes.localize.evidence.sources import open_source
 
     src = open_source(job)
     got = src.iteration_times(pivot)
@@ -166,7 +166,7 @@ def persistent_rank_summary(job: Any, rank: int, window: Any) -> PersistentSumma
     PersistentSummary
         With the rank in ``per_rank``, or in ``missing`` when its log is absent or unreadable.
     """
-    from holmes.localize.sources import open_source
+    from holmes.localize.evidence.sources import open_source
 
     src = open_source(job)
     r = int(rank)
@@ -196,7 +196,7 @@ def persistent_summaries(job: Any, window: Any, ranks: Any = None) -> Persistent
     only :data:`COLUMNS`, the consistency pass vectorized over a batch) when it has one; the result
     is the same as ``merge_summaries(*(persistent_rank_summary(job, r, window) for r in ranks))``.
     """
-    from holmes.localize.sources import open_source
+    from holmes.localize.evidence.sources import open_source
 
     src = open_source(job)
     win = np.asarray(window, dtype=np.int64)

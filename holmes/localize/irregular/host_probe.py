@@ -18,7 +18,7 @@ host-mates, read from ranks already fetched first and then, within a budget, fro
 
 Examples
 --------
->>> from holmes.localize.host_probe import host_verdict
+>>> from holmes.localize.irregular.host_probe import host_verdict
 >>> host_verdict(10_000, [9_000, 8_000, 100], ratio=0.5)
 'host'
 >>> host_verdict(10_000, [100, 300], ratio=0.5)

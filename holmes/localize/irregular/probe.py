@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from holmes.cog.graph import RECV, SEND
-from holmes.localize.ranking import network_devices
+from holmes.localize.evidence.ranking import network_devices
 
 __all__ = ["NetworkProbe"]
 

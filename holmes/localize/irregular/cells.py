@@ -8,7 +8,7 @@ noise. Two matrices hold it:
   work, on its own clock; waiting happens *inside* operators and is not in it);
 * **transfer** ``T[channel, iteration]``: per channel (a communicator's collectives, or one
   direction of a P2P pair) the summed duration of the copies of its operators that entered last
-  (:class:`~holmes.localize.transfer.TransferTimes`): the transfer itself, no waiting in it.
+  (:class:`~holmes.localize.irregular.transfer.TransferTimes`): the transfer itself, no waiting in it.
 
 Each cell becomes a z-score against the job's noise: minus the row's median (the device's usual
 level), minus what every device of the other hosts did in the same iteration (common mode: a
@@ -24,7 +24,7 @@ weigh nothing), and an event's *family-wise* p-value is the chance that any of t
 would reach its z under that tail. A healthy job's strongest cell has a family-wise p-value near
 one half by construction; a 1.3x slower GPU's cell is many tail-lengths beyond it.
 
-The tails and their p-values live in :mod:`holmes.localize.tails`.
+The tails and their p-values live in :mod:`holmes.localize.irregular.tails`.
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
-from holmes.localize.tails import familywise, tail_pvalue
-from holmes.localize.transfer import TransferTimes
+from holmes.localize.irregular.tails import familywise, tail_pvalue
+from holmes.localize.irregular.transfer import TransferTimes
 from holmes.stats import MAD_SIGMA, nan_quiet
 
 __all__ = ["Event", "CellEvidence", "device_pvalues"]
@@ -429,7 +429,7 @@ class CellEvidence:
         """Per channel, the network devices on its path; also fills ``_crossing`` (device ->
         the channels crossing it)."""
         if self._path_cache is None:
-            from holmes.localize.ranking import network_devices
+            from holmes.localize.evidence.ranking import network_devices
             self._path_cache = [network_devices(self.transfers.ranks_of(c), topology)
                                 for c in range(len(self.channels))]
             for c, devs in enumerate(self._path_cache):

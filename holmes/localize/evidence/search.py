@@ -178,7 +178,7 @@ class GraphSearch:
         --------
         >>> from holmes.io import MemoryJob
         >>> from holmes.detect import LabelDetector
-        >>> from holmes.localize.sources import JobSource
+        >>> from holmes.localize.evidence.sources import JobSource
         >>> job = MemoryJob({"world_size": 2, "communicators": {"dp-0": {"kind": "dp", "ranks": [0, 1]}}}, {})
         >>> s = GraphSearch(JobSource(job), LabelDetector())
         >>> with s.fetched_only():

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from holmes.localize.search import COMPUTE, RootCause
+from holmes.localize.evidence.search import COMPUTE, RootCause
 
 __all__ = ["cause_cost", "cause_z", "components", "computed_longer", "drop_diffuse", "drop_minor", "drop_unproven",
            "drop_usual_compute", "explains", "proven_devices"]
@@ -147,7 +147,7 @@ def explains(ro: Any, cause: RootCause, excess: float, share: float, usual: Any 
     """Whether ``cause`` cost its rank (:func:`cause_cost` against the ``usual`` iterations) at
     least ``share`` of its iteration's ``excess`` over the usual iteration (ns).
 
-    >>> from holmes.localize.search import RootCause
+    >>> from holmes.localize.evidence.search import RootCause
     >>> dur = [2 if i // 4 != 3 else 5 for i in range(5 * 4)]   # iteration 3: each collective +3
     >>> ro = _example_rank(dur, per_iteration=4)
     >>> c = RootCause(iteration=3, cause="network", ranks=(0,), rank=0, row=13, op={})
@@ -161,7 +161,7 @@ def explains(ro: Any, cause: RootCause, excess: float, share: float, usual: Any 
 
 def drop_minor(ev: Any, ranks: Mapping[int, Any], excess: Mapping[int, float], share: float,
                usual: Any = None) -> None:
-    """Drop the causes of ``ev`` (an :class:`~holmes.localize.irregular.Evidence`) that do not
+    """Drop the causes of ``ev`` (an :class:`~holmes.localize.irregular.analysis.Evidence`) that do not
     :func:`explain <explains>` their iteration (``excess``: iteration -> its excess, ns); an
     iteration left without a cause joins ``ev.without_cause``."""
     if share <= 0 or not ev.causes:
@@ -199,7 +199,7 @@ def computed_longer(ro: Any, cause: RootCause, compute_z: float, usual: Any) -> 
     that happened to arrive last (its compute as usual: the delay came in through an operator the
     detector did not flag).
 
-    >>> from holmes.localize.search import RootCause
+    >>> from holmes.localize.evidence.search import RootCause
     >>> n = 6 * 2
     >>> gaps = [8 + (i // 2) % 2 + (5 if i // 2 == 4 else 0) for i in range(n)]   # iteration 4: each gap +5
     >>> ro = _example_rank([2] * n, per_iteration=2, start=[sum(gaps[:i + 1]) + 2 * i for i in range(n)])

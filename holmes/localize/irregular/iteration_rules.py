@@ -11,7 +11,7 @@ that cost only a few percent of a step on a quiet job.
 * **repeats** -- when nothing else stands out, two or more iterations ``repeat_z`` sigmas out:
   a device counts only when it explains two of them (``min_hits``);
 * **candidates** -- ``candidate_z`` to ``stretch_z`` sigmas out: searched, but only a cause
-  standing out of its own rank's noise counts (:func:`holmes.localize.cause_filter.drop_unproven`).
+  standing out of its own rank's noise counts (:func:`holmes.localize.irregular.cause_filter.drop_unproven`).
 
 Jobs read whole keep the delta rule alone: their cells judge every iteration of every device.
 """

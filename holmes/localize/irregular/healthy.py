@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from holmes.localize.ranking import network_devices
+from holmes.localize.evidence.ranking import network_devices
 
 __all__ = ["HealthyPaths"]
 

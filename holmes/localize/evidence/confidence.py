@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 from scipy.special import betainc
 
-from holmes.localize.ranking import device_kind, network_devices
+from holmes.localize.evidence.ranking import device_kind, network_devices
 
 __all__ = ["iteration_weights", "device_confidence", "network_opportunity", "opportunity", "confidences", "weighted_hits"]
 
@@ -62,7 +62,7 @@ def network_opportunity(communicators: Mapping[str, Any], topology: Any, *, max_
     """Share of the job's transfer groups whose paths cross each network device.
 
     The groups are the communicators (their ring of members, as
-    :func:`~holmes.localize.ranking.network_devices` walks it) and, for pipeline communicators,
+    :func:`~holmes.localize.evidence.ranking.network_devices` walks it) and, for pipeline communicators,
     each consecutive pair; at most ``max_groups`` of them, drawn evenly with a seeded generator.
     """
     groups: list[tuple[int, ...]] = []

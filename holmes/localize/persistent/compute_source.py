@@ -1,7 +1,7 @@
 """The ranks' own work from their compute tables, where the job has them (``compute/``).
 
 CommOps logs hold only communication operators: without more, a rank's work between two of its
-operators is the *gap* between them (:mod:`~holmes.localize.persistent_rank`), which also holds
+operators is the *gap* between them (:mod:`~holmes.localize.persistent.rank`), which also holds
 launch delays, data loading and whatever else the rank waited for on its own. Where the source
 recorded the work itself (WIA's forward/backward/optimizer ops, Kineto kernels: see
 :meth:`holmes.io.Job.compute`), this module reads it:
@@ -48,8 +48,8 @@ log = logging.getLogger(__name__)
 
 
 def _job(job: Any) -> Any:
-    """The job behind a path, a Job / MemoryJob or a :class:`~holmes.localize.sources.JobSource`."""
-    from holmes.localize.sources import open_source
+    """The job behind a path, a Job / MemoryJob or a :class:`~holmes.localize.evidence.sources.JobSource`."""
+    from holmes.localize.evidence.sources import open_source
 
     return open_source(job).job
 
@@ -79,7 +79,7 @@ def compute_by_iteration(job: Any, window: Sequence[int], ranks: Sequence[int] |
     ----------
     job : path, Job, MemoryJob or JobSource
     window : sequence of int
-        The iterations (increasing), e.g. :func:`~holmes.localize.persistent_rank.persistent_window`.
+        The iterations (increasing), e.g. :func:`~holmes.localize.persistent.rank.persistent_window`.
     ranks : sequence of int, optional
         The ranks to read (default every rank).
 
@@ -141,7 +141,7 @@ class RowCompute:
     def at_peers(self, ranks: Sequence[int], peers: Sequence[int]) -> tuple[np.ndarray, np.ndarray]:
         """``(comp, tail)`` with the records of ``ranks`` at their name's mean over ``peers``: a
         suspect's work at its role peers' level, for its what-if impact (``comp`` per row, for
-        :func:`~holmes.localize.whatif.swap_compute`; ``tail`` per rank and iteration, the replay's).
+        :func:`~holmes.localize.persistent.whatif.swap_compute`; ``tail`` per rank and iteration, the replay's).
         A name the peers never ran keeps its records as logged.
 
         >>> rc = RowCompute(np.array([4.0, 9.0]), np.zeros(2), np.ones(2, bool), {"fwd": 6.5, "opt": 2.0},
@@ -179,7 +179,7 @@ def row_compute(job: Any, window: Sequence[int], rank_ptr: Sequence[int]) -> Row
     rank_ptr : sequence of int (world_size + 1)
         The program's rows of rank ``r`` are ``rank_ptr[r]:rank_ptr[r + 1]``: the rank's operators
         of the window in the order of its checked log (``Job.ops``), as
-        :func:`~holmes.localize.persistent_rank.summarize_table` keeps them.
+        :func:`~holmes.localize.persistent.rank.summarize_table` keeps them.
 
     Returns
     -------

@@ -117,7 +117,7 @@ def ideal_gaps(gap: np.ndarray, row_rank: np.ndarray, row_it: np.ndarray, shape:
     """Per program row, its gap in the what-if *ideal* (WIA's: no variation along rank, stage or iteration).
 
     A gap is the rank's compute records before the operator, where the job has compute tables
-    (``comp``; see :func:`holmes.localize.compute_source.row_compute`), and the rest of it -- launch
+    (``comp``; see :func:`holmes.localize.persistent.compute_source.row_compute`), and the rest of it -- launch
     delays, data loading, and all of the gap where nothing was recorded. In the ideal the records
     last their name's mean over the job (``comp_ideal``; the share of them the gap holds: records
     that ran while an operator was in flight were not in the gap), and each rank's rest in each
@@ -165,7 +165,7 @@ def ideal_gaps(gap: np.ndarray, row_rank: np.ndarray, row_it: np.ndarray, shape:
 def swap_compute(gap: np.ndarray, comp: np.ndarray, new: np.ndarray) -> np.ndarray:
     """Per row, its gap with the compute records before it lasting ``new`` instead of ``comp`` (the
     share of them the gap holds: see :func:`ideal_gaps`), e.g. a suspect's records at its peers'
-    level (:meth:`holmes.localize.compute_source.RowCompute.at_peers`) for its what-if impact.
+    level (:meth:`holmes.localize.persistent.compute_source.RowCompute.at_peers`) for its what-if impact.
 
     >>> swap_compute(np.array([5.0, 3.0]), np.array([4.0, 6.0]), np.array([2.0, 3.0])).tolist()
     [3.0, 1.5]

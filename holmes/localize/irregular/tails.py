@@ -1,6 +1,6 @@
 """Upper tails of a job's own noise, and how surprising a cell is under them.
 
-A cell (a rank's compute, a channel's transfer, in one iteration; :mod:`holmes.localize.cells`)
+A cell (a rank's compute, a channel's transfer, in one iteration; :mod:`holmes.localize.irregular.cells`)
 is judged against a *null*: cells of the same job that no fault of the judged device touches
 (the other hosts' ranks, the channels that share no rank with it). Only the null's upper tail
 matters, and it is modelled from the null itself:
@@ -15,7 +15,7 @@ and :func:`tail_pvalue` turns a z-score into the chance that one of ``n`` null c
 Examples
 --------
 >>> import numpy as np
->>> from holmes.localize.tails import tail_pvalue
+>>> from holmes.localize.irregular.tails import tail_pvalue
 >>> rng = np.random.default_rng(0)
 >>> z = rng.standard_exponential(2000)
 >>> bool(tail_pvalue(z, float(z.max())) > 0.05), tail_pvalue(z, 40.0) < 1e-6

@@ -1,6 +1,6 @@
 """Who made whom wait: the merged per-rank summaries folded into per-instance and per-rank tables.
 
-From a :class:`~holmes.localize.persistent_rank.PersistentSummary` (every rank's operators in the
+From a :class:`~holmes.localize.persistent.rank.PersistentSummary` (every rank's operators in the
 window) :func:`fold` builds, visiting ranks in ascending order (so the result does not depend on how
 the summaries were merged):
 
@@ -16,12 +16,12 @@ the summaries were merged):
   and its instance count, to compare communicators with their peers;
 * per instance its *operator type* and per type the median transfer time over the window
   (:func:`operator_types`: the what-if ideal, WIA's per-operator-type median);
-* the replayable program (:class:`~holmes.localize.whatif.Program`) of the window.
+* the replayable program (:class:`~holmes.localize.persistent.whatif.Program`) of the window.
 
 Examples
 --------
 >>> import holmes
->>> from holmes.localize.persistent_rank import persistent_window, persistent_rank_summary, merge_summaries
+>>> from holmes.localize.persistent.rank import persistent_window, persistent_rank_summary, merge_summaries
 >>> job = holmes.read_job("fixtures/gpu16-clean")
 >>> win = persistent_window(job)
 >>> f = fold(merge_summaries(*[persistent_rank_summary(job, r, win) for r in range(16)]), job.communicators)
@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 
 from holmes._jit import njit
-from holmes.localize.persistent_rank import _RBITS, FIELDS, PersistentSummary
-from holmes.localize.whatif import Program
+from holmes.localize.persistent.rank import _RBITS, FIELDS, PersistentSummary
+from holmes.localize.persistent.whatif import Program
 
 __all__ = ["Folded", "fold"]
 
@@ -162,7 +162,7 @@ def operator_types(info: list[tuple], communicators: Mapping[str, Any], inst_slo
     """Per instance its *operator type*, and per type the median transfer time of its instances.
 
     Two instances are of one type when they are the same operator (``inst_op``, an index into
-    :data:`~holmes.localize.persistent_rank.OP_KINDS`) with the same message size (to a quarter of a
+    :data:`~holmes.localize.persistent.rank.OP_KINDS`) with the same message size (to a quarter of a
     factor of two) on communicators of the same kind and size -- or, for P2P, of the same kind and
     direction along the communicator's rank order (a pipeline's forward or backward sends): WIA's
     operator types (``grads-reduce-scatter``, ``forward-send``, ...) on communication logs. The

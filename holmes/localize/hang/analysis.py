@@ -9,7 +9,7 @@ an exception). Its steps, as :class:`~holmes.localize.pipeline.Localizer` runs t
    ``dump``, or the pivot's log has a ``state`` column); an old job (no ``state``) costs one read
    of the pivot, which the irregular analysis reads anyway;
 2. **gather** -- the wait-for graph over every operator in flight
-   (:func:`holmes.localize.waitgraph.wait_graph`): a collective waits for its members that are
+   (:func:`holmes.localize.hang.waitgraph.wait_graph`): a collective waits for its members that are
    neither in it nor past it (no log, never issued it, or blocked on something else), a ``recv``
    for the peer's matching ``send`` (same communicator, P2P ``seq``), a ``send`` for the matching
    ``recv``, a batch of P2P for each half; an operator a peer completed while this rank still runs
@@ -67,9 +67,9 @@ import pyarrow.compute as pc
 
 from holmes._ranges import format_int_ranges
 from holmes.io.schema import P2P_OPS
-from holmes.localize.report import DeviceScore
-from holmes.localize.waitgraph import (ROOT_IDLE, ROOT_INSIDE, ROOT_NO_LOG, ROOT_STALLED, WaitGraph,
+from holmes.localize.hang.waitgraph import (ROOT_IDLE, ROOT_INSIDE, ROOT_NO_LOG, ROOT_STALLED, WaitGraph,
                                        wait_graph)
+from holmes.localize.report import DeviceScore
 
 __all__ = ["HangAnalysis", "HangSelection", "HangEvidence", "CommHang"]
 
@@ -203,7 +203,7 @@ class HangAnalysis:
         return sel
 
     def gather(self, run: Any, sel: HangSelection) -> HangEvidence:
-        """The wait-for graph over every operator in flight (:mod:`holmes.localize.waitgraph`): its
+        """The wait-for graph over every operator in flight (:mod:`holmes.localize.hang.waitgraph`): its
         roots are the culprits, every other stuck rank waits, with a chain to its root."""
         ev = HangEvidence(no_log=sorted(sel.no_log))
         if not sel.in_flight:
@@ -295,7 +295,7 @@ class HangAnalysis:
 def _every_rank(src: Any, columns: list[str]) -> Any:
     """``(ranks, have, tables)`` over every rank of ``src``, a batch at a time: ``have`` the ranks
     with a usable log (the others' reasons are in ``src.missing``), ``tables`` their rows. Read in
-    batches (:meth:`~holmes.localize.sources.JobSource.stream_batches`) when the source can."""
+    batches (:meth:`~holmes.localize.evidence.sources.JobSource.stream_batches`) when the source can."""
     if hasattr(src, "stream_batches"):
         for b in src.stream_batches(columns=columns):
             yield b.ranks, set(b.tables), [b.table] if b.tables else []

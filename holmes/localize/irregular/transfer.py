@@ -19,7 +19,7 @@ read.
 
 Examples
 --------
->>> from holmes.localize.transfer import pick_channels
+>>> from holmes.localize.irregular.transfer import pick_channels
 >>> excess = {("pp", 1, 5): 40e6, ("tp", 0, 2): 2e6, ("dp", 1, 3): 20e6}
 >>> sigma = {k: 1e6 for k in excess}
 >>> ranks = {("pp", 1, 5): (1, 5), ("tp", 0, 2): (0, 2), ("dp", 1, 3): (1, 3)}

@@ -3,18 +3,18 @@
 Its steps, as :class:`~holmes.localize.pipeline.Localizer` runs them:
 
 1. **select** -- the pivot's irregular iterations in the window (the delta rule and the rules
-   for faults costing a few percent: :mod:`~holmes.localize.iteration_rules`), each weighed by how far it stands above the job's
-   healthy spread (:func:`~holmes.localize.confidence.iteration_weights`); those within the noise
+   for faults costing a few percent: :mod:`~holmes.localize.irregular.iteration_rules`), each weighed by how far it stands above the job's
+   healthy spread (:func:`~holmes.localize.evidence.confidence.iteration_weights`); those within the noise
    are not searched; at most ``max_iterations`` of the most irregular;
 2. **gather** -- per chosen iteration, Algorithm 1 from the monitored ranks' abnormal operators
-   (:class:`~holmes.localize.search.GraphSearch`, fetching only the ranks it visits); per root
+   (:class:`~holmes.localize.evidence.search.GraphSearch`, fetching only the ranks it visits); per root
    cause its irregularity rate R and the devices it implicates, after clearing devices crossed
-   quickly (:mod:`~holmes.localize.healthy`), the network probes (:mod:`~holmes.localize.probe`)
-   and the host probe (:mod:`~holmes.localize.host_probe`); network causes narrowed by coverage;
+   quickly (:mod:`~holmes.localize.irregular.healthy`), the network probes (:mod:`~holmes.localize.irregular.probe`)
+   and the host probe (:mod:`~holmes.localize.irregular.host_probe`); network causes narrowed by coverage;
 3. **rank** -- MAP accumulation over the causes with the topology decay
-   (:class:`~holmes.localize.ranking.DeviceRanking`), hosts explained away by their GPUs; each
+   (:class:`~holmes.localize.evidence.ranking.DeviceRanking`), hosts explained away by their GPUs; each
    device's confidence against how often chance would blame it
-   (:func:`~holmes.localize.confidence.confidences`) and the share of the irregular iterations
+   (:func:`~holmes.localize.evidence.confidence.confidences`) and the share of the irregular iterations
    that implicate it; the pipeline orders devices by confidence, that share, then score.
 """
 
@@ -28,19 +28,20 @@ import numpy as np
 
 from holmes.detect.monitor import IrregularityRule
 from holmes.errors import JobError
-from holmes.localize.cause_filter import (computed_longer, drop_diffuse, drop_minor, drop_unproven, drop_usual_compute,
-                                          explains, proven_devices)
-from holmes.localize.cells import CellEvidence, Event, device_pvalues
-from holmes.localize.confidence import confidences, iteration_weights, network_opportunity, weighted_hits
-from holmes.localize.explain import explain_iteration, implicated_devices
-from holmes.localize.healthy import HealthyPaths
-from holmes.localize.host_probe import HostProbe
-from holmes.localize.iteration_rules import flag_iterations
-from holmes.localize.probe import NetworkProbe
-from holmes.localize.ranking import DeviceRanking, device_kind, irregularity_rate, is_point_device, narrow_by_coverage
+from holmes.localize.evidence.confidence import confidences, iteration_weights, network_opportunity, weighted_hits
+from holmes.localize.evidence.ranking import (DeviceRanking, device_kind, irregularity_rate, is_point_device,
+                                              narrow_by_coverage)
+from holmes.localize.evidence.search import COMPUTE, NETWORK, GraphSearch, RootCause
+from holmes.localize.irregular.cause_filter import (computed_longer, drop_diffuse, drop_minor, drop_unproven,
+                                                    drop_usual_compute, explains, proven_devices)
+from holmes.localize.irregular.cells import CellEvidence, Event, device_pvalues
+from holmes.localize.irregular.explain import explain_iteration, implicated_devices
+from holmes.localize.irregular.healthy import HealthyPaths
+from holmes.localize.irregular.host_probe import HostProbe
+from holmes.localize.irregular.iteration_rules import flag_iterations
+from holmes.localize.irregular.probe import NetworkProbe
+from holmes.localize.irregular.transfer import TransferTimes
 from holmes.localize.report import DeviceScore
-from holmes.localize.search import COMPUTE, NETWORK, GraphSearch, RootCause
-from holmes.localize.transfer import TransferTimes
 
 __all__ = ["IrregularAnalysis", "Selection", "Evidence"]
 
@@ -306,7 +307,7 @@ def cell_min_cost(p: Any, durations: np.ndarray) -> float:
 def _gather_cells(run: Any, cells: CellEvidence, min_cost_ns: float = 0.0, irregular: Any = (),
                   min_pvalue: float = 0.01, transient: float = 0.0) -> Evidence:
     """A job read whole: the devices whose cells stood out of the job's noise
-    (:class:`~holmes.localize.cells.CellEvidence`) by at least ``min_cost_ns``, one root cause per
+    (:class:`~holmes.localize.irregular.cells.CellEvidence`) by at least ``min_cost_ns``, one root cause per
     event; one-off stalls of one operator (``transient``) are said, not counted."""
     search, topo, transfers = run.search, run.topology, cells.transfers
     events = cells.events(topo, min_cost_ns=min_cost_ns, irregular=irregular, min_pvalue=min_pvalue,
@@ -356,8 +357,8 @@ def _event_cause(search: GraphSearch, transfers: TransferTimes, e: Event) -> Roo
 def rank_cells(ev: Evidence, calibration: float, name: str = "irregular",
                point_calibration: float | None = None) -> list[DeviceScore]:
     """Devices of the cells' events: confidence ``1 - calibration * p`` (``p`` from
-    :func:`~holmes.localize.cells.device_pvalues`; ``point_calibration``, when given, for single
-    devices, :func:`~holmes.localize.ranking.is_point_device`), coverage the device's share of the strongest
+    :func:`~holmes.localize.irregular.cells.device_pvalues`; ``point_calibration``, when given, for single
+    devices, :func:`~holmes.localize.evidence.ranking.is_point_device`), coverage the device's share of the strongest
     evidence, ``log p / log p_min`` (the strongest device 1.0), score from each event's order of
     its devices (the most specific first); ordered as :func:`~holmes.localize.pipeline.device_order`.
 

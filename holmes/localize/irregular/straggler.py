@@ -9,7 +9,7 @@ it spent working, not waiting inside an operator). A compute straggler is a rank
 grew, against its own usual iteration, by a large share of how much longer the iteration was:
 
 * one such rank: its GPU (or, when none of its host-mates was read, the GPU or its host, left to
-  :mod:`~holmes.localize.host_probe`);
+  :mod:`~holmes.localize.irregular.host_probe`);
 * several, all on one host, with no rank of another host: the host (its CPU side);
 * several on different hosts: the whole job slowed down together (a shared resource, the
   machine, the data loader): **common mode**, a slowdown no single device explains.
@@ -20,7 +20,7 @@ compute: a network cause of Algorithm 1 is left alone when no straggler stands o
 Examples
 --------
 >>> import numpy as np
->>> from holmes.localize.straggler import classify
+>>> from holmes.localize.irregular.straggler import classify
 >>> growth = {0: 1.0e6, 1: 40.0e6, 2: 2.0e6, 3: 0.5e6}     # ns of extra compute per rank
 >>> sigma = {r: 1.0e6 for r in growth}
 >>> classify(growth, sigma, iteration_excess=30e6, host_of=lambda r: r // 2)
