@@ -267,7 +267,7 @@ class LocalizeParams(BaseModel):
         both, host hiccups reached ``5e-8`` and the default was 1e8; docs/real-runs.md).
     point_calibration : float, default 1e4
         Jobs read whole: ``tail_calibration`` for single devices (a GPU, a NIC, a NIC's cable;
-        :func:`holmes.localize.evidence.ranking.is_point_device`), named (confidence 0.9) from ``p = 1e-5``.
+        :func:`holmes.topology.kinds.is_point`), named (confidence 0.9) from ``p = 1e-5``.
         Their cells are judged against every other rank or channel, while a host or an NVSwitch
         is judged against the job's two to four others, and it is there that the environment's
         shared disturbances land (a machine's other load, the operating system): on the 104

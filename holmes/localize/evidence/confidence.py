@@ -38,7 +38,8 @@ from typing import Any
 import numpy as np
 from scipy.special import betainc
 
-from holmes.localize.evidence.ranking import device_kind, network_devices
+from holmes.localize.evidence.ranking import network_devices
+from holmes.topology import kinds
 
 __all__ = ["iteration_weights", "device_confidence", "network_opportunity", "opportunity", "confidences", "weighted_hits"]
 
@@ -88,8 +89,7 @@ def network_opportunity(communicators: Mapping[str, Any], topology: Any, *, max_
 
 def opportunity(device: str, world: int, topology: Any, net_share: Mapping[str, float]) -> float:
     """``p0``: the chance that a cause with no fault behind it implicates ``device``."""
-    kind = device_kind(device)
-    if kind in ("gpu", "host"):
+    if kinds.is_compute(device):
         # a compute cause lands on one rank; it implicates the host instead of the GPU only when
         # the host probe saw the GPU's host-mates lose compute time too, which chance rarely does
         return 1.0 / max(world, 1)

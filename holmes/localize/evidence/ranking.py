@@ -27,36 +27,15 @@ from typing import Any
 import numpy as np
 
 from holmes.errors import ConfigError
+from holmes.topology import kinds
 
 __all__ = ["DEFAULT_PRIOR", "irregularity_rate", "cause_devices", "network_devices", "narrow_by_coverage",
-           "DeviceRanking", "device_kind", "prior_kind"]
+           "DeviceRanking"]
 
-#: p(d) per device kind, from Table 1 of the paper (GPU, NIC, link, switch, CPU, other).
+#: p(d) per prior kind, from Table 1 of the paper (GPU, NIC, link, switch, CPU, other); which one
+#: applies to a device is its kind's ``prior`` (:func:`holmes.topology.kinds.prior_kind`).
 DEFAULT_PRIOR: dict[str, float] = {"gpu": 0.587, "nic": 0.183, "link": 0.095, "switch": 0.048, "cpu": 0.032,
                                    "other": 0.055}
-# device-id kind -> prior kind
-_PRIOR_KIND = {"gpu": "gpu", "nic": "nic", "link": "link", "switch": "switch", "host": "cpu", "nvswitch": "other"}
-
-
-def device_kind(device_id: str) -> str:
-    """The kind part of a device id (``"switch:leaf-2"`` -> ``"switch"``)."""
-    return device_id.split(":", 1)[0]
-
-
-def is_point_device(device_id: str) -> bool:
-    """A single device, not one many others share: a GPU, a NIC or a NIC's cable (not a host, an
-    NVSwitch, a switch or a switch's uplink).
-
-    >>> [is_point_device(d) for d in ("gpu:3", "link:nic:2|switch:leaf-0", "host:1", "switch:spine-0")]
-    [True, True, False, False]
-    """
-    kind = device_kind(device_id)
-    return kind in ("gpu", "nic") or (kind == "link" and device_id.startswith("link:nic:"))
-
-
-def prior_kind(device_id: str) -> str:
-    """The key of :data:`DEFAULT_PRIOR` that applies to a device (host -> cpu, nvswitch -> other)."""
-    return _PRIOR_KIND.get(device_kind(device_id), "other")
 
 
 def _pearson(x: np.ndarray, y: np.ndarray) -> float:
@@ -147,14 +126,14 @@ def cause_devices(cause: str, ranks: Sequence[int], topology: Any, *, include_ho
     """
     ranks = sorted(set(int(r) for r in ranks))
     if cause == "compute":
-        out = [f"gpu:{r}" for r in ranks]
+        out = [kinds.gpu(r) for r in ranks]
         if include_host and topology is not None:
-            out += sorted({f"host:{topology.host_of(r)}" for r in ranks})
+            out += sorted({kinds.host(topology.host_of(r)) for r in ranks})
         return out
     if cause != "network":
         raise ConfigError(f"unknown cause {cause!r}")
     if len(ranks) < 2 or topology is None:
-        return [f"nic:{r}" for r in ranks]
+        return [kinds.nic(r) for r in ranks]
     devs = network_devices(ranks, topology)
     if exonerated:
         kept = [d for d in devs if d not in exonerated]
@@ -275,7 +254,7 @@ class DeviceRanking:
         return h
 
     def _ab(self, d: str) -> tuple[float, float]:
-        p = self.prior[prior_kind(d)]
+        p = self.prior[kinds.prior_kind(d)]
         return self.alpha * p, self.alpha * (1.0 - p)
 
     def numerators(self) -> dict[str, float]:
@@ -310,5 +289,5 @@ class DeviceRanking:
             scores = {d: 1.0 / len(num) for d in num}
         else:
             scores = {d: v / total for d, v in num.items()}
-        return sorted(scores.items(), key=lambda kv: (-kv[1], -self.prior[prior_kind(kv[0])],
+        return sorted(scores.items(), key=lambda kv: (-kv[1], -self.prior[kinds.prior_kind(kv[0])],
                                                        -self.counts.get(kv[0], 0), kv[0]))

@@ -70,6 +70,7 @@ from holmes.io.schema import P2P_OPS
 from holmes.localize.hang.waitgraph import (ROOT_IDLE, ROOT_INSIDE, ROOT_NO_LOG, ROOT_STALLED, WaitGraph,
                                        wait_graph)
 from holmes.localize.report import DeviceScore
+from holmes.topology import kinds
 
 __all__ = ["HangAnalysis", "HangSelection", "HangEvidence", "CommHang"]
 
@@ -276,7 +277,7 @@ class HangAnalysis:
             return []
         counts = {r: ev.behind.get(r, 0) + 1 for r in ev.culprits}  # itself and the ranks behind it
         total = float(sum(counts.values())) or 1.0
-        out = [DeviceScore(f"gpu:{r}", "gpu", counts[r] / total, float(counts[r]), counts[r],
+        out = [DeviceScore(kinds.gpu(r), "gpu", counts[r] / total, float(counts[r]), counts[r],
                            confidence=conf, evidence=(self.name,)) for r, conf in ev.culprits.items()]
         topo = run.topology
         if topo is not None and run.params.include_host:
@@ -286,7 +287,7 @@ class HangAnalysis:
             for h, rs in hosts.items():
                 on_host = [g for g in range(run.source.world_size) if int(topo.host_of(g)) == h]
                 if len(rs) == len(on_host) and len(on_host) > 1:
-                    out.append(DeviceScore(f"host:{h}", "host", max(counts[r] for r in rs) / total,
+                    out.append(DeviceScore(kinds.host(h), "host", max(counts[r] for r in rs) / total,
                                            float(sum(counts[r] for r in rs)), sum(counts[r] for r in rs),
                                            confidence=min(ev.culprits[r] for r in rs), evidence=(self.name,)))
         return sorted(out, key=lambda d: (-(d.confidence or 0.0), -d.score, d.id))

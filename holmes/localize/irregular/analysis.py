@@ -29,8 +29,7 @@ import numpy as np
 from holmes.detect.monitor import IrregularityRule
 from holmes.errors import JobError
 from holmes.localize.evidence.confidence import confidences, iteration_weights, network_opportunity, weighted_hits
-from holmes.localize.evidence.ranking import (DeviceRanking, device_kind, irregularity_rate, is_point_device,
-                                              narrow_by_coverage)
+from holmes.localize.evidence.ranking import DeviceRanking, irregularity_rate, narrow_by_coverage
 from holmes.localize.evidence.search import COMPUTE, NETWORK, GraphSearch, RootCause
 from holmes.localize.irregular.cause_filter import (computed_longer, drop_diffuse, drop_minor, drop_unproven,
                                                     drop_usual_compute, explains, proven_devices)
@@ -42,6 +41,7 @@ from holmes.localize.irregular.iteration_rules import flag_iterations
 from holmes.localize.irregular.probe import NetworkProbe
 from holmes.localize.irregular.transfer import TransferTimes
 from holmes.localize.report import DeviceScore
+from holmes.topology import kinds
 
 __all__ = ["IrregularAnalysis", "Selection", "Evidence"]
 
@@ -245,13 +245,13 @@ class IrregularAnalysis:
         if p.include_host:
             gpus_of: dict[str, list[str]] = {}
             for d in ranking.sums:
-                if device_kind(d) == "gpu":
-                    gpus_of.setdefault(f"host:{topo.host_of(int(d.split(':', 1)[1]))}", []).append(d)
+                if kinds.is_kind(d, "gpu"):
+                    gpus_of.setdefault(kinds.host(topo.host_of(kinds.number(d))), []).append(d)
             ranking.explain_away(gpus_of)
         index = ranking.index()
         hits, n = weighted_hits([c.iteration for c in ev.causes], ev.implicated, sel.weights)
         conf = self.confidence(run, ev, hits, n)
-        return [DeviceScore(d, device_kind(d), s, index.get(d, 0.0), ranking.counts.get(d, 0),
+        return [DeviceScore(d, kinds.kind_of(d), s, index.get(d, 0.0), ranking.counts.get(d, 0),
                             confidence=conf.get(d), evidence=(self.name,),
                             coverage=hits.get(d, 0.0) / n if n > 0 else None) for d, s in ranking.ranked()
                 if hits.get(d, 0.0) >= sel.min_hits - 1e-9 or d in ev.proven]
@@ -264,7 +264,7 @@ class IrregularAnalysis:
             return {}
         src = run.source
         share = network_opportunity(src.communicators, run.topology) if any(
-            device_kind(d) not in ("gpu", "host") for d in hits) else {}
+            not kinds.is_compute(d) for d in hits) else {}
         null_hits: dict[str, int] = {}
         for devs in ev.null_devices:
             for d in devs:
@@ -358,7 +358,7 @@ def rank_cells(ev: Evidence, calibration: float, name: str = "irregular",
                point_calibration: float | None = None) -> list[DeviceScore]:
     """Devices of the cells' events: confidence ``1 - calibration * p`` (``p`` from
     :func:`~holmes.localize.irregular.cells.device_pvalues`; ``point_calibration``, when given, for single
-    devices, :func:`~holmes.localize.evidence.ranking.is_point_device`), coverage the device's share of the strongest
+    devices, :func:`~holmes.topology.kinds.is_point`), coverage the device's share of the strongest
     evidence, ``log p / log p_min`` (the strongest device 1.0), score from each event's order of
     its devices (the most specific first); ordered as :func:`~holmes.localize.pipeline.device_order`.
 
@@ -388,11 +388,11 @@ def rank_cells(ev: Evidence, calibration: float, name: str = "irregular",
         return -math.log10(max(pv[d], 1e-300))
 
     # how often chance would blame each device
-    chance = {d: (point_calibration if point_calibration is not None and is_point_device(d) else calibration) * pv[d]
+    chance = {d: (point_calibration if point_calibration is not None and kinds.is_point(d) else calibration) * pv[d]
               for d in score}
     top = max((strength(d) for d in score), default=1.0) or 1.0
     # a device whose cells chance explains (confidence 0) is no candidate either
-    out = [DeviceScore(d, device_kind(d), score[d] / total, score[d], causes[d],
+    out = [DeviceScore(d, kinds.kind_of(d), score[d] / total, score[d], causes[d],
                        confidence=1.0 - chance[d], evidence=(name,),
                        coverage=max(strength(d), 0.0) / top) for d in score if chance[d] < 1.0]
     # the same order as the pipeline's device_order (confidence, then coverage, then score)

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from holmes.localize.evidence.search import COMPUTE, RootCause
+from holmes.topology import kinds
 
 __all__ = ["cause_cost", "cause_z", "components", "computed_longer", "drop_diffuse", "drop_minor", "drop_unproven",
            "drop_usual_compute", "explains", "proven_devices"]
@@ -122,7 +123,7 @@ def drop_diffuse(ev: Any, ranks: Any, host_of: Any, dominance: float = 3.0) -> N
         c = ev.causes[i]
         out: set[Any] = set(c.ranks) | set(ev.implicated[i])
         if c.cause == COMPUTE:
-            out |= {f"host:{host_of(r)}" for r in c.ranks}
+            out |= {kinds.host(host_of(r)) for r in c.ranks}
         return out
 
     def strength(i: int) -> float:

@@ -39,6 +39,7 @@ import numpy as np
 from holmes.localize.irregular.tails import familywise, tail_pvalue
 from holmes.localize.irregular.transfer import TransferTimes
 from holmes.stats import MAD_SIGMA, nan_quiet
+from holmes.topology import kinds
 
 __all__ = ["Event", "CellEvidence", "device_pvalues"]
 
@@ -421,7 +422,7 @@ class CellEvidence:
         def key(d: str) -> tuple[float, int, int]:
             cs = crossing.get(d, [])
             hot = sum(1 for c in cs if col[c] >= low)
-            return (-round(hot / max(len(cs), 1), 6), -hot, _specificity(d))
+            return (-round(hot / max(len(cs), 1), 6), -hot, kinds.specificity(d))
         out = sorted(cand, key=key)
         return out, (sum(1 for d in out if key(d)[:2] == key(out[0])[:2]) if out else 0)
 
@@ -445,8 +446,8 @@ class CellEvidence:
         host, rs = max(by_host.items(), key=lambda kv: len(kv[1]))
         size = int((self._hosts == host).sum())
         if len(rs) >= 2 and 2 * len(rs) >= size:
-            return Event(it, "host", tuple(rs), z, p, excess, devices=[f"host:{host}"])
-        return Event(it, "gpu", (top,), z, p, excess, devices=[f"gpu:{top}"])
+            return Event(it, "host", tuple(rs), z, p, excess, devices=[kinds.host(host)])
+        return Event(it, "gpu", (top,), z, p, excess, devices=[kinds.gpu(top)])
 
 
 def _shared_iterations(per: list[np.ndarray]) -> np.ndarray:
@@ -533,12 +534,3 @@ def _usual(x: np.ndarray, q: float) -> np.ndarray:
         return np.nanquantile(x, q, axis=1, keepdims=True)
 
 
-def _specificity(d: str) -> int:
-    """NICs first, then their cables, other cables, then switches and NVSwitches."""
-    if d.startswith("nic:"):
-        return 0
-    if d.startswith("link:nic:") or "|nic:" in d:
-        return 1
-    if d.startswith("link:") or d.startswith("nvlink"):
-        return 2
-    return 3

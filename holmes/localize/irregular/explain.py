@@ -13,13 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from holmes.localize.evidence.ranking import cause_devices, device_kind, network_devices
+from holmes.localize.evidence.ranking import cause_devices, network_devices
 from holmes.localize.evidence.search import COMPUTE, NETWORK, GraphSearch, RootCause
 from holmes.localize.irregular.healthy import HealthyPaths
 from holmes.localize.irregular.host_probe import HostProbe
 from holmes.localize.irregular.probe import NetworkProbe
 from holmes.localize.irregular.straggler import classify, compute_growth
 from holmes.localize.irregular.transfer import TransferTimes, pick_channels
+from holmes.topology import kinds
 
 __all__ = ["explain_iteration", "implicated_devices", "pivot_compute", "search_iteration", "start_operators"]
 
@@ -107,11 +108,11 @@ def _straggler_cause(search: GraphSearch, topo: Any, kind: str, ranks: tuple[int
     host = topo.host_of(r0)
     devices: list[str] | None
     if kind == "host":
-        devices = [f"host:{host}"]
+        devices = [kinds.host(host)]
         note = f"ranks {list(ranks)} of host {host} all computed longer in this iteration"
     else:
         mates = [m for m in search.graph.ranks if m != r0 and topo.host_of(m) == host]
-        devices = [f"gpu:{r0}"] if mates else None
+        devices = [kinds.gpu(r0)] if mates else None
         note = f"rank {r0}'s own compute grew in this iteration; its read host-mates' did not" if mates else None
     return RootCause(iteration, COMPUTE, ranks, r0, k, step, [step], note, devices=devices)
 
@@ -169,7 +170,7 @@ def implicated_devices(c: RootCause, ro: Any, topo: Any, *, healthy: HealthyPath
         devs = cause_devices(c.cause, c.ranks, topo, include_host=include_host)
         verdict = hprobe.verdict(c.ranks[0], c.iteration) if hprobe is not None and len(c.ranks) == 1 else None
         if verdict is not None:
-            devs = [d for d in devs if device_kind(d) == verdict]
+            devs = [d for d in devs if kinds.kind_of(d) == verdict]
             c.devices = devs
         return devs
     ex = None

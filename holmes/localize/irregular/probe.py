@@ -30,6 +30,7 @@ import numpy as np
 
 from holmes.cog.graph import RECV, SEND
 from holmes.localize.evidence.ranking import network_devices
+from holmes.topology import kinds
 
 __all__ = ["NetworkProbe"]
 
@@ -313,11 +314,11 @@ class NetworkProbe:
         # one cause may spend at most a quarter of what is left, so later causes are probed too
         self._cap = self.reads + max(self.per_cause, (self.max_reads - self.reads) // 4)
         results: list[tuple[str, tuple[int, ...]]] = []
-        for sw in [c for c in candidates if c.startswith("switch:")]:
+        for sw in [c for c in candidates if kinds.is_kind(c, "switch")]:
             results += list(self._leaf_probes(iteration, sw, set(ranks)))
-        for link in [c for c in candidates if c.startswith("link:switch:")]:
+        for link in [c for c in candidates if kinds.is_kind(c, "link") and not kinds.is_nic_cable(c)]:
             # a cable between two switches: pairs of GPUs below its (leaf) ends whose path uses it
-            for end in link[5:].split("|"):
+            for end in kinds.link_ends(link):
                 if self._ranks_under(end):
                     results += list(self._leaf_probes(iteration, end, set(ranks), through=link))
                     results += list(self._ring_clearing(iteration, end, link, tuple(sorted(ranks))))

@@ -47,7 +47,6 @@ import numpy as np
 
 from holmes.errors import ConfigError
 from holmes.localize.evidence.confidence import device_confidence
-from holmes.localize.evidence.ranking import device_kind
 from holmes.localize.persistent.compute_source import row_compute
 from holmes.localize.persistent.peers import Roles
 from holmes.localize.persistent.rank import PersistentSummary, persistent_summaries, persistent_window
@@ -57,6 +56,7 @@ from holmes.localize.persistent.wait import Folded, fold
 from holmes.localize.persistent.whatif import ideal_gaps, swap_compute
 from holmes.localize.persistent.whatif import replay as _replay
 from holmes.localize.report import DeviceScore
+from holmes.topology import kinds
 
 __all__ = ["PersistentAnalysis", "PersistentSelection", "PersistentEvidence", "Suspect"]
 
@@ -235,7 +235,7 @@ class PersistentAnalysis:
                 else:
                     m = np.isin(row_rank, s.ranks)
                     alt = replay(prog, gap=np.where(m, gap * f_peer[row_rank, row_it], gap))
-                key = f"gpu:{s.ranks[0]}"
+                key = kinds.gpu(s.ranks[0])
             else:
                 m = np.isin(f.inst_slot, s.slots)
                 alt = replay(prog, x=np.where(m, x_peer, x))
@@ -286,13 +286,13 @@ class PersistentAnalysis:
             slow_mates = int(((cz > p.persistent_z / 2).mean(axis=1) >= p.persistent_fraction).sum())
             if len(host_gpus) > 1 and max(len(ss), slow_mates) >= max(2, (len(host_gpus) + 1) // 2):
                 hits = float(np.median([s.hits for s in ss]))
-                imp = sum(ev.impact.get(f"gpu:{s.ranks[0]}", 0.0) for s in ss)
-                out.append(DeviceScore(f"host:{h}", "host", sum(s.excess for s in ss), causes=len(ss),
+                imp = sum(ev.impact.get(kinds.gpu(s.ranks[0]), 0.0) for s in ss)
+                out.append(DeviceScore(kinds.host(h), "host", sum(s.excess for s in ss), causes=len(ss),
                                        confidence=device_confidence(hits, T, p0), impact_pct=imp,
                                        evidence=(self.name,)))
             else:
                 for s in ss:
-                    d = f"gpu:{s.ranks[0]}"
+                    d = kinds.gpu(s.ranks[0])
                     out.append(DeviceScore(d, "gpu", s.excess, causes=s.hits,
                                            confidence=device_confidence(s.hits, T, p0),
                                            impact_pct=ev.impact.get(d), evidence=(self.name,)))
@@ -307,7 +307,7 @@ class PersistentAnalysis:
             else:
                 run.assume(f"persistent: {where}, exactly host:{sh.host}'s GPUs, work {100 * sh.effect:.0f}% more than "
                            f"the other stages on every replica: host:{sh.host}")
-            out.append(DeviceScore(f"host:{sh.host}", "host", sh.effect, causes=sh.hits, confidence=conf,
+            out.append(DeviceScore(kinds.host(sh.host), "host", sh.effect, causes=sh.hits, confidence=conf,
                                    evidence=(self.name,)))
         net = [s for s in ev.suspects if s.kind == "network"]
         pn = min(max(ev.network_flags_rate, 1e-3), 0.5)
@@ -319,7 +319,7 @@ class PersistentAnalysis:
             d = s.devices[0]
             hits, share = ev.device_hits.get(d, (0.0, 0.0))
             rel = share / best_share if best_share > 0 else 0.0
-            out.append(DeviceScore(d, device_kind(d), s.excess, causes=s.hits,
+            out.append(DeviceScore(d, kinds.kind_of(d), s.excess, causes=s.hits,
                                    confidence=device_confidence(hits, T, pn) * min(1.0, rel),
                                    impact_pct=ev.impact.get(d), evidence=(self.name,)))
         total = sum(max(d.score, 0.0) for d in out) or 1.0
