@@ -80,3 +80,24 @@ def test_calibration_does_not_import_localize():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             assert not any(n.startswith("holmes.localize") for n in names), path
+
+
+def test_localize_params_keeps_at_most_20_knobs_and_routes_thresholds(tmp_path):
+    from holmes.localize import LocalizeParams
+
+    assert len(LocalizeParams.model_fields) <= 20
+    assert not set(LocalizeParams.model_fields) & set(threshold_names())
+    by_name, by_map = LocalizeParams(stretch_z=6), LocalizeParams(thresholds={"stretch_z": 6})
+    by_file = LocalizeParams(thresholds=_write(tmp_path, {"stretch_z": 6}))
+    assert by_name.t == by_map.t == by_file.t and by_name.t.stretch_z == 6.0
+    assert by_name.to_json()["thresholds"] == {"stretch_z": 6.0}
+    assert LocalizeParams().to_json()["thresholds"] == {}
+    # a later override adds to the thresholds given before; a knob's value stays the user's
+    q = by_name.replace(own_z=5, full_read=4)
+    assert (q.t.stretch_z, q.t.own_z, q.full_read) == (6.0, 5.0, 4)
+    assert LocalizeParams().full_read == load_thresholds().default_full_read
+    assert LocalizeParams(thresholds={"default_full_read": 7}).full_read == 7
+    with pytest.raises(ConfigError, match="stretch_z"):
+        LocalizeParams(stretch_z="high")
+    with pytest.raises(ConfigError, match="unknown parameter 'stretchz'"):
+        LocalizeParams(stretchz=6)

@@ -74,6 +74,21 @@ class Thresholds(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
+    # ---- the defaults of LocalizeParams's knobs whose values are fitted ---------------------------
+    default_min_confidence: Frac = _doc(
+        "Default of LocalizeParams.min_confidence: a device is named only when its confidence reaches this; "
+        "otherwise the verdict is inconclusive and the devices are candidates.")
+    default_full_read: Count = _doc(
+        "Default of LocalizeParams.full_read: jobs of at most this many ranks are read whole and compared "
+        "cell by cell (holmes.localize.cells); larger jobs run Algorithm 1 from the pivot.")
+    default_probe_reads: Count = _doc(
+        "Default of LocalizeParams.probe_reads: extra ranks the network probes may read (0 turns them off).")
+    default_host_reads: Count = _doc(
+        "Default of LocalizeParams.host_reads: extra ranks the host probe may read to tell a slow GPU from a "
+        "slow host (0 turns it off).")
+    default_scan_reads: Count = _doc(
+        "Default of LocalizeParams.scan_reads: ranks not read before that the search's scan of one "
+        "collective group may read before it is set aside (0: every scan runs in full at once).")
     # ---- Algorithm 1: the search (holmes.localize.search, explain, probe, host_probe) ------------
     max_starts: PosCount | None = _doc(
         "Start operators per monitored rank and iteration: the abnormal ones that lasted longest beyond "

@@ -42,9 +42,9 @@ def explain_iteration(run: Any, iteration: int, iteration_excess: float,
        search's causes.
     """
     p, search = run.params, run.search
-    found = search_iteration(search, p.pivots, iteration, p.max_starts)
-    if p.straggler_share > 0 and iteration_excess > 0:
-        kind, ranks = _stragglers(search, run.topology, iteration, iteration_excess, p.straggler_share)
+    found = search_iteration(search, p.pivots, iteration, p.t.max_starts)
+    if p.t.straggler_share > 0 and iteration_excess > 0:
+        kind, ranks = _stragglers(search, run.topology, iteration, iteration_excess, p.t.straggler_share)
         if kind == "common":
             return None
         if kind is not None:

@@ -279,7 +279,7 @@ class HangAnalysis:
         out = [DeviceScore(f"gpu:{r}", "gpu", counts[r] / total, float(counts[r]), counts[r],
                            confidence=conf, evidence=(self.name,)) for r, conf in ev.culprits.items()]
         topo = run.topology
-        if topo is not None and run.params.include_host:
+        if topo is not None and run.params.t.include_host:
             hosts: dict[int, list[int]] = {}
             for r in ev.culprits:
                 hosts.setdefault(int(topo.host_of(r)), []).append(r)

@@ -142,22 +142,22 @@ class PersistentAnalysis:
             del summary
         roles = Roles.from_communicators(src.communicators, src.world_size)
         ev = PersistentEvidence(sel.window, f.caused, f.compute, roles)
-        co: ComputeOutliers = compute_suspects(roles, f.caused, f.compute, z=p.persistent_z,
-                                               fraction=p.persistent_fraction, present=f.present,
-                                               min_effect=p.persistent_min_effect)
+        co: ComputeOutliers = compute_suspects(roles, f.caused, f.compute, z=p.t.persistent_z,
+                                               fraction=p.t.persistent_fraction, present=f.present,
+                                               min_effect=p.t.persistent_min_effect)
         if co.no_peer:
             ev.no_peer = co.no_peer
             shown = ", ".join(str(r) for r in co.no_peer[:8]) + (" ..." if len(co.no_peer) > 8 else "")
             run.assume(f"persistent: no peer does the same work as rank(s) {shown} (a stage of one rank): "
                        "their compute is not compared")
         if not co.suspects:
-            ev.stage_hosts = stage_hosts(roles, f.compute, run.topology.host_of, z=p.persistent_z,
-                                         fraction=p.persistent_fraction, min_effect=p.persistent_min_effect,
+            ev.stage_hosts = stage_hosts(roles, f.compute, run.topology.host_of, z=p.t.persistent_z,
+                                         fraction=p.t.persistent_fraction, min_effect=p.t.persistent_min_effect,
                                          present=f.present)
         classes = slot_classes(f.slot_info, roles.stage, f.NB, f.CNT, host_of=run.topology.host_of,
                                communicators=src.communicators)
-        no: NetworkOutliers = network_suspects(f.slot_info, f.X, classes, run.topology, z=p.persistent_z,
-                                               fraction=p.persistent_fraction, min_excess=p.network_min_excess)
+        no: NetworkOutliers = network_suspects(f.slot_info, f.X, classes, run.topology, z=p.t.persistent_z,
+                                               fraction=p.t.persistent_fraction, min_excess=p.t.network_min_excess)
         ev.suspects = co.suspects + no.suspects
         ev.compute_z, ev.outlier_rate, ev.moving_outliers = co.z, co.rate, co.moving
         ev.slot_ratio, ev.network_flags_rate, ev.device_hits = no.ratio, no.rate, no.device_hits
@@ -283,7 +283,7 @@ class PersistentAnalysis:
             host_gpus = [r for r in range(h * gph, min((h + 1) * gph, W))]
             # the host when most of its GPUs work persistently beyond their peers (half the sigmas)
             cz = ev.compute_z[host_gpus] if ev.compute_z is not None else np.zeros((len(host_gpus), T))
-            slow_mates = int(((cz > p.persistent_z / 2).mean(axis=1) >= p.persistent_fraction).sum())
+            slow_mates = int(((cz > p.t.persistent_z / 2).mean(axis=1) >= p.t.persistent_fraction).sum())
             if len(host_gpus) > 1 and max(len(ss), slow_mates) >= max(2, (len(host_gpus) + 1) // 2):
                 hits = float(np.median([s.hits for s in ss]))
                 imp = sum(ev.impact.get(f"gpu:{s.ranks[0]}", 0.0) for s in ss)
@@ -332,7 +332,7 @@ class PersistentAnalysis:
     def _non_device(self, run: Any, ev: PersistentEvidence, named: bool) -> None:
         """Name a pipeline-stage or micro-batch imbalance when no device explains the slowdown."""
         p = run.params
-        if named or ev.slowdown is None or (ev.slowdown - 1.0) * 100.0 < p.imbalance_pct:
+        if named or ev.slowdown is None or (ev.slowdown - 1.0) * 100.0 < p.t.imbalance_pct:
             return
         if ev.roles.num_stages > 1:
             C = ev.compute
@@ -350,7 +350,7 @@ class PersistentAnalysis:
             others = np.nanmedian(np.delete(per, s, axis=1), axis=1) if per.shape[1] > 1 else per[:, 0]
             margin = float(np.nanmin(per[:, s] / others)) - 1.0 if per.shape[1] > 1 else 0.0
             if (v - 1.0 >= 0.5 * (ev.slowdown - 1.0) and (slowest == s).all()
-                    and 100.0 * margin >= p.imbalance_pct / 2):
+                    and 100.0 * margin >= p.t.imbalance_pct / 2):
                 ev.non_device_cause = {"kind": "pipeline_stage_imbalance", "stage": int(s),
                                        "stage_slowdown": round(v, 4), "slowdown": round(ev.slowdown, 4)}
                 run.assume(f"persistent: pipeline stage {s} is the slowest on every replica; alone it makes the "

@@ -147,8 +147,8 @@ class Localizer:
         assumptions.extend(f"capture: {w}" for w in captured)  # job.json's source.warnings (the logger's checks)
         topo = _topology(p.topology, src, world, assumptions)
         det = resolve_detector(p.detector, delta=p.delta)
-        search = GraphSearch(src, det, late_ratio=p.late_ratio, scan_reads=p.scan_reads,
-                             follow_waits=p.follow_waits)
+        search = GraphSearch(src, det, late_ratio=p.t.late_ratio, scan_reads=p.scan_reads,
+                             follow_waits=p.t.follow_waits)
         return Run(p, src, topo, det, search, assumptions)
 
     def analyses(self) -> list[Analysis]:
@@ -209,11 +209,11 @@ class Localizer:
         named = named_devices(ranked, p.min_confidence)
         if untrusted and verdict == "culprit":
             verdict, named = "inconclusive", []
-        if verdict == "healthy" and slowdown is not None and slowdown >= p.unexplained_slowdown:
+        if verdict == "healthy" and slowdown is not None and slowdown >= p.t.unexplained_slowdown:
             # one story per report: "healthy" means within the noise *and* near the ideal step
             verdict = "inconclusive"
             run.assume(f"the step is {slowdown:.3f}x the ideal (what-if replay) and no device or imbalance explains "
-                       f"it (unexplained_slowdown={p.unexplained_slowdown:g}): inconclusive, not healthy")
+                       f"it (unexplained_slowdown={p.t.unexplained_slowdown:g}): inconclusive, not healthy")
         log.info("localize: verdict %s, %d causes, %d ranks read", verdict, len(causes), len(src.ranks_read))
         return Report(devices=named[:p.top_k], all_devices=ranked, root_causes=causes, verdict=verdict,
                       candidates=[] if named else ranked[:p.top_k],
