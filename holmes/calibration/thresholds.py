@@ -45,7 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from holmes.errors import ThresholdsError
 
-__all__ = ["SCHEMA", "DEFAULT_PATH", "Thresholds", "load_thresholds", "threshold_names", "docs_markdown"]
+__all__ = ["SCHEMA", "DEFAULT_PATH", "Thresholds", "load_thresholds", "or_shipped", "threshold_names", "docs_markdown"]
 
 #: the version tag a thresholds file carries
 SCHEMA = "holmes.thresholds/1"
@@ -219,6 +219,56 @@ class Thresholds(BaseModel):
         "A job whose what-if step is at least this many times its ideal while no device is named is "
         "inconclusive, never healthy (healthy development runs reached 1.228).")
 
+    # ---- Algorithm 1: which causes count (holmes.localize.cause_filter) ----------------------------------
+    cause_min_iterations: PosCount = _doc(
+        "A cause's cost and how far it stood out are judged against its rank's usual iterations only "
+        "when there are at least this many (else: its operator's own excess; NaN, nothing to judge "
+        "against).")
+    diffuse_dominance: NonNeg = _doc(
+        "An iteration whose causes fall into unrelated groups keeps the group whose strongest cause cost "
+        "the iteration at least this many times the next group's; otherwise it is diffuse, a job-wide "
+        "disturbance (holmes.localize.cause_filter.drop_diffuse).")
+
+    # ---- Algorithm 1: stragglers and slow channels (holmes.localize.straggler, transfer, explain) --------
+    pivot_compute_share: Frac = _doc(
+        "The pivot is its own straggler when the growth of its own compute gaps in an iteration accounts "
+        "for at least this share of the iteration's excess (holmes.localize.explain.pivot_compute).")
+    straggler_ratio: Frac = _doc(
+        "A rank grew in an iteration (holmes.localize.straggler.classify) when its compute growth is at "
+        "least this fraction of the largest growth ...")
+    straggler_z: NonNeg = _doc(
+        "... and at least this many of its own healthy spreads (the (q25 - q05) normal sigma of its "
+        "compute per iteration).")
+    straggler_min_iterations: PosCount = _doc(
+        "A rank's compute growth is judged only when it has at least this many iterations.")
+    channel_share: Frac = _doc(
+        "A channel (one communicator's collectives, one direction of a P2P pair) is slow in an iteration "
+        "when its transfers' excess is at least this share of the iteration's excess ...")
+    channel_z: NonNeg = _doc(
+        "... and at least this many of its own healthy spreads (holmes.localize.transfer.pick_channels).")
+    channel_dominance: NonNeg = _doc(
+        "The slowest channel is the network's answer unless an unrelated slow channel comes within this "
+        "factor of it (then unrelated channels slowed together: common mode).")
+    channel_min_iterations: PosCount = _doc(
+        "A channel's transfer excess is judged only when it was seen in at least this many iterations.")
+
+    # ---- jobs read whole: the null cells' tail (holmes.localize.tails) -----------------------------------
+    tail_q: Frac = _doc(
+        "The tail of the null cells is fitted above this quantile of them (the exponential tail's "
+        "threshold; the generalized Pareto's too).")
+    tail_body_q: Frac = _doc(
+        "The exponential tail's scale is the mean excess of the cells up to this quantile (a few extreme "
+        "cells, the faults, weigh nothing in it).")
+    tail_min_cells: PosCount = _doc(
+        "Fewer finite null cells than this fit no tail (nothing is significant).")
+    tail_min_scale: Pos = _doc(
+        "The smallest scale of a fitted tail (in the cells' z units).")
+    gpd_max_shape: NonNeg = _doc(
+        "The generalized Pareto shape is clipped to [0, gpd_max_shape] (0: the exponential tail).")
+    gpd_min_excesses: PosCount = _doc(
+        "Fewer excesses over tail_q than this: the generalized Pareto tail is the exponential one at "
+        "tail_min_scale.")
+
     @field_validator("*", mode="before")
     @classmethod
     def _plain(cls, v: Any) -> Any:
@@ -243,6 +293,16 @@ class Thresholds(BaseModel):
         """The thresholds whose values differ from ``base`` (default: the shipped file's)."""
         ref = (base or load_thresholds()).as_dict()
         return {k: v for k, v in self.as_dict().items() if v != ref[k]}
+
+
+def or_shipped(value: Any, name: str) -> Any:
+    """``value``, or the shipped file's threshold ``name`` when it is None: the default of a helper's
+    threshold argument (the analyses pass the run's own, ``params.t.<name>``).
+
+    >>> or_shipped(None, "stretch_z") == load_thresholds().stretch_z, or_shipped(7.0, "stretch_z")
+    (True, 7.0)
+    """
+    return getattr(load_thresholds(), name) if value is None else value
 
 
 def threshold_names() -> tuple[str, ...]:

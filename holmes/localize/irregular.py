@@ -178,14 +178,15 @@ class IrregularAnalysis:
             ev.implicated.append(implicated_devices(c, ro, topo, healthy=healthy, hprobe=hprobe, probe=probe,
                                                     include_host=p.t.include_host, min_share=p.t.exonerate_bytes,
                                                     speedup=p.t.exonerate_speedup))
-        drop_usual_compute(ev, search.graph.ranks, p.t.compute_z, sel.usual)
+        mu = p.t.cause_min_iterations
+        drop_usual_compute(ev, search.graph.ranks, p.t.compute_z, sel.usual, min_usual=mu)
         if p.t.straggler_share > 0:
-            drop_diffuse(ev, search.graph.ranks, topo.host_of)
-        drop_minor(ev, search.graph.ranks, excess, p.t.cause_share, sel.usual)
+            drop_diffuse(ev, search.graph.ranks, topo.host_of, p.t.diffuse_dominance, min_usual=mu)
+        drop_minor(ev, search.graph.ranks, excess, p.t.cause_share, sel.usual, min_usual=mu)
         if sel.min_hits:  # searched for their repeats: a candidate's cause standing out counts alone
-            ev.proven = proven_devices(ev, search.graph.ranks, sel.candidates, p.t.own_z, sel.usual)
+            ev.proven = proven_devices(ev, search.graph.ranks, sel.candidates, p.t.own_z, sel.usual, min_usual=mu)
         else:
-            drop_unproven(ev, search.graph.ranks, sel.candidates, p.t.own_z, sel.usual)
+            drop_unproven(ev, search.graph.ranks, sel.candidates, p.t.own_z, sel.usual, min_usual=mu)
         self._null(run, sel, ev, healthy, ref, transfers)
         if p.t.narrow:
             narrowed = narrow_by_coverage(ev.implicated, [c.rate for c in ev.causes],
@@ -219,8 +220,9 @@ class IrregularAnalysis:
             # (the same rules as the real causes': one that cost its rank a trifle explains nothing,
             # nor a rank that computed as usual)
             found = [c for c in found or () if explains(search.graph.ranks[c.rank], c, excess.get(it, 0.0),
-                                                         p.t.cause_share, usual)
-                     and computed_longer(search.graph.ranks[c.rank], c, p.t.compute_z, usual)]
+                                                         p.t.cause_share, usual, min_usual=p.t.cause_min_iterations)
+                     and computed_longer(search.graph.ranks[c.rank], c, p.t.compute_z, usual,
+                                         min_usual=p.t.cause_min_iterations)]
             if not found:
                 continue
             devs: set[str] = set()
