@@ -269,6 +269,38 @@ class Thresholds(BaseModel):
         "Fewer excesses over tail_q than this: the generalized Pareto tail is the exponential one at "
         "tail_min_scale.")
 
+    # ---- Algorithm 1: confidence and the host probe (holmes.localize.confidence, host_probe) -------------
+    opportunity_max_groups: PosCount = _doc(
+        "The network opportunity of a device (the share of the job's transfer groups whose paths cross "
+        "it) is measured over at most this many groups, drawn evenly with a seeded generator.")
+    null_prior_weight: NonNeg = _doc(
+        "A device's chance level is its opportunity updated by the job's own null searches: (null_hits + "
+        "null_prior_weight * opportunity) / (null_n + null_prior_weight).")
+    host_probe_mates: PosCount = _doc(
+        "Host-mates the host probe checks per compute cause.")
+    host_probe_ratio: Frac = _doc(
+        "A host-mate corroborates a slow host when its compute excess reaches this fraction of the "
+        "straggler's; the host is implicated when half the mates checked corroborate.")
+
+    # ---- Algorithm 1: the network probes (holmes.localize.probe) -----------------------------------------
+    probe_slow_ratio: Pos = _doc(
+        "A copy that timed a transfer is slow when flagged abnormal, or when it lasted at least this "
+        "many times its healthy reference (a persistent slowdown is the norm of a detector's window, not "
+        "of the healthy reference).")
+    probe_max_group: PosCount = _doc(
+        "The largest collective group a network probe reads in full (larger ones only when already "
+        "fetched).")
+    probe_per_cause: Count = _doc(
+        "Reads one network cause's probes may always spend ...")
+    probe_cause_share: Frac = _doc(
+        "... beyond that a cause spends at most this share of what is left of probe_reads, so the causes "
+        "of later iterations are probed too.")
+    probe_leaf_pairs: PosCount = _doc(
+        "P2P pairs of other GPUs below a suspected leaf switch (one pair per GPU) a probe asks.")
+    probe_ring_groups: PosCount = _doc(
+        "Collectives whose ring uses a suspected cable that a probe asks for a copy at its healthy "
+        "duration (one clears the cable).")
+
     @field_validator("*", mode="before")
     @classmethod
     def _plain(cls, v: Any) -> Any:

@@ -169,8 +169,9 @@ class IrregularAnalysis:
                 ev.without_cause.append(it)
             ev.causes += found
         healthy = HealthyPaths(search.graph, topo) if p.t.exonerate else None
-        probe = NetworkProbe(search, topo, max_reads=p.probe_reads) if p.probe_reads > 0 else None
-        hprobe = HostProbe(search, topo, max_reads=p.host_reads) if p.t.include_host and p.host_reads > 0 else None
+        probe = NetworkProbe(search, topo, max_reads=p.probe_reads, thresholds=p.t) if p.probe_reads > 0 else None
+        hprobe = HostProbe(search, topo, max_reads=p.host_reads, mates=p.t.host_probe_mates, ratio=p.t.host_probe_ratio) \
+            if p.t.include_host and p.host_reads > 0 else None
         for c in ev.causes:
             ro = search.graph.ranks[c.rank]
             series = ro.position_series(int(ro.op_index[c.row]), sel.window, gap=c.cause == COMPUTE)
@@ -264,14 +265,14 @@ class IrregularAnalysis:
         if not hits:
             return {}
         src = run.source
-        share = network_opportunity(src.communicators, run.topology) if any(
+        share = network_opportunity(src.communicators, run.topology, max_groups=run.params.t.opportunity_max_groups) if any(
             device_kind(d) not in ("gpu", "host") for d in hits) else {}
         null_hits: dict[str, int] = {}
         for devs in ev.null_devices:
             for d in devs:
                 null_hits[d] = null_hits.get(d, 0) + 1
         return confidences(hits, n, src.world_size, run.topology, share, null_hits=null_hits,
-                           null_n=len(ev.null_devices))
+                           null_n=len(ev.null_devices), prior_weight=run.params.t.null_prior_weight)
 
 
 def _iteration_times(src: Any, rank: int) -> tuple[np.ndarray, np.ndarray]:
