@@ -7,7 +7,7 @@ from __future__ import annotations
 
 __all__ = ["SHOWN_RANKS", "SHOWN_ITEMS", "SHOWN_TRANSIENTS", "SHOWN_MISSING", "SHOWN_COMMUNICATORS",
            "SHOWN_CAUSES", "SHOWN_ROWS", "SHOWN_RANGES", "LOGGED_RANKS", "EVIDENCE_DEVICES", "SHOWN_CANDIDATES",
-           "SHOWN_SUSPECTS", "SHOWN_WAITING"]
+           "SHOWN_SUSPECTS", "SHOWN_WAITING", "SHOWN_CHAINS"]
 
 #: ranks listed in an assumption ("rank(s) 3, 5, 9 ...")
 SHOWN_RANKS = 8
@@ -35,3 +35,5 @@ SHOWN_CANDIDATES = 4
 SHOWN_SUSPECTS = 8
 #: waiting ranks named in full in a hang line (more: the first SHOWN_ITEMS and "...")
 SHOWN_WAITING = 8
+#: wait chains a hang report draws (every root's longest first)
+SHOWN_CHAINS = 16

@@ -301,6 +301,35 @@ class Thresholds(BaseModel):
         "Collectives whose ring uses a suspected cable that a probe asks for a copy at its healthy "
         "duration (one clears the cable).")
 
+    # ---- the hang analysis (holmes.localize.hang) --------------------------------------------------------
+    hang_conf_culprit: Frac = _doc(
+        "Confidence of a hang's root that has its own log (idle, or stalled after its last operator).")
+    hang_conf_no_log: Frac = _doc(
+        "Confidence of a hang's root with no log at all.")
+    hang_conf_cycle: Frac = _doc(
+        "Confidence of a rank stuck inside an operator every participant entered (which of them cannot "
+        "be told).")
+    hang_conf_deadlock: Frac = _doc(
+        "Confidence of each rank of a wait cycle (a deadlock).")
+
+    # ---- device ranking (holmes.localize.ranking) --------------------------------------------------------
+    rate_min_points: PosCount = _doc(
+        "The irregularity rate (a Pearson correlation of an operator's series with the iteration times) "
+        "needs at least this many common iterations; fewer give 0.")
+    prior_gpu: Frac = _doc(
+        "p(d) of a GPU: Table 1 of the paper (share of faults by device kind); LocalizeParams.prior "
+        "overrides per run.")
+    prior_nic: Frac = _doc(
+        "p(d) of a NIC (Table 1 of the paper).")
+    prior_link: Frac = _doc(
+        "p(d) of a link (Table 1 of the paper).")
+    prior_switch: Frac = _doc(
+        "p(d) of a switch (Table 1 of the paper).")
+    prior_cpu: Frac = _doc(
+        "p(d) of a host's CPU (Table 1 of the paper).")
+    prior_other: Frac = _doc(
+        "p(d) of any other device, NVSwitches included (Table 1 of the paper).")
+
     @field_validator("*", mode="before")
     @classmethod
     def _plain(cls, v: Any) -> Any:

@@ -175,7 +175,7 @@ class IrregularAnalysis:
         for c in ev.causes:
             ro = search.graph.ranks[c.rank]
             series = ro.position_series(int(ro.op_index[c.row]), sel.window, gap=c.cause == COMPUTE)
-            c.rate = irregularity_rate(series, sel.durations, max_lag=p.t.rate_lag)
+            c.rate = irregularity_rate(series, sel.durations, max_lag=p.t.rate_lag, min_points=p.t.rate_min_points)
             ev.implicated.append(implicated_devices(c, ro, topo, healthy=healthy, hprobe=hprobe, probe=probe,
                                                     include_host=p.t.include_host, min_share=p.t.exonerate_bytes,
                                                     speedup=p.t.exonerate_speedup))
@@ -241,7 +241,7 @@ class IrregularAnalysis:
         p, topo = run.params, run.topology
         if ev.cells is not None:
             return rank_cells(ev, p.t.tail_calibration, self.name, point_calibration=p.t.point_calibration)
-        ranking = DeviceRanking(method=p.method, prior=p.prior, alpha=p.alpha, decay=topo.decay)
+        ranking = DeviceRanking(method=p.method, prior=p.prior, alpha=p.alpha, decay=topo.decay, thresholds=p.t)
         for c, devs in zip(ev.causes, ev.implicated):
             ranking.add(devs, c.rate)
         if p.t.include_host:
