@@ -7,7 +7,8 @@ from __future__ import annotations
 
 __all__ = ["SHOWN_RANKS", "SHOWN_ITEMS", "SHOWN_TRANSIENTS", "SHOWN_MISSING", "SHOWN_COMMUNICATORS",
            "SHOWN_CAUSES", "SHOWN_ROWS", "SHOWN_RANGES", "LOGGED_RANKS", "EVIDENCE_DEVICES", "SHOWN_CANDIDATES",
-           "SHOWN_SUSPECTS", "SHOWN_WAITING", "SHOWN_CHAINS"]
+           "SHOWN_SUSPECTS", "SHOWN_WAITING", "SHOWN_CHAINS",
+           "SUMMARY_RANKS", "SHOWN_INPUT_CHARS"]
 
 #: ranks listed in an assumption ("rank(s) 3, 5, 9 ...")
 SHOWN_RANKS = 8
@@ -37,3 +38,7 @@ SHOWN_SUSPECTS = 8
 SHOWN_WAITING = 8
 #: wait chains a hang report draws (every root's longest first)
 SHOWN_CHAINS = 16
+#: ranks the per-rank summary of a report covers (those read, at most this many)
+SUMMARY_RANKS = 512
+#: characters of a bad input value an error message quotes
+SHOWN_INPUT_CHARS = 80

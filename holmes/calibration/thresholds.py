@@ -330,6 +330,11 @@ class Thresholds(BaseModel):
     prior_other: Frac = _doc(
         "p(d) of any other device, NVSwitches included (Table 1 of the paper).")
 
+    # ---- which iterations are searched (holmes.localize.iteration_rules) ---------------------------------
+    stretch_min_iterations: PosCount = _doc(
+        "The stretch, candidate and repeat rules judge a window only when it holds at least this many "
+        "iterations (fewer: the delta rule alone).")
+
     @field_validator("*", mode="before")
     @classmethod
     def _plain(cls, v: Any) -> Any:

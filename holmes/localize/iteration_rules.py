@@ -65,7 +65,7 @@ def flag_iterations(its: np.ndarray, durs: np.ndarray, p: Any, whole: bool,
     ref = rule.reference(durs)
     z_floor = rule.z_scores(durs, mad_floor=True)   # the stretch, candidate and repeat rules' sigmas
     long_enough = durs > (1.0 + p.t.min_stretch) * ref
-    enough = durs.size >= 5
+    enough = durs.size >= p.t.stretch_min_iterations
     if p.t.stretch_z > 0 and enough:
         # beyond doubt though under delta: far out of the job's own noise and a real cost (not
         # next to a delta-irregular one: a delay late in an iteration spills into the next)

@@ -37,6 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from holmes.calibration.thresholds import Thresholds, load_thresholds, threshold_names
 from holmes.detect.monitor import DEFAULT_DELTA
+from holmes.display import SHOWN_INPUT_CHARS
 from holmes.errors import ConfigError
 
 __all__ = ["LocalizeParams", "ANALYSES"]
@@ -299,5 +300,6 @@ def _one_line(exc: ValidationError) -> str:
             parts.append(f"unknown parameter {loc!r}")
         else:
             got = repr(e.get("input"))
-            parts.append(f"{loc}: {msg} (got {got if len(got) <= 80 else got[:77] + '...'})")
+            cut = got if len(got) <= SHOWN_INPUT_CHARS else got[:SHOWN_INPUT_CHARS - len('...')] + '...'
+            parts.append(f"{loc}: {msg} (got {cut})")
     return "localize: " + "; ".join(parts)
