@@ -34,7 +34,7 @@ import numpy as np
 
 from holmes._jit import njit
 
-__all__ = ["MAD_SIGMA", "NORMAL_Q25_Q05", "HEALTHY_SPREAD_QS", "MEDIAN_SE", "TIE_RTOL", "P_FLOOR", "PROB_FLOOR", "SHAPE_EPS", "robust_sigma", "group_order", "group_quantiles", "group_medians",
+__all__ = ["MAD_SIGMA", "NORMAL_Q25_Q05", "HEALTHY_SPREAD_QS", "MEDIAN_SE", "TIE_RTOL", "P_FLOOR", "PROB_FLOOR", "SHAPE_EPS", "RATIO_FLOOR", "robust_sigma", "group_order", "group_quantiles", "group_medians",
            "median_by_group",
            "healthy_low", "excess_over_low", "quantile_sorted", "nan_quiet"]
 
@@ -58,6 +58,9 @@ P_FLOOR = 1e-300
 
 PROB_FLOOR = 1e-12
 """The smallest chance level a binomial tail is computed with."""
+
+RATIO_FLOOR = 1e-9
+"""The smallest ratio a value is divided by (a ratio of durations that is 0 or less)."""
 
 SHAPE_EPS = 1e-9
 """A generalized Pareto shape at most this is the exponential tail (its limit as the shape goes to 0)."""

@@ -335,6 +335,69 @@ class Thresholds(BaseModel):
         "The stretch, candidate and repeat rules judge a window only when it holds at least this many "
         "iterations (fewer: the delta rule alone).")
 
+    # ---- the persistent analysis: what-if and confidence (holmes.localize.persistent) --------------------
+    whatif_iterations: PosCount = _doc(
+        "The what-if replays run on at most this many iterations of the window, evenly spaced (the mean "
+        "step over 32 iterations is within the iteration noise of the whole window's, at a third of the "
+        "cost for a 100-iteration window).")
+    whatif_max_replicas: Count = _doc(
+        "The per-replica what-if decomposition runs only on jobs of at most this many data-parallel "
+        "replicas (one replay each).")
+    whatif_max_groups: PosCount = _doc(
+        "The per-stage / per-replica decomposition runs only with at most this many groups ...")
+    whatif_max_ranks: PosCount = _doc(
+        "... and at most this many ranks.")
+    whatif_max_suspects: Count = _doc(
+        "A suspect's what-if impact is replayed for at most this many suspects (the first ones).")
+    persistent_max_chance: Frac = _doc(
+        "The chance level of a persistent suspect's outlier iterations (compute: the job's outlier rate; "
+        "network: its flag rate) is at most this.")
+    persistent_min_network_chance: Frac = _doc(
+        "The chance level of a network suspect's flagged iterations is at least this.")
+    persistent_ambiguous_conf: Frac = _doc(
+        "A host that is exactly one heavier pipeline stage's GPUs (a slow host and a heavier stage "
+        "cannot be told apart) has at most this confidence.")
+    imbalance_stage_share: Frac = _doc(
+        "A pipeline-stage imbalance is named when the slowest stage alone accounts for at least this "
+        "share of the job's what-if slowdown (and is slowest on every replica, by at least imbalance_pct "
+        "/ 2 percent).")
+    microbatch_moving_share: Frac = _doc(
+        "A micro-batch imbalance is named when the slow position moves between replicas in at least this "
+        "share of the iterations with an outlier.")
+
+    # ---- the persistent analysis: summaries, suspects (holmes.localize.persistent_rank, persistent_wait, persistent_suspects) ---
+    default_persistent_window: PosCount = _doc(
+        "The iterations persistent_window() keeps when no window is given (the map-reduce helpers; "
+        "holmes.localize passes LocalizeParams.window).")
+    persistent_starts_max_world: Count = _doc(
+        "Jobs of at most this many ranks take each rank's iteration starts from the job's iteration "
+        "table when summarizing it (larger: from the operators alone).")
+    wait_ratio: Pos = _doc(
+        "A rank waited in an operator when it lasted more than wait_ratio times the shortest copy of its "
+        "operator position plus wait_slack_ns; its own work since it last waited accumulates until then.")
+    wait_slack_ns: NonNeg = _doc(
+        "See wait_ratio (nanoseconds).")
+    slot_bins_per_octave: PosCount = _doc(
+        "Message sizes are told apart to 1 / slot_bins_per_octave of a factor of two (operator types, "
+        "peer slot classes).")
+    dense_lookup_max: PosCount = _doc(
+        "Operator types are numbered by a dense look-up table when it has at most this many entries "
+        "(else by a sort; the same numbers).")
+    persistent_work_floor: Frac = _doc(
+        "A rank's work per iteration counts as at least this share of the step before its log is taken.")
+    persistent_min_sigma: Pos = _doc(
+        "The floor of a work peer group's (or the stages') iteration-to-iteration noise, in log units.")
+    persistent_gap_share: NonNeg = _doc(
+        "A straggler stands apart from its group: above the widest gap, of at least this share of the "
+        "log of 1 + persistent_min_effect, between the sorted excesses.")
+    network_min_sigma: Pos = _doc(
+        "The floor of a slot class's iteration-to-iteration noise, in log units.")
+    network_hit_share: Frac = _doc(
+        "An iteration is a hit of a network device when at least this share of the slots crossing it are "
+        "flagged slow.")
+    network_candidate_share: Frac = _doc(
+        "Network devices scoring at least this share of the best device's score are persistent suspects.")
+
     @field_validator("*", mode="before")
     @classmethod
     def _plain(cls, v: Any) -> Any:
