@@ -22,6 +22,7 @@ __all__ = [
     "TopologyError",
     "LayoutError",
     "ConfigError",
+    "ThresholdsError",
     "NotFittedError",
     "ModelFormatError",
     "ConvertError",
@@ -60,6 +61,10 @@ class LayoutError(HolmesError, ValueError):
 
 class ConfigError(HolmesError, ValueError):
     """An argument, option or configuration file has an invalid value."""
+
+
+class ThresholdsError(ConfigError):
+    """A thresholds file (:mod:`holmes.calibration.thresholds`) is unreadable or names a bad value."""
 
 
 class NotFittedError(HolmesError, ValueError):

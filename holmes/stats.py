@@ -34,7 +34,7 @@ import numpy as np
 
 from holmes._jit import njit
 
-__all__ = ["MAD_SIGMA", "NORMAL_Q25_Q05", "robust_sigma", "group_order", "group_quantiles", "group_medians",
+__all__ = ["MAD_SIGMA", "NORMAL_Q25_Q05", "HEALTHY_SPREAD_QS", "MEDIAN_SE", "TIE_RTOL", "P_FLOOR", "PROB_FLOOR", "SHAPE_EPS", "RATIO_FLOOR", "robust_sigma", "group_order", "group_quantiles", "group_medians",
            "median_by_group",
            "healthy_low", "excess_over_low", "quantile_sorted", "nan_quiet"]
 
@@ -43,6 +43,28 @@ MAD_SIGMA = 1.4826
 
 NORMAL_Q25_Q05 = 0.9704
 """``z(0.25) - z(0.05)`` of the standard normal: the healthy spread's denominator."""
+
+HEALTHY_SPREAD_QS = (0.05, 0.25)
+"""The quantiles whose difference over :data:`NORMAL_Q25_Q05` is the *healthy spread*."""
+
+MEDIAN_SE = 1.2533
+"""``sqrt(pi / 2)``: the standard error of a median of ``n`` normal samples is ``MEDIAN_SE * sigma / sqrt(n)``."""
+
+TIE_RTOL = 1e-9
+"""Relative tolerance under which two sums of floating-point weights count as equal (ties)."""
+
+P_FLOOR = 1e-300
+"""The smallest p-value kept finite under a logarithm."""
+
+PROB_FLOOR = 1e-12
+"""The smallest chance level a binomial tail is computed with."""
+
+RATIO_FLOOR = 1e-9
+"""The smallest ratio a value is divided by (a ratio of durations that is 0 or less)."""
+
+SHAPE_EPS = 1e-9
+"""A generalized Pareto shape at most this is the exponential tail (its limit as the shape goes to 0)."""
+
 
 _HEALTHY_QS = np.array([0.1, 0.05, 0.25])
 

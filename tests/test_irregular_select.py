@@ -72,7 +72,7 @@ def test_level_shift_finds_no_step_in_clean_jobs(tmp_path):
     for seed in (8, 12, 21):
         path = simulate(tmp_path / f"clean{seed}", tp=2, pp=2, dp=2, gpus_per_host=4, iterations=30, seed=seed)
         d = _selection(path).durations
-        assert IrregularityRule().level_shift(d)[1] < LocalizeParams().shift_z
+        assert IrregularityRule().level_shift(d)[1] < LocalizeParams().t.shift_z
 
 
 def test_a_small_step_counts_when_it_stands_out_and_reaches_min_shift():

@@ -59,6 +59,8 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--alpha", type=float, default=1.0, help="strength of the Beta prior (default 1)")
     parser.add_argument("--max-iterations", type=int, default=None, metavar="N",
                         help="search at most N irregular iterations (the most irregular)")
+    parser.add_argument("--thresholds", default=None, metavar="FILE",
+                        help="a thresholds file overriding some of the shipped ones (docs/thresholds.md)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--no-evidence", action="store_true", help="omit the evidence paths from JSON")
     parser.add_argument("--all", dest="show_all", action="store_true",
@@ -78,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     loc = Localizer(pivot=args.pivot, window=args.window, top_k=args.top, delta=args.delta,
                     detector=args.detector, monitors=args.monitors, method=args.method, alpha=args.alpha,
                     max_iterations=args.max_iterations, topology=args.topology, analysis=args.analysis,
-                    progress=terminal_progress(enabled=not args.quiet))
+                    thresholds=args.thresholds, progress=terminal_progress(enabled=not args.quiet))
     report = loc.localize(args.job)
     if args.format == "json":
         sys.stdout.write(report.dumps(evidence=not args.no_evidence) + "\n")
@@ -97,7 +99,7 @@ def _run_distributed(args: argparse.Namespace) -> int:
     report = localize_persistent(args.job, scheduler=args.scheduler, pivot=args.pivot, window=args.window,
                                  top_k=args.top, delta=args.delta, detector=args.detector, monitors=args.monitors,
                                  method=args.method, alpha=args.alpha, max_iterations=args.max_iterations,
-                                 topology=args.topology)
+                                 topology=args.topology, thresholds=args.thresholds)
     if args.format == "json":
         sys.stdout.write(report.dumps(evidence=not args.no_evidence) + "\n")
     else:

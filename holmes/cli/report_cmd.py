@@ -41,6 +41,8 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topology", default=None, metavar="FILE",
                         help="topology.json of the cluster (default: the job's own, else a default cluster)")
     parser.add_argument("--analysis", choices=ANALYSES, default="all", help="which analyses run (default all)")
+    parser.add_argument("--thresholds", default=None, metavar="FILE",
+                        help="a thresholds file overriding some of the shipped ones (docs/thresholds.md)")
     parser.add_argument("--max-ranks", type=int, default=512, metavar="N",
                         help="rank logs read for the heatmap at most (default 512; the ranks the report "
                              "points at first)")
@@ -67,7 +69,8 @@ def run(args: argparse.Namespace) -> int:
             check_output(out, inputs=[args.job], overwrite=args.overwrite)  # fail before the work
     job = read_job(args.job)
     report = localize(job, pivot=args.pivot, window=args.window, top_k=args.top, delta=args.delta,
-                      detector=args.detector, topology=args.topology, analysis=args.analysis)
+                      detector=args.detector, topology=args.topology, analysis=args.analysis,
+                      thresholds=args.thresholds)
     if args.output is not None:
         out = write_html(report, args.output, job=job, topology=args.topology, overwrite=args.overwrite,
                          max_ranks=args.max_ranks)

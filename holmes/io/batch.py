@@ -45,12 +45,14 @@ from holmes.io.capped_parquet import read_parquet_capped
 from holmes.io.consistency import check_ops_batch
 from holmes.io.schema import OPS_SCHEMA, validate_ops
 
-__all__ = ["RankRead", "RankBatch", "iter_batches", "read_rank_file", "sort_ops", "CHECK_COLUMNS"]
+__all__ = ["RankRead", "RankBatch", "iter_batches", "read_rank_file", "sort_ops", "CHECK_COLUMNS", "DEFAULT_BATCH_SIZE"]
 
 log = logging.getLogger(__name__)
 
 #: the columns the schema check and the consistency pass read (``state`` too, when a log has it)
 CHECK_COLUMNS = tuple(OPS_SCHEMA.names) + ("state",)
+#: ranks read together in one batch (one batch's tables are in memory at once)
+DEFAULT_BATCH_SIZE = 256
 
 
 class RankRead(NamedTuple):

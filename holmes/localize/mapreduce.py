@@ -83,18 +83,19 @@ def localize_summary(job: Any, summary: PersistentSummary, **params: Any) -> Rep
     return Localizer(analyses=[PersistentAnalysis(summary)], **params).localize(job)
 
 
-def _summary_task(ranks: list[int], source: Any, window: Any) -> PersistentSummary:
+def _summary_task(ranks: list[int], source: Any, window: Any, thresholds: Any = None) -> PersistentSummary:
     job = open_job(source)
-    return merge_summaries(*[persistent_rank_summary(job, r, window) for r in ranks])
+    return merge_summaries(*[persistent_rank_summary(job, r, window, thresholds) for r in ranks])
 
 
-def persistent_summary(job: Any, window: Any, *, scheduler: Any = None) -> PersistentSummary:
-    """Every rank's persistent summary over ``window``, merged (the map on ``scheduler``'s workers)."""
+def persistent_summary(job: Any, window: Any, *, scheduler: Any = None, thresholds: Any = None) -> PersistentSummary:
+    """Every rank's persistent summary over ``window``, merged (the map on ``scheduler``'s workers;
+    ``thresholds``: a :class:`~holmes.calibration.thresholds.Thresholds`, default the shipped ones)."""
     ex = get_executor(scheduler)
     try:
         src = job_source(job, ex)
         ranks = list(range(open_job(src).world_size))
-        return ex.fetch(ex.map_reduce(_summary_task, ranks, merge_summaries, src, window))
+        return ex.fetch(ex.map_reduce(_summary_task, ranks, merge_summaries, src, window, thresholds))
     finally:
         if ex is not scheduler:
             ex.close()
@@ -114,6 +115,6 @@ def localize_persistent(job: Any, *, scheduler: Any = None, **params: Any) -> Re
     """
     p = LocalizeParams(**{**params, "analysis": "persistent"})
     window = persistent_window(job, p.pivot, p.window)
-    summary = persistent_summary(job, window, scheduler=scheduler)
+    summary = persistent_summary(job, window, scheduler=scheduler, thresholds=p.t)
     params.pop("analysis", None)
     return localize_summary(job, summary, **params)

@@ -36,8 +36,10 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from holmes.calibration.thresholds import or_shipped
 from holmes.detect.monitor import IrregularityRule
 from holmes.detect.simple import resolve_detector
+from holmes.display import SHOWN_ITEMS, SHOWN_RANKS, SUMMARY_RANKS
 from holmes.errors import ConfigError
 from holmes.localize.evidence.rank_summary import pipeline_stages, rank_summary
 from holmes.localize.evidence.search import GraphSearch, RootCause
@@ -147,8 +149,8 @@ class Localizer:
         assumptions.extend(f"capture: {w}" for w in captured)  # job.json's source.warnings (the logger's checks)
         topo = _topology(p.topology, src, world, assumptions)
         det = resolve_detector(p.detector, delta=p.delta)
-        search = GraphSearch(src, det, late_ratio=p.late_ratio, scan_reads=p.scan_reads,
-                             follow_waits=p.follow_waits)
+        search = GraphSearch(src, det, late_ratio=p.t.late_ratio, scan_reads=p.scan_reads,
+                             follow_waits=p.t.follow_waits)
         return Run(p, src, topo, det, search, assumptions)
 
     def analyses(self) -> list[Analysis]:
@@ -209,11 +211,11 @@ class Localizer:
         named = named_devices(ranked, p.min_confidence)
         if untrusted and verdict == "culprit":
             verdict, named = "inconclusive", []
-        if verdict == "healthy" and slowdown is not None and slowdown >= p.unexplained_slowdown:
+        if verdict == "healthy" and slowdown is not None and slowdown >= p.t.unexplained_slowdown:
             # one story per report: "healthy" means within the noise *and* near the ideal step
             verdict = "inconclusive"
             run.assume(f"the step is {slowdown:.3f}x the ideal (what-if replay) and no device or imbalance explains "
-                       f"it (unexplained_slowdown={p.unexplained_slowdown:g}): inconclusive, not healthy")
+                       f"it (unexplained_slowdown={p.t.unexplained_slowdown:g}): inconclusive, not healthy")
         log.info("localize: verdict %s, %d causes, %d ranks read", verdict, len(causes), len(src.ranks_read))
         return Report(devices=named[:p.top_k], all_devices=ranked, root_causes=causes, verdict=verdict,
                       candidates=[] if named else ranked[:p.top_k],
@@ -289,7 +291,7 @@ def _max(a: float | None, b: float | None) -> float | None:
     return b if a is None else a if b is None else max(a, b)
 
 
-def decide_verdict(findings: list[Finding], ranked: list[DeviceScore], min_confidence: float = 0.9) -> str:
+def decide_verdict(findings: list[Finding], ranked: list[DeviceScore], min_confidence: float | None = None) -> str:
     """``"culprit"`` when a device reaches ``min_confidence`` (or an analysis that measures no
     confidence names one); ``"healthy"`` when nothing stood out of the job's own noise;
     ``"inconclusive"`` when something did but no device can be named with confidence, and when the
@@ -298,6 +300,7 @@ def decide_verdict(findings: list[Finding], ranked: list[DeviceScore], min_confi
     ``culprit`` with no device would be wrong, ``healthy`` would hide a slowdown worth fixing)."""
     if _hang_finding(findings) is not None:
         return "hang"  # ops in flight at the end of the logs: the job hung
+    min_confidence = or_shipped(min_confidence, "default_min_confidence")
     if named_devices(ranked, min_confidence):
         return "culprit"
     beyond_noise = any(_beyond_noise(f.selection) for f in findings)
@@ -353,7 +356,7 @@ def _timing(irr: Finding | None, delta: float) -> dict[str, Any]:
                             for d, its in iters.items()}}
 
 
-def _rank_summary(run: Run, irr: Finding | None, verdict: str, max_ranks: int = 512) -> list[dict[str, Any]]:
+def _rank_summary(run: Run, irr: Finding | None, verdict: str, max_ranks: int = SUMMARY_RANKS) -> list[dict[str, Any]]:
     """Each rank read: compute, waiting and transfer per step against its peers, over the window
     (:mod:`holmes.localize.evidence.rank_summary`; from the logs already in memory; none for a hang)."""
     if verdict == "hang":
@@ -381,7 +384,7 @@ def _consistency(run: Run) -> bool:
     pivots = set(run.params.pivots)
     severe = _plausibility(run, found_log, read)
     if severe:
-        run.assume(f"the logs of rank(s) {', '.join(map(str, severe[:8]))}{' ...' if len(severe) > 8 else ''} cannot "
+        run.assume(f"the logs of rank(s) {', '.join(map(str, severe[:SHOWN_RANKS]))}{' ...' if len(severe) > SHOWN_RANKS else ''} cannot "
                    "mean what they say (see above): no verdict stands on them")
         return True
     if found_log.mostly_excluded(read):
@@ -403,7 +406,7 @@ def _no_quiet_healthy(run: Run, verdict: str, untrusted: bool) -> str:
         return "inconclusive"
     unreadable = sorted(getattr(run.source, "unreadable", ()))
     if unreadable:
-        run.assume(f"rank(s) {', '.join(map(str, unreadable[:8]))}{' ...' if len(unreadable) > 8 else ''} could "
+        run.assume(f"rank(s) {', '.join(map(str, unreadable[:SHOWN_RANKS]))}{' ...' if len(unreadable) > SHOWN_RANKS else ''} could "
                    "not be read (see above): a healthy verdict cannot stand without them")
         return "inconclusive"
     return verdict
@@ -436,8 +439,8 @@ def _set_aside_note(scans: list[dict[str, Any]], bound: int) -> str:
     >>> note.startswith("1 scan(s)"), note.endswith("dp-0 (iteration 7, 128 members)")
     (True, True)
     """
-    shown = ", ".join(f"{s['comm_id']} (iteration {s['iteration']}, {s['members']} members)" for s in scans[:4])
-    more = f" and {len(scans) - 4} more" if len(scans) > 4 else ""
+    shown = ", ".join(f"{s['comm_id']} (iteration {s['iteration']}, {s['members']} members)" for s in scans[:SHOWN_ITEMS])
+    more = f" and {len(scans) - SHOWN_ITEMS} more" if len(scans) > SHOWN_ITEMS else ""
     return (f"{len(scans)} scan(s) of large groups for their late member stopped unfinished (more than "
             f"scan_reads={bound} ranks to read) because the iteration's other branches explained it: {shown}{more}")
 

@@ -19,6 +19,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from holmes.display import SHOWN_CAUSES, SHOWN_ROWS
 from holmes.localize.evidence.search import RootCause
 
 __all__ = ["DeviceScore", "Report"]
@@ -177,7 +178,7 @@ class Report:
                                        for k, v in self.device_cost.items()}},
         }
 
-    def rank_rows(self, limit: int | None = 6) -> list[dict[str, Any]]:
+    def rank_rows(self, limit: int | None = SHOWN_ROWS) -> list[dict[str, Any]]:
         """The :attr:`rank_summary` rows worth showing first (the named devices' ranks, then those
         furthest from their peers), at most ``limit`` (None: all), by rank."""
         from holmes.localize.report_text import rank_rows
@@ -188,7 +189,7 @@ class Report:
         """:meth:`to_json` as strict JSON text (no NaN or Infinity)."""
         return json.dumps(self.to_json(**kw), indent=2, allow_nan=False)
 
-    def to_text(self, max_causes: int = 10, *, show_all: bool = False) -> str:
+    def to_text(self, max_causes: int = SHOWN_CAUSES, *, show_all: bool = False) -> str:
         """A readable summary (what the CLI prints with ``--format text``; ``show_all``: ``--all``,
         every root cause and implicated device); see :mod:`holmes.localize.report_text`."""
         from holmes.localize.report_text import render_text

@@ -24,6 +24,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from holmes._ranges import format_int_ranges
+from holmes.display import (SHOWN_CAUSES, SHOWN_COMMUNICATORS, SHOWN_MISSING, SHOWN_RANGES, SHOWN_RANKS,
+                             SHOWN_ROWS)
+from holmes.units import BYTES_PER_MB, NS_PER_MS, NS_PER_S
 from holmes.topology import kinds
 
 __all__ = ["render_text", "fmt_ns", "int_ranges", "signed_span", "device_figures"]
@@ -31,13 +34,13 @@ __all__ = ["render_text", "fmt_ns", "int_ranges", "signed_span", "device_figures
 
 def fmt_ns(ns: float) -> str:
     """A duration for people: ``'12.3 ms'``, ``'0.45 ms'``, ``'2.50 s'``."""
-    if abs(ns) >= 1e9:
-        return f"{ns / 1e9:.2f} s"
-    ms = ns / 1e6
+    if abs(ns) >= NS_PER_S:
+        return f"{ns / NS_PER_S:.2f} s"
+    ms = ns / NS_PER_MS
     return f"{ms:.2f} ms" if abs(ms) < 1 else f"{ms:.1f} ms"
 
 
-def int_ranges(values: Iterable[int], limit: int = 12) -> str:
+def int_ranges(values: Iterable[int], limit: int | None = SHOWN_RANGES) -> str:
     """Sorted distinct integers as ``'3,8-11,19'`` (at most ``limit`` pieces, then ``',...'``)."""
     return format_int_ranges(values, limit)
 
@@ -49,7 +52,7 @@ def _span(lo: float, hi: float, fmt: str) -> str:
 
 def signed_span(lo_ns: float, hi_ns: float) -> str:
     """A range of differences in ms, each end with its sign: ``'-1.0 to +16.9 ms'``, ``'+2.0 ms'``."""
-    a, b = f"{lo_ns / 1e6:+.1f}", f"{hi_ns / 1e6:+.1f}"
+    a, b = f"{lo_ns / NS_PER_MS:+.1f}", f"{hi_ns / NS_PER_MS:+.1f}"
     return f"{a} ms" if a == b else f"{a} to {b} ms"
 
 
@@ -65,7 +68,7 @@ def device_figures(d: Any) -> str:
     return "  ".join(parts)
 
 
-def render_text(r: Any, max_causes: int = 10, show_all: bool = False) -> str:
+def render_text(r: Any, max_causes: int = SHOWN_CAUSES, show_all: bool = False) -> str:
     """The text report of ``r`` (a :class:`~holmes.localize.report.Report`).
 
     Parameters
@@ -79,7 +82,7 @@ def render_text(r: Any, max_causes: int = 10, show_all: bool = False) -> str:
     usual = r.usual_iteration_ns
     durs: dict[int, int] = r.iteration_ns or {}
     lines = [f"Holmes localization: {len(r.irregular_iterations)} irregular iteration(s) of {len(r.window)} in the "
-             f"window; read {len(r.fetched)} of {r.world_size} ranks ({r.bytes_read / 1e6:.1f} MB)"]
+             f"window; read {len(r.fetched)} of {r.world_size} ranks ({r.bytes_read / BYTES_PER_MB:.1f} MB)"]
     lines += _missing_lines(r.missing, show_all)
     lines += _iteration_lines(r, usual, durs)
     if r.verdict == "hang":
@@ -117,7 +120,7 @@ def render_text(r: Any, max_causes: int = 10, show_all: bool = False) -> str:
     return "\n".join(lines)
 
 
-def rank_rows(r: Any, limit: int | None = 6) -> list[dict[str, Any]]:
+def rank_rows(r: Any, limit: int | None = SHOWN_ROWS) -> list[dict[str, Any]]:
     """The per-rank summary rows worth showing first: the named devices' ranks, then the ranks
     furthest from their peers (compute or transfer, relative); every row with ``limit=None``."""
     rows = list(getattr(r, "rank_summary", None) or [])
@@ -144,7 +147,7 @@ def _rank_lines(r: Any, show_all: bool) -> list[str]:
     all_rows = getattr(r, "rank_summary", None) or []
     if not all_rows:
         return []
-    rows = rank_rows(r, None if show_all else 6)
+    rows = rank_rows(r, None if show_all else SHOWN_ROWS)
     steps = max(x["steps"] for x in all_rows)
     more = "" if len(rows) == len(all_rows) else \
         f"; the {len(rows)} furthest from their peers of {len(all_rows)}, --all lists each"
@@ -169,8 +172,8 @@ def _missing_lines(missing: dict[int, str], show_all: bool) -> list[str]:
     if not missing:
         return []
     ranks = sorted(missing)
-    out = [f"Missing or unreadable ranks ({len(ranks)}): {int_ranges(ranks, limit=10**6 if show_all else 12)}"]
-    shown = ranks if show_all else ranks[:5]
+    out = [f"Missing or unreadable ranks ({len(ranks)}): {int_ranges(ranks, limit=None if show_all else SHOWN_RANGES)}"]
+    shown = ranks if show_all else ranks[:SHOWN_MISSING]
     out += [f"  rank {k}: {missing[k]}" for k in shown]
     if len(shown) < len(ranks):
         out.append(f"  ... {len(ranks) - len(shown)} more (--all lists every one)")
@@ -189,7 +192,7 @@ def _iteration_lines(r: Any, usual: float | None, durs: dict[int, int]) -> list[
     else:
         lo, hi = min(longer), max(longer)
         head = (f"Iterations ({piv}): usual {fmt_ns(usual)}; the irregular ones took "
-                f"{_span(lo / 1e6, hi / 1e6, '.1f')} ms, {_span(lo / usual, hi / usual, '.2f')}x the usual "
+                f"{_span(lo / NS_PER_MS, hi / NS_PER_MS, '.1f')} ms, {_span(lo / usual, hi / usual, '.2f')}x the usual "
                 f"({signed_span(lo - usual, hi - usual)})")
     out = [head]
     within = sorted(i for i in flagged if durs[i] <= usual)
@@ -256,7 +259,7 @@ def _cause_key(c: Any) -> tuple[Any, ...]:
 
 
 def _where(c: Any) -> str:
-    ranks = ",".join(map(str, c.ranks[:8])) + (",..." if len(c.ranks) > 8 else "")
+    ranks = ",".join(map(str, c.ranks[:SHOWN_RANKS])) + (",..." if len(c.ranks) > SHOWN_RANKS else "")
     return f"{c.cause} on rank(s) {ranks} at {c.op.get('op')} [{c.op.get('comm_id')}]"
 
 
@@ -274,7 +277,7 @@ def _stretch(its: Sequence[int], durs: dict[int, int], usual: float | None) -> s
     if not got or not usual:
         return ""
     lo, hi = min(got), max(got)
-    return (f"{_span(lo / 1e6, hi / 1e6, '.1f')} ms, {_span(lo / usual, hi / usual, '.2f')}x the usual "
+    return (f"{_span(lo / NS_PER_MS, hi / NS_PER_MS, '.1f')} ms, {_span(lo / usual, hi / usual, '.2f')}x the usual "
             f"({signed_span(lo - usual, hi - usual)})")
 
 
@@ -335,7 +338,7 @@ def _hang_lines(h: dict[str, Any], devices: list[Any]) -> list[str]:
         root_kinds = h.get("root_kinds") or {}
         dl = set(h.get("deadlock") or [])
         for ch in chains:
-            end = ch[-1][4]
+            end = ch[-1][-1]   # the rank the last link waits for
             tag = ("deadlock" if end in dl else {"no_log": "no log", "idle": "nothing in flight",
                                                   "stalled": "stopped inside", "inside": "inside"}
                    .get(root_kinds.get(str(end), ""), "root"))
@@ -345,12 +348,12 @@ def _hang_lines(h: dict[str, Any], devices: list[Any]) -> list[str]:
         conf = f"  confidence {d.confidence:.2f}" if d.confidence is not None else ""
         lines.append(f"  {i}. {d.id:<28}{conf}")
     comms = h.get("communicators", [])
-    for c in comms[:10]:
+    for c in comms[:SHOWN_COMMUNICATORS]:
         p2p = f" {'to' if c['op'] == 'send' else 'from'} {c['peer']}" if c.get("peer") is not None else ""
         lines.append(f"  {c['comm_id']}: stuck on {c['op'] or 'a collective'} #{c['seq']}{p2p}; missing {c['missing']}, "
                      f"{len(c['waiting'])} rank(s) waiting")
-    if len(comms) > 10:
-        lines.append(f"  ... {len(comms) - 10} more communicator(s)")
+    if len(comms) > SHOWN_COMMUNICATORS:
+        lines.append(f"  ... {len(comms) - SHOWN_COMMUNICATORS} more communicator(s)")
     if h.get("ranks_without_log"):
         lines.append(f"  Ranks without a log (prime suspects): {h['ranks_without_log']}")
     return lines

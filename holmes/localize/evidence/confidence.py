@@ -38,13 +38,15 @@ from typing import Any
 import numpy as np
 from scipy.special import betainc
 
+from holmes.calibration.thresholds import or_shipped
 from holmes.localize.evidence.ranking import network_devices
+from holmes.stats import PROB_FLOOR
 from holmes.topology import kinds
 
 __all__ = ["iteration_weights", "device_confidence", "network_opportunity", "opportunity", "confidences", "weighted_hits"]
 
 
-def iteration_weights(z: np.ndarray, noise_z: float = 3.0) -> np.ndarray:
+def iteration_weights(z: np.ndarray, noise_z: float) -> np.ndarray:
     """Weight in [0, 1] of each irregular iteration from its z-score over the healthy spread."""
     return np.clip((np.asarray(z, dtype=np.float64) - (noise_z - 1.0)) / 2.0, 0.0, 1.0)
 
@@ -53,19 +55,21 @@ def device_confidence(s: float, n: float, p0: float) -> float:
     """``1 - P(X >= s)`` for ``X ~ Binomial(n, p0)`` (continuous in ``s``, ``n``); 0 when ``s <= 0``."""
     if s <= 0 or n <= 0:
         return 0.0
-    p0 = min(max(float(p0), 1e-12), 1.0)
+    p0 = min(max(float(p0), PROB_FLOOR), 1.0)
     s = min(float(s), float(n))
     return float(1.0 - betainc(s, n - s + 1.0, p0))
 
 
-def network_opportunity(communicators: Mapping[str, Any], topology: Any, *, max_groups: int = 512,
+def network_opportunity(communicators: Mapping[str, Any], topology: Any, *, max_groups: int | None = None,
                         seed: int = 0) -> dict[str, float]:
     """Share of the job's transfer groups whose paths cross each network device.
 
     The groups are the communicators (their ring of members, as
     :func:`~holmes.localize.evidence.ranking.network_devices` walks it) and, for pipeline communicators,
-    each consecutive pair; at most ``max_groups`` of them, drawn evenly with a seeded generator.
+    each consecutive pair; at most ``max_groups`` of them (threshold ``opportunity_max_groups``),
+    drawn evenly with a seeded generator.
     """
+    max_groups = or_shipped(max_groups, "opportunity_max_groups")
     groups: list[tuple[int, ...]] = []
     for c in communicators.values():
         ranks = tuple(int(r) for r in c.ranks)
@@ -100,13 +104,13 @@ def opportunity(device: str, world: int, topology: Any, net_share: Mapping[str, 
 
 def confidences(hits: Mapping[str, float], n: float, world: int, topology: Any,
                 net_share: Mapping[str, float], *, null_hits: Mapping[str, int] | None = None,
-                null_n: int = 0, prior_weight: float = 2.0) -> dict[str, float]:
+                null_n: int = 0, prior_weight: float | None = None) -> dict[str, float]:
     """Confidence of every device from its weighted hits out of ``n`` weighted iterations.
 
     The chance level of a device is its opportunity ``p0`` (:func:`opportunity`) updated by the
     job's own null, when one was searched: ``(null_hits + prior_weight * p0) / (null_n +
     prior_weight)``, where ``null_hits`` counts the regular iterations (out of ``null_n`` with a
-    cause) whose causes implicated the device.
+    cause) whose causes implicated the device (``prior_weight``: threshold ``null_prior_weight``).
 
     >>> from holmes.topology import default_topology
     >>> t = default_topology(16)
@@ -116,6 +120,7 @@ def confidences(hits: Mapping[str, float], n: float, world: int, topology: Any,
     (1.0, 0.68)
     """
     null_hits = null_hits or {}
+    prior_weight = or_shipped(prior_weight, "null_prior_weight")
     out = {}
     for d, s in hits.items():
         p0 = opportunity(d, world, topology, net_share)

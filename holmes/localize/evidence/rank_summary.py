@@ -34,6 +34,9 @@ from typing import Any
 
 import numpy as np
 
+from holmes.display import SUMMARY_RANKS
+from holmes.units import NS_PER_MS
+
 __all__ = ["rank_summary", "rank_summary_of_job", "pipeline_stages", "SUMMARY_KEYS"]
 
 #: the keys of one row, in the order the text and HTML tables show them
@@ -153,18 +156,19 @@ def rank_summary(tables: Mapping[int, Any], window: Sequence[int] | None = None,
     for r in sorted(per_rank):
         peers = [q for q in per_rank if st[q] == st[r] and q != r] or [q for q in per_rank if q != r]
         comp, wait, xfer, steps = per_rank[r]
-        pc_, pw, px = ((float(np.median([per_rank[q][k] for q in peers])) for k in range(3)) if peers
+        # the peers' medians of compute, waiting and transfer (each rank's entry ends with its steps)
+        pc_, pw, px = (np.median(np.array([per_rank[q][:-1] for q in peers]), axis=0).tolist() if peers
                        else (comp, wait, xfer))
-        rows.append({"rank": r, "stage": st[r], "steps": steps, "compute_ms": round(comp / 1e6, 4),
-                     "waiting_ms": round(wait / 1e6, 4), "transfer_ms": round(xfer / 1e6, 4),
-                     "peers_compute_ms": round(pc_ / 1e6, 4), "peers_waiting_ms": round(pw / 1e6, 4),
-                     "peers_transfer_ms": round(px / 1e6, 4),
+        rows.append({"rank": r, "stage": st[r], "steps": steps, "compute_ms": round(comp / NS_PER_MS, 4),
+                     "waiting_ms": round(wait / NS_PER_MS, 4), "transfer_ms": round(xfer / NS_PER_MS, 4),
+                     "peers_compute_ms": round(pc_ / NS_PER_MS, 4), "peers_waiting_ms": round(pw / NS_PER_MS, 4),
+                     "peers_transfer_ms": round(px / NS_PER_MS, 4),
                      "compute_vs_peers": round(comp / pc_, 4) if pc_ > 0 else None})
     return rows
 
 
 def rank_summary_of_job(job: Any, ranks: Iterable[int] | None = None, window: Sequence[int] | None = None,
-                        max_ranks: int = 512) -> list[dict[str, Any]]:
+                        max_ranks: int = SUMMARY_RANKS) -> list[dict[str, Any]]:
     """:func:`rank_summary` of a job's ranks (default every one, at most ``max_ranks`` read);
     ranks whose log cannot be read are left out."""
     from holmes.errors import HolmesError

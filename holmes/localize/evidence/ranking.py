@@ -22,25 +22,38 @@ Examples
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
 
+from holmes.calibration.thresholds import Thresholds, load_thresholds, or_shipped
 from holmes.errors import ConfigError
+from holmes.stats import TIE_RTOL
 from holmes.topology import kinds
 
-__all__ = ["DEFAULT_PRIOR", "irregularity_rate", "cause_devices", "network_devices", "narrow_by_coverage",
-           "DeviceRanking"]
+__all__ = ["DEFAULT_PRIOR", "PRIOR_KINDS", "default_prior", "irregularity_rate", "cause_devices", "network_devices",
+           "narrow_by_coverage", "DeviceRanking"]
 
-#: p(d) per prior kind, from Table 1 of the paper (GPU, NIC, link, switch, CPU, other); which one
+#: the prior kinds, in the order of Table 1 of the paper (GPU, NIC, link, switch, CPU, other); which one
 #: applies to a device is its kind's ``prior`` (:func:`holmes.topology.kinds.prior_kind`).
-DEFAULT_PRIOR: dict[str, float] = {"gpu": 0.587, "nic": 0.183, "link": 0.095, "switch": 0.048, "cpu": 0.032,
-                                   "other": 0.055}
+PRIOR_KINDS = ("gpu", "nic", "link", "switch", "cpu", "other")
 
 
-def _pearson(x: np.ndarray, y: np.ndarray) -> float:
+def default_prior(thresholds: Thresholds | None = None) -> dict[str, float]:
+    """p(d) per prior kind: the thresholds ``prior_<kind>`` (Table 1 of the paper; default the
+    shipped file's)."""
+    t = thresholds or load_thresholds()
+    return {k: float(getattr(t, "prior_" + k)) for k in PRIOR_KINDS}
+
+
+#: p(d) per prior kind, from Table 1 of the paper (the shipped thresholds; read-only)
+DEFAULT_PRIOR: Mapping[str, float] = MappingProxyType(default_prior())
+
+
+def _pearson(x: np.ndarray, y: np.ndarray, min_points: int) -> float:
     ok = np.isfinite(x) & np.isfinite(y)
-    if ok.sum() < 3:
+    if ok.sum() < min_points:
         return 0.0
     x, y = x[ok] - x[ok].mean(), y[ok] - y[ok].mean()
     den = np.sqrt((x * x).sum() * (y * y).sum())
@@ -50,11 +63,12 @@ def _pearson(x: np.ndarray, y: np.ndarray) -> float:
     return max(0.0, min(1.0, r)) if np.isfinite(r) else 0.0
 
 
-def irregularity_rate(op_series: np.ndarray, iteration_times: np.ndarray, max_lag: int = 0) -> float:
+def irregularity_rate(op_series: np.ndarray, iteration_times: np.ndarray, max_lag: int = 0, *,
+                      min_points: int | None = None) -> float:
     """R(x): Pearson correlation of two aligned series, negatives clipped to 0, NaN -> 0.
 
-    Iterations missing from either series (NaN) are dropped; fewer than 3 common points, or a
-    constant series, give 0. With ``max_lag`` > 0 the iteration times may trail the operator by
+    Iterations missing from either series (NaN) are dropped; fewer than ``min_points`` common
+    points (threshold ``rate_min_points``), or a constant series, give 0. With ``max_lag`` > 0 the iteration times may trail the operator by
     up to that many iterations and the best correlation counts: a delay late in iteration *i*
     on a rank far from the pivot (the last pipeline stage, the next step's parameter
     all-gather) surfaces on the pivot in iteration *i + 1*.
@@ -69,10 +83,11 @@ def irregularity_rate(op_series: np.ndarray, iteration_times: np.ndarray, max_la
     """
     x = np.asarray(op_series, dtype=float)
     y = np.asarray(iteration_times, dtype=float)
-    best = _pearson(x, y)
+    k = or_shipped(min_points, "rate_min_points")
+    best = _pearson(x, y, k)
     for lag in range(1, max(0, int(max_lag)) + 1):
         if lag < len(x):
-            best = max(best, _pearson(x[:-lag], y[lag:]))
+            best = max(best, _pearson(x[:-lag], y[lag:], k))
     return best
 
 
@@ -172,7 +187,7 @@ def narrow_by_coverage(device_lists: Sequence[Sequence[str]], rates: Sequence[fl
         mine = set(devs)
         other = {d: cover.get(d, 0.0) - (float(r) if d in mine else 0.0) for d in devs}
         best = max(other.values())
-        out.append([d for d in devs if other[d] >= best * (1 - 1e-9)] if best > 0 else devs)
+        out.append([d for d in devs if other[d] >= best * (1 - TIE_RTOL)] if best > 0 else devs)
     return out
 
 
@@ -190,6 +205,8 @@ class DeviceRanking:
         Strength of the prior (``a = alpha*p``, ``b = alpha*(1-p)``).
     decay : callable, optional
         H(d) for a device id (e.g. ``topology.decay``); 1 for every device when omitted.
+    thresholds : Thresholds, optional
+        Whose ``prior_<kind>`` are the default prior (default the shipped ones).
 
     Notes
     -----
@@ -200,13 +217,13 @@ class DeviceRanking:
     """
 
     def __init__(self, method: str = "map", prior: Mapping[str, float] | None = None, alpha: float = 1.0,
-                 decay: Callable[[str], float] | None = None) -> None:
+                 decay: Callable[[str], float] | None = None, thresholds: Thresholds | None = None) -> None:
         if method not in ("map", "linear"):
             raise ConfigError(f"ranking method {method!r} must be 'map' or 'linear'")
         if alpha < 0:
             raise ConfigError(f"alpha={alpha} must be >= 0")
         self.method = method
-        self.prior = dict(DEFAULT_PRIOR)
+        self.prior = default_prior(thresholds)
         for k, v in (prior or {}).items():
             if k not in DEFAULT_PRIOR:
                 raise ConfigError(f"unknown prior kind {k!r}; expected one of {', '.join(DEFAULT_PRIOR)}")

@@ -29,6 +29,7 @@ import numpy as np
 import pyarrow as pa
 
 from holmes.errors import ConfigError, JobError, MissingRankError, ParseError, SchemaError
+from holmes.io.batch import DEFAULT_BATCH_SIZE
 
 __all__ = ["RankSource", "JobSource", "open_source"]
 
@@ -109,7 +110,7 @@ class JobSource:
             for r in new:
                 self.on_read(r)
 
-    def stream_batches(self, ranks: Any = None, *, columns: Any = None, batch_size: int = 256) -> Any:
+    def stream_batches(self, ranks: Any = None, *, columns: Any = None, batch_size: int = DEFAULT_BATCH_SIZE) -> Any:
         """Many ranks' logs read together, as :class:`holmes.io.batch.RankBatch` es (``ranks``,
         ``tables``: rank -> checked table, ``errors``; ``table``: all of a batch's rows as one).
 

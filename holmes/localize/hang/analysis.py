@@ -66,23 +66,26 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from holmes._ranges import format_int_ranges
+from holmes.display import SHOWN_CHAINS, SHOWN_ITEMS, SHOWN_WAITING
 from holmes.io.schema import P2P_OPS
 from holmes.localize.hang.waitgraph import (ROOT_IDLE, ROOT_INSIDE, ROOT_NO_LOG, ROOT_STALLED, WaitGraph,
                                        wait_graph)
 from holmes.localize.report import DeviceScore
 from holmes.topology import kinds
+from holmes.units import NS_PER_S
 
 __all__ = ["HangAnalysis", "HangSelection", "HangEvidence", "CommHang"]
 
 log = logging.getLogger(__name__)
 
 _COLS = ("rank", "comm_id", "seq", "op", "peer", "start_ns")
-#: confidence of a root with its own log / without any log / stuck inside an operator every participant
-#: entered (which of them cannot be told) / in a wait cycle (the deadlock's ranks)
-CONF_CULPRIT, CONF_NO_LOG, CONF_CYCLE, CONF_DEADLOCK = 0.99, 0.9, 0.5, 0.9
-_CONF = {ROOT_IDLE: CONF_CULPRIT, ROOT_STALLED: CONF_CULPRIT, ROOT_NO_LOG: CONF_NO_LOG, ROOT_INSIDE: CONF_CYCLE}
+#: the threshold holding the confidence of a root of each kind: with its own log / without any log /
+#: stuck inside an operator every participant entered (which of them cannot be told); a rank in a wait
+#: cycle (the deadlock's ranks) has ``hang_conf_deadlock``
+_CONF = {ROOT_IDLE: "hang_conf_culprit", ROOT_STALLED: "hang_conf_culprit", ROOT_NO_LOG: "hang_conf_no_log",
+         ROOT_INSIDE: "hang_conf_cycle"}
 #: wait chains a report draws (every root's longest first); they bound the report, not the analysis
-MAX_CHAINS = 16
+MAX_CHAINS = SHOWN_CHAINS
 
 
 @dataclass
@@ -250,10 +253,11 @@ class HangAnalysis:
             in_coll.update(int(x) for x in nd.missing)
         ev.inside = [r for r in g.roots if g.root_kind[r] == ROOT_INSIDE and r not in in_coll]
         others = [r for r in g.roots if r not in ev.inside]
-        ev.culprits = {r: CONF_CULPRIT if g.root_kind[r] == ROOT_INSIDE and r in in_coll else _CONF[g.root_kind[r]]
-                       for r in (others if others or g.deadlocks else g.roots)}
+        t = run.params.t
+        ev.culprits = {r: t.hang_conf_culprit if g.root_kind[r] == ROOT_INSIDE and r in in_coll
+                       else getattr(t, _CONF[g.root_kind[r]]) for r in (others if others or g.deadlocks else g.roots)}
         for cyc in g.deadlocks:
-            ev.culprits.update({r: CONF_DEADLOCK for r in cyc})
+            ev.culprits.update({r: t.hang_conf_deadlock for r in cyc})
         ev.deadlocks = [list(c) for c in g.deadlocks]
         ev.waiting = list(g.waiting)
         counts = np.bincount(ends[ends >= 0], minlength=g.world_size)
@@ -280,7 +284,7 @@ class HangAnalysis:
         out = [DeviceScore(kinds.gpu(r), "gpu", counts[r] / total, float(counts[r]), counts[r],
                            confidence=conf, evidence=(self.name,)) for r, conf in ev.culprits.items()]
         topo = run.topology
-        if topo is not None and run.params.include_host:
+        if topo is not None and run.params.t.include_host:
             hosts: dict[int, list[int]] = {}
             for r in ev.culprits:
                 hosts.setdefault(int(topo.host_of(r)), []).append(r)
@@ -373,7 +377,7 @@ def _progress(src: Any) -> dict[int, dict[str, list[int]]]:
 
 
 def _waited(at_ns: int | None, t0: int | None) -> float | None:
-    return (at_ns - t0) / 1e9 if at_ns is not None and t0 is not None and at_ns >= t0 else None
+    return (at_ns - t0) / NS_PER_S if at_ns is not None and t0 is not None and at_ns >= t0 else None
 
 
 def _pick_chains(g: WaitGraph, ends: np.ndarray, depth: np.ndarray) -> list[list[list[Any]]]:
@@ -456,7 +460,8 @@ def _explain(ev: HangEvidence, g: WaitGraph) -> list[str]:
                 s += "; " + _root_words(g, r, names)
         if c.waiting:
             w = format_ranges(c.waiting)
-            w = f"{len(c.waiting)} ranks ({','.join(w.split(',')[:4])},...)" if w.count(",") >= 8 else f"ranks {w}"
+            w = f"{len(c.waiting)} ranks ({','.join(w.split(',')[:SHOWN_ITEMS])},...)" \
+                if w.count(",") >= SHOWN_WAITING else f"ranks {w}"
             s += f"; {w} waited" + (f" {c.waited_s:.0f} s" if c.waited_s is not None else "")
         if ev.behind.get(r):
             s += f"; {ev.behind[r]} stuck rank(s) wait behind it"
@@ -472,7 +477,7 @@ def _explain(ev: HangEvidence, g: WaitGraph) -> list[str]:
     for ch in ev.chains:
         if len(ch) < 2:
             continue
-        end = ch[-1][4]
+        end = ch[-1][-1]   # the rank the last link waits for
         tail = next((f"{end} is in the deadlock" for c in ev.deadlocks if end in c), None) or _root_words(g, end, names)
         lines.append("rank " + "; ".join(_link(*x) for x in ch) + "; " + tail)
     return lines

@@ -115,14 +115,14 @@ class IrregularAnalysis:
         flags = flag_iterations(its, durs, p, whole, run.assume)
         mask, z = flags.irregular, flags.z
         irregular = its[mask]
-        w = iteration_weights(z[mask], p.noise_z)
+        w = iteration_weights(z[mask], p.t.noise_z)
         weights = {int(i): float(x) for i, x in zip(irregular, w)}
         if len(its) < 5:
             run.assume(f"only {len(its)} iteration(s) in the window: irregularity rates are unreliable")
         chosen = irregular[w > 0]
         if len(chosen) < len(irregular):
             run.assume(f"{len(irregular) - len(chosen)} of {len(irregular)} irregular iteration(s) lie within the "
-                       f"job's own noise (under {p.noise_z - 1:g} healthy sigmas): not searched")
+                       f"job's own noise (under {p.t.noise_z - 1:g} healthy sigmas): not searched")
         if p.max_iterations is not None and len(chosen) > p.max_iterations:
             sev = durs[np.isin(its, chosen)]
             chosen = np.sort(chosen[np.argsort(-sev, kind="stable")[:p.max_iterations]])
@@ -144,23 +144,23 @@ class IrregularAnalysis:
             transfers = TransferTimes(search.graph.ranks, search.graph.members)
             cells = None if run.source.missing else \
                 CellEvidence(search.graph.ranks, search.graph.members, topo.host_of, transfers,
-                             usual_q=p.cell_usual_q, tail=p.cell_tail, per_op=p.cell_per_op)
+                             usual_q=p.t.cell_usual_q, tail=p.t.cell_tail, per_op=p.t.cell_per_op)
             if cells is not None and cells.absent:
                 shown = cells.absent[:8] + (["..."] if len(cells.absent) > 8 else [])
                 run.assume(f"{len(cells.absent)} rank(s) hold no operator in the iterations their peers share "
                            f"({', '.join(map(str, shown))}): their cells are not compared")
-            if cells is not None and cells.noise <= p.cell_noise:
+            if cells is not None and cells.noise <= p.t.cell_noise:
                 # the pivot's irregular iterations are not what is explained: every iteration is
                 sel.weights = {}
                 # a cell explains one of the pivot's irregular iterations, or its own excess could make one
                 # (only the delta-irregular ones: a stretch under delta, flagged by stretch_z, is
                 # what the cells' own cost rule judges)
                 delta_irregular = sel.window[sel.durations > p.delta * float(ref)]
-                return _gather_cells(run, cells, cell_min_cost(p, sel.durations), delta_irregular, p.cell_event_p,
-                                     p.cell_transient)
+                return _gather_cells(run, cells, cell_min_cost(p, sel.durations), delta_irregular, p.t.cell_event_p,
+                                     p.t.cell_transient)
             run.assume(f"{len(run.source.missing)} rank(s) unreadable: the job is not compared cell by cell"
                        if cells is None else f"the job's compute noise ({100 * cells.noise:.1f}% of its compute) is "
-                       f"beyond cell_noise={p.cell_noise:g}: not compared cell by cell; Algorithm 1 from the pivot")
+                       f"beyond cell_noise={p.t.cell_noise:g}: not compared cell by cell; Algorithm 1 from the pivot")
         for it in sel.chosen.tolist():
             found = explain_iteration(run, it, excess.get(it, 0.0), transfers)
             if found is None:
@@ -169,26 +169,28 @@ class IrregularAnalysis:
             if not found:
                 ev.without_cause.append(it)
             ev.causes += found
-        healthy = HealthyPaths(search.graph, topo) if p.exonerate else None
-        probe = NetworkProbe(search, topo, max_reads=p.probe_reads) if p.probe_reads > 0 else None
-        hprobe = HostProbe(search, topo, max_reads=p.host_reads) if p.include_host and p.host_reads > 0 else None
+        healthy = HealthyPaths(search.graph, topo) if p.t.exonerate else None
+        probe = NetworkProbe(search, topo, max_reads=p.probe_reads, thresholds=p.t) if p.probe_reads > 0 else None
+        hprobe = HostProbe(search, topo, max_reads=p.host_reads, mates=p.t.host_probe_mates, ratio=p.t.host_probe_ratio) \
+            if p.t.include_host and p.host_reads > 0 else None
         for c in ev.causes:
             ro = search.graph.ranks[c.rank]
             series = ro.position_series(int(ro.op_index[c.row]), sel.window, gap=c.cause == COMPUTE)
-            c.rate = irregularity_rate(series, sel.durations, max_lag=p.rate_lag)
+            c.rate = irregularity_rate(series, sel.durations, max_lag=p.t.rate_lag, min_points=p.t.rate_min_points)
             ev.implicated.append(implicated_devices(c, ro, topo, healthy=healthy, hprobe=hprobe, probe=probe,
-                                                    include_host=p.include_host, min_share=p.exonerate_bytes,
-                                                    speedup=p.exonerate_speedup))
-        drop_usual_compute(ev, search.graph.ranks, p.compute_z, sel.usual)
-        if p.straggler_share > 0:
-            drop_diffuse(ev, search.graph.ranks, topo.host_of)
-        drop_minor(ev, search.graph.ranks, excess, p.cause_share, sel.usual)
+                                                    include_host=p.t.include_host, min_share=p.t.exonerate_bytes,
+                                                    speedup=p.t.exonerate_speedup))
+        mu = p.t.cause_min_iterations
+        drop_usual_compute(ev, search.graph.ranks, p.t.compute_z, sel.usual, min_usual=mu)
+        if p.t.straggler_share > 0:
+            drop_diffuse(ev, search.graph.ranks, topo.host_of, p.t.diffuse_dominance, min_usual=mu)
+        drop_minor(ev, search.graph.ranks, excess, p.t.cause_share, sel.usual, min_usual=mu)
         if sel.min_hits:  # searched for their repeats: a candidate's cause standing out counts alone
-            ev.proven = proven_devices(ev, search.graph.ranks, sel.candidates, p.own_z, sel.usual)
+            ev.proven = proven_devices(ev, search.graph.ranks, sel.candidates, p.t.own_z, sel.usual, min_usual=mu)
         else:
-            drop_unproven(ev, search.graph.ranks, sel.candidates, p.own_z, sel.usual)
+            drop_unproven(ev, search.graph.ranks, sel.candidates, p.t.own_z, sel.usual, min_usual=mu)
         self._null(run, sel, ev, healthy, ref, transfers)
-        if p.narrow:
+        if p.t.narrow:
             narrowed = narrow_by_coverage(ev.implicated, [c.rate for c in ev.causes],
                                           [c.cause != COMPUTE for c in ev.causes])
             for c, before, devs in zip(ev.causes, ev.implicated, narrowed):
@@ -205,11 +207,11 @@ class IrregularAnalysis:
         # clearly regular iterations: not irregular, not next to an irregular one (a delay late in
         # one iteration spills into the next), and within the noise themselves
         near = np.concatenate([sel.irregular - 1, sel.irregular, sel.irregular + 1])
-        calm = sel.z < p.noise_z - 1 if sel.z is not None else np.ones(sel.window.size, bool)
+        calm = sel.z < p.t.noise_z - 1 if sel.z is not None else np.ones(sel.window.size, bool)
         regular = sel.window[~np.isin(sel.window, near) & calm]
-        if p.null_iterations == 0 or regular.size == 0:
+        if p.t.null_iterations == 0 or regular.size == 0:
             return
-        pick = regular[np.unique(np.linspace(0, regular.size - 1, min(p.null_iterations, regular.size)).astype(int))]
+        pick = regular[np.unique(np.linspace(0, regular.size - 1, min(p.t.null_iterations, regular.size)).astype(int))]
         # a regular iteration is judged as if it had just made the cut: its excess is at least
         # the smallest an irregular one has ((delta - 1) x the reference ``ref``)
         excess = dict(zip(sel.window.tolist(), np.maximum(sel.durations - ref, (p.delta - 1) * ref).tolist()))
@@ -220,16 +222,17 @@ class IrregularAnalysis:
             # (the same rules as the real causes': one that cost its rank a trifle explains nothing,
             # nor a rank that computed as usual)
             found = [c for c in found or () if explains(search.graph.ranks[c.rank], c, excess.get(it, 0.0),
-                                                         p.cause_share, usual)
-                     and computed_longer(search.graph.ranks[c.rank], c, p.compute_z, usual)]
+                                                         p.t.cause_share, usual, min_usual=p.t.cause_min_iterations)
+                     and computed_longer(search.graph.ranks[c.rank], c, p.t.compute_z, usual,
+                                         min_usual=p.t.cause_min_iterations)]
             if not found:
                 continue
             devs: set[str] = set()
             for c in found:
                 ro = search.graph.ranks[c.rank]
                 devs.update(implicated_devices(c, ro, topo, healthy=healthy, hprobe=None, probe=None,
-                                               include_host=p.include_host, min_share=p.exonerate_bytes,
-                                               speedup=p.exonerate_speedup))
+                                               include_host=p.t.include_host, min_share=p.t.exonerate_bytes,
+                                               speedup=p.t.exonerate_speedup))
             ev.null_devices.append(devs)
 
     def rank(self, run: Any, ev: Evidence, sel: Selection) -> list[DeviceScore]:
@@ -238,11 +241,11 @@ class IrregularAnalysis:
         (a job read whole: :func:`rank_cells`)."""
         p, topo = run.params, run.topology
         if ev.cells is not None:
-            return rank_cells(ev, p.tail_calibration, self.name, point_calibration=p.point_calibration)
-        ranking = DeviceRanking(method=p.method, prior=p.prior, alpha=p.alpha, decay=topo.decay)
+            return rank_cells(ev, p.t.tail_calibration, self.name, point_calibration=p.t.point_calibration)
+        ranking = DeviceRanking(method=p.method, prior=p.prior, alpha=p.alpha, decay=topo.decay, thresholds=p.t)
         for c, devs in zip(ev.causes, ev.implicated):
             ranking.add(devs, c.rate)
-        if p.include_host:
+        if p.t.include_host:
             gpus_of: dict[str, list[str]] = {}
             for d in ranking.sums:
                 if kinds.is_kind(d, "gpu"):
@@ -263,14 +266,15 @@ class IrregularAnalysis:
         if not hits:
             return {}
         src = run.source
-        share = network_opportunity(src.communicators, run.topology) if any(
+        share = network_opportunity(src.communicators, run.topology,
+                                    max_groups=run.params.t.opportunity_max_groups) if any(
             not kinds.is_compute(d) for d in hits) else {}
         null_hits: dict[str, int] = {}
         for devs in ev.null_devices:
             for d in devs:
                 null_hits[d] = null_hits.get(d, 0) + 1
         return confidences(hits, n, src.world_size, run.topology, share, null_hits=null_hits,
-                           null_n=len(ev.null_devices))
+                           null_n=len(ev.null_devices), prior_weight=run.params.t.null_prior_weight)
 
 
 def _iteration_times(src: Any, rank: int) -> tuple[np.ndarray, np.ndarray]:
@@ -297,9 +301,9 @@ def cell_min_cost(p: Any, durations: np.ndarray) -> float:
     """
     rule = IrregularityRule(p.delta)
     ref = rule.reference(durations)
-    cost = p.cell_cost * (p.delta - 1.0) * ref
-    if p.cell_cost_z > 0 and durations.size >= 5:
-        quiet = max(p.cell_cost_z * rule.sigma(durations, mad_floor=True), p.min_stretch * ref)
+    cost = p.t.cell_cost * (p.delta - 1.0) * ref
+    if p.t.cell_cost_z > 0 and durations.size >= 5:
+        quiet = max(p.t.cell_cost_z * rule.sigma(durations, mad_floor=True), p.t.min_stretch * ref)
         cost = min(cost, quiet)
     return float(cost)
 

@@ -26,7 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from holmes.calibration.thresholds import or_shipped
 from holmes.localize.evidence.search import COMPUTE, RootCause
+from holmes.stats import MAD_SIGMA
 from holmes.topology import kinds
 
 __all__ = ["cause_cost", "cause_z", "components", "computed_longer", "drop_diffuse", "drop_minor", "drop_unproven",
@@ -52,47 +54,50 @@ def components(involved: list[set[Any]]) -> list[list[int]]:
     return sorted((g[1] for g in groups), key=lambda idx: idx[0])
 
 
-def cause_cost(ro: Any, row: int, compute: bool, usual: Any = None) -> float:
+def cause_cost(ro: Any, row: int, compute: bool, usual: Any = None, *, min_usual: int | None = None) -> float:
     """What a cause cost its rank in its iteration: the larger of its operator's excess over its
     usual length (:meth:`~holmes.cog.RankOps.excess`) and how much more than in its median
     iteration the rank spent in the iteration -- computing (a compute cause) or in the
     operators of the cause's communicator (a network cause: a slower NVSwitch stretches each of
     a tensor-parallel group's hundreds of collectives a little). ``usual``: the iterations whose
     median is the rank's usual level (default every iteration of the rank; a slowdown that
-    persists over most of them needs the job's regular ones).
+    persists over most of them needs the job's regular ones). With fewer than ``min_usual``
+    iterations (threshold ``cause_min_iterations``) it is the operator's own excess.
 
     >>> dur = [2 if i // 4 != 1 else 5 for i in range(3 * 4)]   # iteration 1: each collective +3
-    >>> ro = _example_rank(dur, per_iteration=4)
+    >>> from holmes.cog.examples import example_rank
+    >>> ro = example_rank(dur, per_iteration=4)
     >>> cause_cost(ro, 5, compute=False)   # 3 ns on one operator, 12 over the iteration
     12.0
     """
     its, per, k, one = _per_iteration(ro, row, compute)
     base = per if usual is None else per[np.isin(its, usual)]
     base = per if base.size == 0 else base
-    return max(one, float(per[k] - np.median(base))) if its.size >= 3 else one
+    return max(one, float(per[k] - np.median(base))) if its.size >= or_shipped(min_usual, "cause_min_iterations") else one
 
 
-def cause_z(ro: Any, row: int, compute: bool, usual: Any) -> float:
+def cause_z(ro: Any, row: int, compute: bool, usual: Any, *, min_usual: int | None = None) -> float:
     """How far the rank's own work of a cause stood out in its iteration: its time computing (a
     compute cause) or in the cause's communicator (a network cause) against the same over the
-    ``usual`` iterations, in robust sigmas (``1.4826 * MAD``; NaN with under 3 usual iterations:
-    nothing to judge against).
+    ``usual`` iterations, in robust sigmas (``1.4826 * MAD``; NaN with under ``min_usual`` usual
+    iterations, threshold ``cause_min_iterations``: nothing to judge against).
 
     A slow device shows in the work it did itself, not only in the iteration it stretched: a
     cause standing ``z`` sigmas out of its own rank's noise is the device; one where the search
     ended in an iteration stretched by jitter shows the rank's usual time.
 
     >>> dur = [2 + (i // 2) % 2 if i // 2 != 4 else 9 for i in range(6 * 2)]   # iteration 4: +6-7 per op
-    >>> ro = _example_rank(dur, per_iteration=2)
+    >>> from holmes.cog.examples import example_rank
+    >>> ro = example_rank(dur, per_iteration=2)
     >>> cause_z(ro, 8, compute=False, usual=[0, 1, 2, 3, 5]) > 4, cause_z(ro, 2, compute=False, usual=[0, 1, 2, 3, 5]) < 2
     (True, True)
     """
     its, per, k, _ = _per_iteration(ro, row, compute)
     base = per[np.isin(its, usual) & (its != its[k])]
-    if base.size < 3:
+    if base.size < or_shipped(min_usual, "cause_min_iterations"):
         return float("nan")
     med = float(np.median(base))
-    sigma = 1.4826 * float(np.median(np.abs(base - med)))
+    sigma = MAD_SIGMA * float(np.median(np.abs(base - med)))
     return float((per[k] - med) / max(sigma, 1.0))
 
 
@@ -105,7 +110,8 @@ def _per_iteration(ro: Any, row: int, compute: bool) -> tuple[np.ndarray, np.nda
     return its, per, int(np.searchsorted(its, ro.iteration[row])), float(x[row])
 
 
-def drop_diffuse(ev: Any, ranks: Any, host_of: Any, dominance: float = 3.0) -> None:
+def drop_diffuse(ev: Any, ranks: Any, host_of: Any, dominance: float | None = None, *,
+                 min_usual: int | None = None) -> None:
     """Per iteration, keep only the causes related to its strongest one.
 
     Causes are related when they share a rank, a device, or (compute causes) a host. An
@@ -113,8 +119,9 @@ def drop_diffuse(ev: Any, ranks: Any, host_of: Any, dominance: float = 3.0) -> N
     it cost the iteration: :func:`cause_cost`) is at least ``dominance`` times the next group's;
     otherwise it is *diffuse*: unrelated slowdowns of similar size at once are the mark of a
     job-wide disturbance (a loaded machine, a shared file system), not of one faulty device, and
-    the iteration moves to ``ev.common``.
+    the iteration moves to ``ev.common``. ``dominance``: threshold ``diffuse_dominance``.
     """
+    dominance = or_shipped(dominance, "diffuse_dominance")
     by_it: dict[int, list[int]] = {}
     for i, c in enumerate(ev.causes):
         by_it.setdefault(c.iteration, []).append(i)
@@ -128,7 +135,7 @@ def drop_diffuse(ev: Any, ranks: Any, host_of: Any, dominance: float = 3.0) -> N
 
     def strength(i: int) -> float:
         c = ev.causes[i]
-        return cause_cost(ranks[c.rank], c.row, c.cause == COMPUTE)
+        return cause_cost(ranks[c.rank], c.row, c.cause == COMPUTE, min_usual=min_usual)
 
     keep: list[int] = []
     for it, idx in by_it.items():
@@ -144,53 +151,58 @@ def drop_diffuse(ev: Any, ranks: Any, host_of: Any, dominance: float = 3.0) -> N
     _keep(ev, sorted(keep))
 
 
-def explains(ro: Any, cause: RootCause, excess: float, share: float, usual: Any = None) -> bool:
+def explains(ro: Any, cause: RootCause, excess: float, share: float, usual: Any = None, *,
+             min_usual: int | None = None) -> bool:
     """Whether ``cause`` cost its rank (:func:`cause_cost` against the ``usual`` iterations) at
     least ``share`` of its iteration's ``excess`` over the usual iteration (ns).
 
     >>> from holmes.localize.evidence.search import RootCause
     >>> dur = [2 if i // 4 != 3 else 5 for i in range(5 * 4)]   # iteration 3: each collective +3
-    >>> ro = _example_rank(dur, per_iteration=4)
+    >>> from holmes.cog.examples import example_rank
+    >>> ro = example_rank(dur, per_iteration=4)
     >>> c = RootCause(iteration=3, cause="network", ranks=(0,), rank=0, row=13, op={})
     >>> explains(ro, c, excess=30, share=1 / 3), explains(ro, c, excess=60, share=1 / 3)
     (True, False)
     """
     if share <= 0 or excess <= 0:
         return True
-    return cause_cost(ro, cause.row, cause.cause == COMPUTE, usual) >= share * excess
+    return cause_cost(ro, cause.row, cause.cause == COMPUTE, usual, min_usual=min_usual) >= share * excess
 
 
 def drop_minor(ev: Any, ranks: Mapping[int, Any], excess: Mapping[int, float], share: float,
-               usual: Any = None) -> None:
+               usual: Any = None, *, min_usual: int | None = None) -> None:
     """Drop the causes of ``ev`` (an :class:`~holmes.localize.irregular.analysis.Evidence`) that do not
     :func:`explain <explains>` their iteration (``excess``: iteration -> its excess, ns); an
     iteration left without a cause joins ``ev.without_cause``."""
     if share <= 0 or not ev.causes:
         return
-    _drop_unless(ev, lambda c: explains(ranks[c.rank], c, excess.get(c.iteration, 0.0), share, usual))
+    _drop_unless(ev, lambda c: explains(ranks[c.rank], c, excess.get(c.iteration, 0.0), share, usual,
+                                        min_usual=min_usual))
 
 
-def drop_unproven(ev: Any, ranks: Mapping[int, Any], candidates: Any, own_z: float, usual: Any) -> None:
+def drop_unproven(ev: Any, ranks: Mapping[int, Any], candidates: Any, own_z: float, usual: Any, *,
+                  min_usual: int | None = None) -> None:
     """Drop the causes of the ``candidates`` iterations (stretched a few sigmas, not beyond doubt)
     whose own work did not stand ``own_z`` sigmas out of its rank's ``usual`` level
     (:func:`cause_z`); a candidate left without a cause joins ``ev.without_cause``."""
     cand = _iterations(candidates)
     if own_z <= 0 or not cand or not ev.causes:
         return
-    _drop_unless(ev, lambda c: c.iteration not in cand or _stands_out(ranks, c, own_z, usual))
+    _drop_unless(ev, lambda c: c.iteration not in cand or _stands_out(ranks, c, own_z, usual, min_usual))
 
 
-def proven_devices(ev: Any, ranks: Mapping[int, Any], candidates: Any, own_z: float, usual: Any) -> set[str]:
+def proven_devices(ev: Any, ranks: Mapping[int, Any], candidates: Any, own_z: float, usual: Any, *,
+                   min_usual: int | None = None) -> set[str]:
     """The devices implicated by a cause of the ``candidates`` iterations that stood ``own_z``
     sigmas out of its rank's ``usual`` level (:func:`cause_z`)."""
     cand = _iterations(candidates)
     if own_z <= 0:
         return set()
     return {d for c, devs in zip(ev.causes, ev.implicated)
-            if c.iteration in cand and _stands_out(ranks, c, own_z, usual) for d in devs}
+            if c.iteration in cand and _stands_out(ranks, c, own_z, usual, min_usual) for d in devs}
 
 
-def computed_longer(ro: Any, cause: RootCause, compute_z: float, usual: Any) -> bool:
+def computed_longer(ro: Any, cause: RootCause, compute_z: float, usual: Any, *, min_usual: int | None = None) -> bool:
     """Whether ``cause`` is no compute cause, or its rank ``ro`` computed at least ``compute_z``
     robust sigmas longer in its iteration than over its ``usual`` iterations (:func:`cause_z`;
     true when there are too few usual iterations to judge, or ``compute_z`` is 0).
@@ -203,7 +215,8 @@ def computed_longer(ro: Any, cause: RootCause, compute_z: float, usual: Any) -> 
     >>> from holmes.localize.evidence.search import RootCause
     >>> n = 6 * 2
     >>> gaps = [8 + (i // 2) % 2 + (5 if i // 2 == 4 else 0) for i in range(n)]   # iteration 4: each gap +5
-    >>> ro = _example_rank([2] * n, per_iteration=2, start=[sum(gaps[:i + 1]) + 2 * i for i in range(n)])
+    >>> from holmes.cog.examples import example_rank
+    >>> ro = example_rank([2] * n, per_iteration=2, start=[sum(gaps[:i + 1]) + 2 * i for i in range(n)])
     >>> slow = RootCause(iteration=4, cause="compute", ranks=(0,), rank=0, row=8, op={})
     >>> usual = RootCause(iteration=2, cause="compute", ranks=(0,), rank=0, row=4, op={})
     >>> computed_longer(ro, slow, 4.0, [0, 1, 2, 3, 5]), computed_longer(ro, usual, 4.0, [0, 1, 2, 3, 5])
@@ -211,23 +224,24 @@ def computed_longer(ro: Any, cause: RootCause, compute_z: float, usual: Any) -> 
     """
     if compute_z <= 0 or cause.cause != COMPUTE:
         return True
-    return not cause_z(ro, cause.row, True, usual) < compute_z   # NaN (nothing to judge against) counts
+    return not cause_z(ro, cause.row, True, usual, min_usual=min_usual) < compute_z   # NaN (nothing to judge against) counts
 
 
-def drop_usual_compute(ev: Any, ranks: Mapping[int, Any], compute_z: float, usual: Any) -> None:
+def drop_usual_compute(ev: Any, ranks: Mapping[int, Any], compute_z: float, usual: Any, *,
+                       min_usual: int | None = None) -> None:
     """Drop the compute causes of ``ev`` whose rank did not compute longer than its noise allows
     (:func:`computed_longer`); an iteration left without a cause joins ``ev.without_cause``."""
     if compute_z <= 0 or not ev.causes:
         return
-    _drop_unless(ev, lambda c: computed_longer(ranks[c.rank], c, compute_z, usual))
+    _drop_unless(ev, lambda c: computed_longer(ranks[c.rank], c, compute_z, usual, min_usual=min_usual))
 
 
 def _iterations(candidates: Any) -> set[int]:
     return {int(i) for i in np.asarray(candidates).tolist()}
 
 
-def _stands_out(ranks: Mapping[int, Any], c: RootCause, own_z: float, usual: Any) -> bool:
-    return cause_z(ranks[c.rank], c.row, c.cause == COMPUTE, usual) >= own_z
+def _stands_out(ranks: Mapping[int, Any], c: RootCause, own_z: float, usual: Any, min_usual: int | None) -> bool:
+    return cause_z(ranks[c.rank], c.row, c.cause == COMPUTE, usual, min_usual=min_usual) >= own_z
 
 
 def _drop_unless(ev: Any, holds: Callable[[RootCause], bool]) -> None:
@@ -236,22 +250,6 @@ def _drop_unless(ev: Any, holds: Callable[[RootCause], bool]) -> None:
     before = {c.iteration for c in ev.causes}
     _keep(ev, [i for i, c in enumerate(ev.causes) if holds(c)])
     ev.without_cause += sorted(before - {c.iteration for c in ev.causes})
-
-
-def _example_rank(dur: list[int], per_iteration: int, start: list[int] | None = None) -> Any:
-    """The examples' rank: one rank of tensor-parallel all-reduces, ``per_iteration`` per
-    iteration, lasting ``dur`` (ns) and starting at ``start`` (default every 10 ns)."""
-    import pyarrow as pa
-
-    from holmes.cog import RankOps
-
-    n = len(dur)
-    start = [i * 10 for i in range(n)] if start is None else list(start)
-    t = pa.table({"rank": [0] * n, "iteration": [i // per_iteration for i in range(n)],
-                  "op_index": [i % per_iteration for i in range(n)], "comm_id": ["tp-0"] * n, "seq": list(range(n)),
-                  "op": ["all_reduce"] * n, "peer": pa.array([None] * n, pa.int32()), "nbytes": [8] * n,
-                  "start_ns": start, "end_ns": [s + d for s, d in zip(start, dur)], "abnormal": [False] * n})
-    return RankOps(0, t, lambda v: 0)
 
 
 def _keep(ev: Any, keep: list[int]) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from holmes.calibration.thresholds import Thresholds, or_shipped
 from holmes.localize.evidence.ranking import cause_devices, network_devices
 from holmes.localize.evidence.search import COMPUTE, NETWORK, GraphSearch, RootCause
 from holmes.localize.irregular.healthy import HealthyPaths
@@ -21,6 +22,7 @@ from holmes.localize.irregular.probe import NetworkProbe
 from holmes.localize.irregular.straggler import classify, compute_growth
 from holmes.localize.irregular.transfer import TransferTimes, pick_channels
 from holmes.topology import kinds
+from holmes.units import NS_PER_MS
 
 __all__ = ["explain_iteration", "implicated_devices", "pivot_compute", "search_iteration", "start_operators"]
 
@@ -43,17 +45,19 @@ def explain_iteration(run: Any, iteration: int, iteration_excess: float,
        search's causes.
     """
     p, search = run.params, run.search
-    found = search_iteration(search, p.pivots, iteration, p.max_starts)
-    if p.straggler_share > 0 and iteration_excess > 0:
-        kind, ranks = _stragglers(search, run.topology, iteration, iteration_excess, p.straggler_share)
+    found = search_iteration(search, p.pivots, iteration, p.t.max_starts)
+    if p.t.straggler_share > 0 and iteration_excess > 0:
+        kind, ranks = _stragglers(search, run.topology, iteration, iteration_excess, p.t)
         if kind == "common":
             return None
         if kind is not None:
             keep = [c for c in found if c.cause == COMPUTE and set(c.ranks) <= set(ranks)]
             return keep or [_straggler_cause(search, run.topology, kind, ranks, iteration)]
     if transfers is not None and iteration_excess > 0:
-        ex, sig = transfers.excess(iteration)
-        kind, chans = pick_channels(ex, sig, {c: transfers.ranks_of(c) for c in ex}, iteration_excess)
+        ex, sig = transfers.excess(iteration, min_iterations=p.t.channel_min_iterations)
+        kind, chans = pick_channels(ex, sig, {c: transfers.ranks_of(c) for c in ex}, iteration_excess,
+                                    share=p.t.channel_share, noise_z=p.t.channel_z,
+                                    dominance=p.t.channel_dominance)
         if kind == "common":
             return None
         if kind == "network":
@@ -68,21 +72,22 @@ def explain_iteration(run: Any, iteration: int, iteration_excess: float,
         # no channel's transfers explain it: the search's network verdicts rest on operator
         # labels the transfer times do not confirm; its compute causes stand
         return [c for c in found if c.cause == COMPUTE]
-    own = pivot_compute(search, p.pivot, iteration, iteration_excess)
+    own = pivot_compute(search, p.pivot, iteration, iteration_excess, p.t.pivot_compute_share)
     if own is not None:
         found = [c for c in found if not (c.cause == COMPUTE and c.ranks == own.ranks)] + [own]
     return found
 
 
 def _stragglers(search: GraphSearch, topo: Any, iteration: int, excess: float,
-                share: float) -> tuple[str | None, tuple[int, ...]]:
+                t: Thresholds) -> tuple[str | None, tuple[int, ...]]:
     growth: dict[int, float] = {}
     sigma: dict[int, float] = {}
     for r, ro in search.graph.ranks.items():
-        g = compute_growth(ro, iteration)
+        g = compute_growth(ro, iteration, min_iterations=t.straggler_min_iterations)
         if g is not None:
             growth[r], sigma[r] = g
-    return classify(growth, sigma, excess, topo.host_of, share=share)
+    return classify(growth, sigma, excess, topo.host_of, share=t.straggler_share, ratio=t.straggler_ratio,
+                    noise_z=t.straggler_z)
 
 
 def _transfer_cause(search: GraphSearch, transfers: TransferTimes, channel: int, iteration: int,
@@ -94,7 +99,7 @@ def _transfer_cause(search: GraphSearch, transfers: TransferTimes, channel: int,
     step["transfer_excess_ns"] = int(excess)
     ranks = transfers.ranks_of(channel)
     return RootCause(iteration, NETWORK, tuple(ranks), rank, row, step, [step],
-                     f"its transfers took {excess / 1e6:.1f} ms longer than usual in this iteration")
+                     f"its transfers took {excess / NS_PER_MS:.1f} ms longer than usual in this iteration")
 
 
 def _straggler_cause(search: GraphSearch, topo: Any, kind: str, ranks: tuple[int, ...], iteration: int) -> RootCause:
@@ -118,11 +123,13 @@ def _straggler_cause(search: GraphSearch, topo: Any, kind: str, ranks: tuple[int
 
 
 def pivot_compute(search: GraphSearch, pivot: int, iteration: int, iteration_excess: float,
-                  share: float = 0.5) -> RootCause | None:
+                  share: float | None = None) -> RootCause | None:
     """The pivot as its own straggler: a compute cause on the pivot when the growth of its own
     compute gaps in ``iteration`` (over their usual length at each position) accounts for at least
     ``share`` of how much longer the iteration was than the reference. A slow pivot waits for
-    nobody, so no abnormal operator of its own leads the search to it."""
+    nobody, so no abnormal operator of its own leads the search to it. ``share``: threshold
+    ``pivot_compute_share``."""
+    share = or_shipped(share, "pivot_compute_share")
     ro = search.rank_ops(pivot)
     if ro is None or iteration_excess <= 0:
         return None
@@ -133,7 +140,7 @@ def pivot_compute(search: GraphSearch, pivot: int, iteration: int, iteration_exc
     k = ro.largest_gap_row(iteration)
     step = ro.describe_compute(k, search.graph.comm_ids)
     return RootCause(iteration, COMPUTE, (pivot,), pivot, k, step, [step],
-                     f"the pivot's own compute grew by {gap_x.sum() / 1e6:.1f} ms in this iteration")
+                     f"the pivot's own compute grew by {gap_x.sum() / NS_PER_MS:.1f} ms in this iteration")
 
 
 def search_iteration(search: GraphSearch, pivots: list[int], iteration: int,

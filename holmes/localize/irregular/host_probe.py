@@ -33,13 +33,17 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
+from holmes.calibration.thresholds import or_shipped
+
 __all__ = ["HostProbe", "host_verdict"]
 
 log = logging.getLogger(__name__)
 
 
-def host_verdict(own: float, mates: Sequence[float], *, ratio: float = 0.5) -> str | None:
-    """``"host"``, ``"gpu"`` or None from the compute excess of a straggler and its host-mates."""
+def host_verdict(own: float, mates: Sequence[float], *, ratio: float | None = None) -> str | None:
+    """``"host"``, ``"gpu"`` or None from the compute excess of a straggler and its host-mates
+    (``ratio``: threshold ``host_probe_ratio``)."""
+    ratio = or_shipped(ratio, "host_probe_ratio")
     if not mates:
         return None
     if own <= 0:
@@ -57,21 +61,23 @@ class HostProbe:
         Gives fetched ranks (``rank_ops``) and the COG.
     topology : ClusterTopology
         Gives ``host_of`` and ``gpus_per_host``.
-    max_reads : int, default 32
-        Ranks the probe may fetch in a whole localization (fetched ranks cost nothing).
-    mates : int, default 3
-        Host-mates checked per cause.
-    ratio : float, default 0.5
-        A host-mate corroborates when its compute excess reaches this fraction of the straggler's.
+    max_reads : int, optional
+        Ranks the probe may fetch in a whole localization (fetched ranks cost nothing; default:
+        the threshold ``default_host_reads``).
+    mates : int, optional
+        Host-mates checked per cause (threshold ``host_probe_mates``).
+    ratio : float, optional
+        A host-mate corroborates when its compute excess reaches this fraction of the straggler's
+        (threshold ``host_probe_ratio``).
     """
 
-    def __init__(self, search: Any, topology: Any, *, max_reads: int = 32, mates: int = 3,
-                 ratio: float = 0.5) -> None:
+    def __init__(self, search: Any, topology: Any, *, max_reads: int | None = None, mates: int | None = None,
+                 ratio: float | None = None) -> None:
         self.search = search
         self.topology = topology
-        self.max_reads = max_reads
-        self.mates = mates
-        self.ratio = ratio
+        self.max_reads = or_shipped(max_reads, "default_host_reads")
+        self.mates = or_shipped(mates, "host_probe_mates")
+        self.ratio = or_shipped(ratio, "host_probe_ratio")
         self.reads = 0
         self._cache: dict[tuple[int, int], str | None] = {}
 

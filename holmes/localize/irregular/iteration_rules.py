@@ -57,42 +57,42 @@ def flag_iterations(its: np.ndarray, durs: np.ndarray, p: Any, whole: bool,
     """
     rule = IrregularityRule(p.delta)
     z = rule.z_scores(durs)
-    if p.noise_window:
-        z = np.minimum(z, rule.z_scores(durs, local=p.noise_window))
+    if p.t.noise_window:
+        z = np.minimum(z, rule.z_scores(durs, local=p.t.noise_window))
     mask = rule.mask(durs)
     if whole:
         return Flags(mask, z, np.zeros_like(mask))
     ref = rule.reference(durs)
     z_floor = rule.z_scores(durs, mad_floor=True)   # the stretch, candidate and repeat rules' sigmas
-    long_enough = durs > (1.0 + p.min_stretch) * ref
-    enough = durs.size >= 5
-    if p.stretch_z > 0 and enough:
+    long_enough = durs > (1.0 + p.t.min_stretch) * ref
+    enough = durs.size >= p.t.stretch_min_iterations
+    if p.t.stretch_z > 0 and enough:
         # beyond doubt though under delta: far out of the job's own noise and a real cost (not
         # next to a delta-irregular one: a delay late in an iteration spills into the next)
-        mask |= (z_floor >= p.stretch_z) & long_enough & ~_beside(mask)
-    if p.shift_z > 0:
+        mask |= (z_floor >= p.t.stretch_z) & long_enough & ~_beside(mask)
+    if p.t.shift_z > 0:
         z = _step(its, durs, p, rule, ref, mask, z, assume)
     cand = np.zeros_like(mask)
-    if p.candidate_z > 0 and p.stretch_z > 0 and enough:
+    if p.t.candidate_z > 0 and p.t.stretch_z > 0 and enough:
         # a few sigmas out, not beyond doubt: searched, but only a cause standing out of its own
         # rank's noise counts, and one no cause explains is the job's noise
-        cand = (z_floor >= p.candidate_z) & long_enough & ~mask & ~_beside(mask)
+        cand = (z_floor >= p.t.candidate_z) & long_enough & ~mask & ~_beside(mask)
     min_hits = 0
-    if p.repeat_z > 0 and enough and not mask.any():
+    if p.t.repeat_z > 0 and enough and not mask.any():
         # a fault that returns, each time a few percent: several iterations stretched a few
         # sigmas, none beyond doubt alone; searched with full weight, but a device counts only if
         # it explains two of them (chance rarely blames one device twice)
-        rep = (z_floor >= p.repeat_z) & long_enough
+        rep = (z_floor >= p.t.repeat_z) & long_enough
         if rep.sum() >= 2:
             min_hits = 2
-            z = np.where(rep, np.maximum(z, p.noise_z + 1.0), z)
+            z = np.where(rep, np.maximum(z, p.t.noise_z + 1.0), z)
             mask |= rep
-            assume(f"no iteration irregular, but {int(rep.sum())} stretched {p.repeat_z:g}+ sigmas and over "
-                   f"{100 * p.min_stretch:g}%: searched for a device that explains two of them or more")
+            assume(f"no iteration irregular, but {int(rep.sum())} stretched {p.t.repeat_z:g}+ sigmas and over "
+                   f"{100 * p.t.min_stretch:g}%: searched for a device that explains two of them or more")
     if cand.any():
         mask |= cand
-        assume(f"{int(cand.sum())} iteration(s) {p.candidate_z:g}-{p.stretch_z:g} sigmas out searched as candidates "
-               f"(a cause counts alone only when its own work stood {p.own_z:g} sigmas out of its rank's noise)")
+        assume(f"{int(cand.sum())} iteration(s) {p.t.candidate_z:g}-{p.t.stretch_z:g} sigmas out searched as candidates "
+               f"(a cause counts alone only when its own work stood {p.t.own_z:g} sigmas out of its rank's noise)")
     return Flags(mask, z, cand, min_hits)
 
 
@@ -103,7 +103,7 @@ def _step(its: np.ndarray, durs: np.ndarray, p: Any, rule: IrregularityRule, ref
     over the window's spread, which the step itself widens, stays small); returns ``z`` raised
     to the step's evidence there (``ref``: the usual iteration)."""
     k, t, shift = rule.level_shift(durs)
-    if not (t >= p.shift_z and shift >= p.min_shift * ref):
+    if not (t >= p.t.shift_z and shift >= p.t.min_shift * ref):
         return z
     base = float(np.median(durs[:k]))
     after = np.zeros_like(mask)

@@ -24,11 +24,14 @@ read at most ``max_reads`` more ranks in a whole localization.
 from __future__ import annotations
 
 import logging
+import math
 from typing import Any
 
 import numpy as np
 
+from holmes.calibration.thresholds import Thresholds, load_thresholds
 from holmes.cog.graph import RECV, SEND
+from holmes.display import LOGGED_RANKS
 from holmes.localize.evidence.ranking import network_devices
 from holmes.topology import kinds
 
@@ -39,9 +42,9 @@ log = logging.getLogger(__name__)
 SLOW, FINE = "slow", "fine"
 
 
-def _slow(ro: Any, row: int, ratio: float = 1.5) -> bool:
+def _slow(ro: Any, row: int, ratio: float) -> bool:
     """A copy that timed a transfer is slow when flagged abnormal, or when it lasted at least
-    ``ratio`` times its healthy reference (:meth:`holmes.cog.RankOps.excess`): a persistent
+    ``ratio`` (threshold ``probe_slow_ratio``) times its healthy reference (:meth:`holmes.cog.RankOps.excess`): a persistent
     slowdown is the norm of a detector's window, not of the healthy reference."""
     if ro.abnormal[row]:
         return True
@@ -66,25 +69,31 @@ class NetworkProbe:
     search : GraphSearch
         Gives fetched ranks (``rank_ops``) and the COG.
     topology : ClusterTopology
-    max_reads : int, default 64
-        Ranks the probes may fetch in total.
-    max_group : int, default 8
-        Largest group a probe reads in full (larger ones only when already fetched).
-    per_cause : int, default 8
-        Reads one cause may always spend; beyond that a cause spends at most a quarter of what
-        is left of ``max_reads``, so the causes of later iterations are probed too.
+    max_reads : int, optional
+        Ranks the probes may fetch in total (default: the threshold ``default_probe_reads``).
+    thresholds : Thresholds, optional
+        Default the shipped ones: ``probe_max_group`` (the largest group a probe reads in full;
+        larger ones only when already fetched), ``probe_per_cause`` (reads one cause may always
+        spend; beyond that a cause spends at most ``probe_cause_share`` of what is left of
+        ``max_reads``, so the causes of later iterations are probed too), ``probe_slow_ratio``,
+        ``probe_leaf_pairs`` and ``probe_ring_groups``.
     """
 
-    def __init__(self, search: Any, topology: Any, *, max_reads: int = 64, max_group: int = 8,
-                 per_cause: int = 8) -> None:
+    def __init__(self, search: Any, topology: Any, *, max_reads: int | None = None,
+                 thresholds: Thresholds | None = None) -> None:
+        t = thresholds or load_thresholds()
         self.search = search
         self.graph = search.graph
         self.topology = topology
-        self.max_reads = max_reads
-        self.max_group = max_group
+        self.max_reads = t.default_probe_reads if max_reads is None else max_reads
+        self.max_group = t.probe_max_group
         self.reads = 0
-        self.per_cause = per_cause
-        self._cap = max_reads
+        self.per_cause = t.probe_per_cause
+        self.cause_share = t.probe_cause_share
+        self.slow_ratio = t.probe_slow_ratio
+        self.leaf_pairs = t.probe_leaf_pairs
+        self.ring_groups = t.probe_ring_groups
+        self._cap = self.max_reads
         self._verdicts: dict[tuple[int, tuple[int, ...]], str | None] = {}
         self._refined: dict[tuple[int, frozenset[str]], list[str]] = {}
         self._pp_peers: dict[int, list[int]] | None = None
@@ -125,7 +134,8 @@ class NetworkProbe:
                 if prow is None:
                     continue
                 # the side that arrived last did not wait: its duration is the transfer itself
-                late_slow = _slow(ra, row) if ra.start[row] >= rb.start[prow] else _slow(rb, prow)
+                late_slow = _slow(ra, row, self.slow_ratio) if ra.start[row] >= rb.start[prow] \
+                    else _slow(rb, prow, self.slow_ratio)
                 if late_slow:
                     slow += 1
                 else:
@@ -150,7 +160,7 @@ class NetworkProbe:
                 latest = None
                 break
             if latest is None or ro.start[mrow] > latest[0]:
-                latest = (int(ro.start[mrow]), _slow(ro, mrow))
+                latest = (int(ro.start[mrow]), _slow(ro, mrow, self.slow_ratio))
         if latest is not None:
             # the member that entered last did not wait: its copy times the transfer itself
             verdict = SLOW if latest[1] else FINE
@@ -190,9 +200,10 @@ class NetworkProbe:
                 if v is not None:
                     yield v, grp
 
-    def _leaf_probes(self, iteration: int, switch: str, avoid: set[int], count: int = 3, through: str | None = None):
-        """Verdicts of up to ``count`` P2P pairs of other GPUs below ``switch`` (one pair per GPU)
+    def _leaf_probes(self, iteration: int, switch: str, avoid: set[int], through: str | None = None):
+        """Verdicts of up to ``probe_leaf_pairs`` P2P pairs of other GPUs below ``switch`` (one pair per GPU)
         whose path crosses ``through`` (any path when None)."""
+        count = self.leaf_pairs
         found = 0
         for r in self._ranks_under(switch):
             if r in avoid:
@@ -230,13 +241,14 @@ class NetworkProbe:
                 if found >= count or self._spent():
                     return
 
-    def _ring_clearing(self, iteration: int, switch: str, through: str, skip: tuple[int, ...], count: int = 4):
-        """FINE verdicts of collectives of any size whose ring uses ``through``, from one member.
+    def _ring_clearing(self, iteration: int, switch: str, through: str, skip: tuple[int, ...]):
+        """FINE verdicts of up to ``probe_ring_groups`` collectives of any size whose ring uses ``through``, from one member.
 
         Every member's copy of a collective lasts at least its transfer: one copy at its healthy
         duration (not :func:`_slow`) shows the whole ring, ``through`` included, ran fine. A slow
         copy may only have waited, so it says nothing here. Members already fetched are asked
         first; at most one rank is read per group."""
+        count = self.ring_groups
         found = 0
         seen: set[int] = set()
         for r in self._ranks_under(switch):
@@ -252,7 +264,7 @@ class NetworkProbe:
                 row = _largest_row(ro, comm, iteration)
                 if row is None:
                     continue
-                if ro.nbytes[row] > 0 and not _slow(ro, row):
+                if ro.nbytes[row] > 0 and not _slow(ro, row, self.slow_ratio):
                     yield FINE, grp
                     found += 1
                 if found >= count or self._spent():
@@ -311,8 +323,8 @@ class NetworkProbe:
         cand = set(candidates)
         support = dict.fromkeys(candidates, 1)
         cleared: set[str] = set()
-        # one cause may spend at most a quarter of what is left, so later causes are probed too
-        self._cap = self.reads + max(self.per_cause, (self.max_reads - self.reads) // 4)
+        # one cause may spend at most a share of what is left, so later causes are probed too
+        self._cap = self.reads + max(self.per_cause, math.floor((self.max_reads - self.reads) * self.cause_share))
         results: list[tuple[str, tuple[int, ...]]] = []
         for sw in [c for c in candidates if kinds.is_kind(c, "switch")]:
             results += list(self._leaf_probes(iteration, sw, set(ranks)))
@@ -336,7 +348,7 @@ class NetworkProbe:
         left = [c for c in candidates if c not in cleared] or list(candidates)
         best = max(support[c] for c in left)
         out = [c for c in left if support[c] == best]
-        self.log.append({"iteration": iteration, "ranks": list(ranks[:16]), "candidates": len(candidates),
-                         "probes": len(results), "kept": out[:16]})
+        self.log.append({"iteration": iteration, "ranks": list(ranks[:LOGGED_RANKS]), "candidates": len(candidates),
+                         "probes": len(results), "kept": out[:LOGGED_RANKS]})
         self._refined[(-1, frozenset(candidates))] = out
         return out

@@ -44,32 +44,34 @@ from typing import Any
 
 import numpy as np
 
-from holmes.stats import NORMAL_Q25_Q05
+from holmes.calibration.thresholds import or_shipped
+from holmes.stats import HEALTHY_SPREAD_QS, NORMAL_Q25_Q05
 
 __all__ = ["classify", "compute_growth"]
 
 
-def compute_growth(ro: Any, iteration: int) -> tuple[float, float] | None:
+def compute_growth(ro: Any, iteration: int, *, min_iterations: int | None = None) -> tuple[float, float] | None:
     """How much longer than usual the rank computed in ``iteration`` and its healthy spread.
 
     "Usual" is the rank's first quartile of compute per iteration, the spread ``(q25 - q05) /
     0.97`` (a normal's sigma): a slowdown covering up to about half of the iterations (a
     fluctuation, a fault that began mid-run) leaves both on the healthy level. None when the rank
-    has no such iteration or fewer than 5 iterations.
+    has no such iteration or fewer than ``min_iterations`` iterations (threshold
+    ``straggler_min_iterations``).
     """
     its, comp = ro.iteration_compute()
-    if its.size < 5:
+    if its.size < or_shipped(min_iterations, "straggler_min_iterations"):
         return None
     i = int(np.searchsorted(its, iteration))
     if i >= its.size or its[i] != iteration:
         return None
-    q05, q25 = np.quantile(comp.astype(float), [0.05, 0.25])
+    q05, q25 = np.quantile(comp.astype(float), HEALTHY_SPREAD_QS)
     return float(comp[i] - q25), float((q25 - q05) / NORMAL_Q25_Q05)
 
 
 def classify(growth: Mapping[int, float], sigma: Mapping[int, float], iteration_excess: float,
-             host_of: Callable[[int], int], *, share: float = 0.5, ratio: float = 0.5,
-             noise_z: float = 4.0) -> tuple[str | None, tuple[int, ...]]:
+             host_of: Callable[[int], int], *, share: float | None = None, ratio: float | None = None,
+             noise_z: float | None = None) -> tuple[str | None, tuple[int, ...]]:
     """The stragglers of one iteration from each read rank's compute ``growth`` (ns).
 
     A rank *grew* when its growth is at least ``ratio`` of the largest growth and ``noise_z`` of
@@ -77,7 +79,8 @@ def classify(growth: Mapping[int, float], sigma: Mapping[int, float], iteration_
     least ``share / 2`` of its excess: then ranks of several hosts grew is common mode when a rank
     off the most-grown rank's host grew by ``share / 2`` of the excess too (else only that host's
     ranks count); the ranks that grew are stragglers when the largest growth is at least
-    ``share`` of the excess.
+    ``share`` of the excess. Defaults: the thresholds ``straggler_share``, ``straggler_ratio``,
+    ``straggler_z``.
 
     Returns
     -------
@@ -85,6 +88,9 @@ def classify(growth: Mapping[int, float], sigma: Mapping[int, float], iteration_
     ranks : tuple of int
         The stragglers (sorted).
     """
+    share = or_shipped(share, "straggler_share")
+    ratio = or_shipped(ratio, "straggler_ratio")
+    noise_z = or_shipped(noise_z, "straggler_z")
     if not growth or iteration_excess <= 0:
         return None, ()
     top = max(growth.values())

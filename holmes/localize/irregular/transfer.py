@@ -37,8 +37,9 @@ from typing import Any
 
 import numpy as np
 
+from holmes.calibration.thresholds import or_shipped
 from holmes.cog.graph import SEND
-from holmes.stats import NORMAL_Q25_Q05, nan_quiet
+from holmes.stats import HEALTHY_SPREAD_QS, NORMAL_Q25_Q05, nan_quiet
 
 __all__ = ["TransferTimes", "pick_channels"]
 
@@ -115,7 +116,7 @@ class TransferTimes:
         # per channel: iterations seen, and its usual level (q25) and healthy spread over them
         self._n = seen.sum(axis=1)
         with np.errstate(all="ignore"):
-            q05, q25 = (np.nanquantile(t, [0.05, 0.25], axis=1) if t.size
+            q05, q25 = (np.nanquantile(t, HEALTHY_SPREAD_QS, axis=1) if t.size
                         else np.zeros((2, len(chan_keys))))
         self._usual, self._spread = q25, (q25 - q05) / NORMAL_Q25_Q05
         self.channels = [tuple(int(x) for x in k) for k in chan_keys]
@@ -147,7 +148,7 @@ class TransferTimes:
             self._cube = (usual_q, cube, usual)
         return self._cube[1], self._cube[2]
 
-    def ratio_table(self, iterations: np.ndarray, usual_q: float = 0.10) -> np.ndarray:
+    def ratio_table(self, iterations: np.ndarray, usual_q: float | None = None) -> np.ndarray:
         """``(channels, len(iterations))``: per channel and iteration, the median over its
         operators of each one's transfer over its usual transfer (the ``usual_q`` quantile of
         that operator position -- the ``k``-th operator of the channel in an iteration -- over
@@ -162,7 +163,7 @@ class TransferTimes:
         out = np.full((len(self.channels), its.size), np.nan)
         if not self._its.size or not its.size:
             return out
-        cube, usual = self._op_cube(usual_q)
+        cube, usual = self._op_cube(or_shipped(usual_q, "cell_usual_q"))
         with np.errstate(all="ignore"):
             ratio = np.nanmedian(cube / np.where(usual > 0, usual, np.nan), axis=2) - 1.0
         pos = np.minimum(np.searchsorted(self._its, its), self._its.size - 1)
@@ -170,7 +171,7 @@ class TransferTimes:
         out[:, ok] = ratio[:, pos[ok]]
         return out
 
-    def op_times(self, channels: Any, iteration: int, usual_q: float = 0.10) -> tuple[np.ndarray, np.ndarray]:
+    def op_times(self, channels: Any, iteration: int, usual_q: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(excess, usual)`` of each operator of ``channels`` in ``iteration`` (ns, one entry per
         operator): how much longer than usual it took (may be negative) and its usual transfer
         (its position's ``usual_q`` quantile over the iterations): whether a cell's excess is one
@@ -183,7 +184,7 @@ class TransferTimes:
         rows = [int(c) for c in channels]
         if not rows or not self._its.size or i >= self._its.size or self._its[i] != iteration:
             return np.zeros(0), np.zeros(0)
-        cube, usual = self._op_cube(usual_q)
+        cube, usual = self._op_cube(or_shipped(usual_q, "cell_usual_q"))
         x, u = cube[rows, i, :], usual[rows, 0, :]
         ok = np.isfinite(x) & np.isfinite(u)
         return (x - u)[ok], u[ok]
@@ -203,10 +204,11 @@ class TransferTimes:
         out[:, ok] = self._t[:, pos[ok]]
         return out
 
-    def excess(self, iteration: int, min_iterations: int = 5) -> tuple[dict[int, float], dict[int, float]]:
+    def excess(self, iteration: int, min_iterations: int | None = None) -> tuple[dict[int, float], dict[int, float]]:
         """Per channel with at least ``min_iterations``: how much longer than usual (its first
         quartile) its transfers took in ``iteration``, and its healthy spread ``(q25 - q05) /
-        0.97``."""
+        0.97``. ``min_iterations``: threshold ``channel_min_iterations``."""
+        min_iterations = or_shipped(min_iterations, "channel_min_iterations")
         i = int(np.searchsorted(self._its, iteration))
         if i >= self._its.size or self._its[i] != iteration:
             return {}, {}
@@ -226,14 +228,15 @@ class TransferTimes:
 
 
 def pick_channels(excess: Mapping[Hashable, float], sigma: Mapping[Hashable, float],
-                  ranks: Mapping[Hashable, tuple[int, ...]], iteration_excess: float, *, share: float = 0.25,
-                  noise_z: float = 4.0, dominance: float = 3.0) -> tuple[str | None, list[Hashable]]:
+                  ranks: Mapping[Hashable, tuple[int, ...]], iteration_excess: float, *, share: float | None = None,
+                  noise_z: float | None = None, dominance: float | None = None) -> tuple[str | None, list[Hashable]]:
     """The slow channels of one iteration.
 
     A channel is slow when its transfer excess is at least ``share`` of the iteration's excess
     and ``noise_z`` of its own spread. The slowest one and the slow channels sharing a rank with
     it are the network's answer (``"network"``) unless an unrelated slow channel comes within
-    ``dominance`` of it (``"common"``: unrelated channels slowed together).
+    ``dominance`` of it (``"common"``: unrelated channels slowed together). Defaults: the
+    thresholds ``channel_share``, ``channel_z``, ``channel_dominance``.
 
     Returns
     -------
@@ -241,6 +244,9 @@ def pick_channels(excess: Mapping[Hashable, float], sigma: Mapping[Hashable, flo
     channels : list
         The slow channels, slowest first.
     """
+    share = or_shipped(share, "channel_share")
+    noise_z = or_shipped(noise_z, "channel_z")
+    dominance = or_shipped(dominance, "channel_dominance")
     slow = sorted((k for k, x in excess.items()
                    if x >= share * iteration_excess and x >= noise_z * sigma.get(k, 0.0)),
                   key=lambda k: -excess[k])

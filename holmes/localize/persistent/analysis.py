@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+from holmes.calibration.thresholds import or_shipped
+from holmes.display import SHOWN_RANKS
 from holmes.errors import ConfigError
 from holmes.localize.evidence.confidence import device_confidence
 from holmes.localize.persistent.compute_source import row_compute
@@ -56,16 +58,15 @@ from holmes.localize.persistent.wait import Folded, fold
 from holmes.localize.persistent.whatif import ideal_gaps, swap_compute
 from holmes.localize.persistent.whatif import replay as _replay
 from holmes.localize.report import DeviceScore
+from holmes.localize.persistent.whatif import ideal_gaps, swap_compute
+from holmes.localize.persistent.whatif import replay as _replay
+from holmes.stats import RATIO_FLOOR
 from holmes.topology import kinds
 
 __all__ = ["PersistentAnalysis", "PersistentSelection", "PersistentEvidence", "Suspect"]
 
 log = logging.getLogger(__name__)
 
-#: the what-if replays run on at most this many iterations of the window, evenly spaced (the mean
-#: step over 32 iterations is within the iteration noise of the whole window's, at a third of the
-#: cost for a 100-iteration window)
-_REPLAY_ITERATIONS = 32
 
 
 @dataclass
@@ -133,31 +134,32 @@ class PersistentAnalysis:
         if summary is not None:
             src.note_read(summary.ranks)
         else:
-            summary = persistent_summaries(src, sel.window)
+            summary = persistent_summaries(src, sel.window, thresholds=p.t)
         if summary.missing:
             run.assume(f"persistent: {len(summary.missing)} rank(s) unreadable; their operators are missing from "
                        f"the comparison and the replay")
-        f = fold(summary, src.communicators, program=p.whatif, consume=self.summary is None)
+        f = fold(summary, src.communicators, program=p.whatif, consume=self.summary is None, thresholds=p.t)
         if self.summary is None:
             del summary
         roles = Roles.from_communicators(src.communicators, src.world_size)
         ev = PersistentEvidence(sel.window, f.caused, f.compute, roles)
-        co: ComputeOutliers = compute_suspects(roles, f.caused, f.compute, z=p.persistent_z,
-                                               fraction=p.persistent_fraction, present=f.present,
-                                               min_effect=p.persistent_min_effect)
+        co: ComputeOutliers = compute_suspects(roles, f.caused, f.compute, z=p.t.persistent_z,
+                                               fraction=p.t.persistent_fraction, present=f.present,
+                                               min_effect=p.t.persistent_min_effect, thresholds=p.t)
         if co.no_peer:
             ev.no_peer = co.no_peer
-            shown = ", ".join(str(r) for r in co.no_peer[:8]) + (" ..." if len(co.no_peer) > 8 else "")
+            shown = ", ".join(str(r) for r in co.no_peer[:SHOWN_RANKS]) + (" ..." if len(co.no_peer) > SHOWN_RANKS else "")
             run.assume(f"persistent: no peer does the same work as rank(s) {shown} (a stage of one rank): "
                        "their compute is not compared")
         if not co.suspects:
-            ev.stage_hosts = stage_hosts(roles, f.compute, run.topology.host_of, z=p.persistent_z,
-                                         fraction=p.persistent_fraction, min_effect=p.persistent_min_effect,
-                                         present=f.present)
+            ev.stage_hosts = stage_hosts(roles, f.compute, run.topology.host_of, z=p.t.persistent_z,
+                                         fraction=p.t.persistent_fraction, min_effect=p.t.persistent_min_effect,
+                                         present=f.present, thresholds=p.t)
         classes = slot_classes(f.slot_info, roles.stage, f.NB, f.CNT, host_of=run.topology.host_of,
-                               communicators=src.communicators)
-        no: NetworkOutliers = network_suspects(f.slot_info, f.X, classes, run.topology, z=p.persistent_z,
-                                               fraction=p.persistent_fraction, min_excess=p.network_min_excess)
+                               communicators=src.communicators, bins_per_octave=p.t.slot_bins_per_octave)
+        no: NetworkOutliers = network_suspects(f.slot_info, f.X, classes, run.topology, z=p.t.persistent_z,
+                                               fraction=p.t.persistent_fraction, min_excess=p.t.network_min_excess,
+                                               thresholds=p.t)
         ev.suspects = co.suspects + no.suspects
         ev.compute_z, ev.outlier_rate, ev.moving_outliers = co.z, co.rate, co.moving
         ev.slot_ratio, ev.network_flags_rate, ev.device_hits = no.ratio, no.rate, no.device_hits
@@ -169,9 +171,11 @@ class PersistentAnalysis:
         prog = f.program
         if prog is None or not len(prog.inst):
             return
+        p = run.params
+        limits = (p.t.whatif_max_groups, p.t.whatif_max_ranks)
         T = prog.num_iterations
-        its = np.unique(np.linspace(0, T - 1, _REPLAY_ITERATIONS).round().astype(np.int64)) \
-            if T > _REPLAY_ITERATIONS else None
+        n_its = p.t.whatif_iterations
+        its = np.unique(np.linspace(0, T - 1, n_its).round().astype(np.int64)) if T > n_its else None
 
         # where the job has compute tables (every rank read): each rank's work after its last operator
         # of an iteration (the optimizer step) ends its step, as logged and at the ideal
@@ -213,20 +217,20 @@ class PersistentAnalysis:
         # WIA's decomposition: the ideal with one stage (replica) as logged -- its ranks' gaps and the
         # transfers of the instances they take part in -- over the ideal; one replay each
         ev.by_stage = self._decompose(ev.roles.stage, ev.roles.num_stages, W, prog, f, gap, g_ideal, x_ideal,
-                                      replay, ok, t_ideal, tails=tails)
+                                      replay, ok, t_ideal, tails=tails, limits=limits)
         rep = ev.roles.replica
         n_rep = int(rep.max()) + 1 if rep.size else 0
-        if n_rep <= 8:
+        if n_rep <= p.t.whatif_max_replicas:
             ev.by_replica = self._decompose(rep, n_rep, W, prog, f, gap, g_ideal, x_ideal, replay, ok, t_ideal,
-                                            tails=tails)
+                                            tails=tails, limits=limits)
         # transfers at their peers' (a network suspect's impact)
         ratio = ev.slot_ratio
         if ratio is not None and ratio.size:
-            x_peer = x * np.minimum(1.0 / np.maximum(ratio, 1e-9), 1.0)[f.inst_slot, f.inst_it]
+            x_peer = x * np.minimum(1.0 / np.maximum(ratio, RATIO_FLOOR), 1.0)[f.inst_slot, f.inst_it]
         else:
             x_peer = x
         # each suspect's impact: its work (transfers) at its peers' level
-        for s in ev.suspects[:8]:
+        for s in ev.suspects[:p.t.whatif_max_suspects]:
             if s.kind == "compute":
                 peers = [q for r in s.ranks for q in ev.roles.work_peers_of(r).tolist() if q not in s.ranks]
                 if tails is not None and rc is not None and peers:  # its compute records at its peers' means
@@ -246,13 +250,15 @@ class PersistentAnalysis:
     @staticmethod
     def _decompose(label: np.ndarray, n: int, W: int, prog: Any, f: Folded, gap: np.ndarray, g_ideal: np.ndarray,
                    x_ideal: np.ndarray, replay: Any, ok: np.ndarray, t_ideal: float,
-                   tails: tuple[np.ndarray, np.ndarray] | None = None) -> dict[int, float]:
+                   tails: tuple[np.ndarray, np.ndarray] | None = None,
+                   limits: tuple[int, int] | None = None) -> dict[int, float]:
         """Per group ``g`` of ``label`` (stage or replica per rank), the mean replayed step with the
         ideal everywhere but group ``g``'s gaps, its ranks' tails (``tails``: as logged, at the ideal)
         and the transfers of the instances its ranks take part in, over the ideal step (WIA's
-        ``blocking_decompose_by_stage`` / ``_by_dp_rank``). Jobs of at most 1,024 ranks and 64 groups
-        (one replay per group)."""
-        if not 1 < n <= 64 or W > 1024 or not t_ideal > 0:
+        ``blocking_decompose_by_stage`` / ``_by_dp_rank``). ``limits``: ``(max groups, max ranks)``,
+        the thresholds ``whatif_max_groups``, ``whatif_max_ranks`` (one replay per group)."""
+        max_groups, max_ranks = limits or (or_shipped(None, "whatif_max_groups"), or_shipped(None, "whatif_max_ranks"))
+        if not 1 < n <= max_groups or W > max_ranks or not t_ideal > 0:
             return {}
         row_group = label[f.row_rank]
         out: dict[int, float] = {}
@@ -272,18 +278,18 @@ class PersistentAnalysis:
         p, topo = run.params, run.topology
         T = len(ev.window)
         W = ev.caused.shape[0]
-        p0 = min(max(ev.outlier_rate, 1.0 / max(W, 1)), 0.5)
+        p0 = min(max(ev.outlier_rate, 1.0 / max(W, 1)), p.t.persistent_max_chance)
         out: list[DeviceScore] = []
         comp = [s for s in ev.suspects if s.kind == "compute"]
         by_host: dict[int, list[Suspect]] = {}
         for s in comp:
             by_host.setdefault(int(topo.host_of(s.ranks[0])), []).append(s)
-        gph = int(getattr(topo, "gpus_per_host", 8))
+        host_of = np.array([int(topo.host_of(r)) for r in range(W)]) if by_host else None
         for h, ss in by_host.items():
-            host_gpus = [r for r in range(h * gph, min((h + 1) * gph, W))]
+            host_gpus = np.flatnonzero(host_of == h).tolist()
             # the host when most of its GPUs work persistently beyond their peers (half the sigmas)
             cz = ev.compute_z[host_gpus] if ev.compute_z is not None else np.zeros((len(host_gpus), T))
-            slow_mates = int(((cz > p.persistent_z / 2).mean(axis=1) >= p.persistent_fraction).sum())
+            slow_mates = int(((cz > p.t.persistent_z / 2).mean(axis=1) >= p.t.persistent_fraction).sum())
             if len(host_gpus) > 1 and max(len(ss), slow_mates) >= max(2, (len(host_gpus) + 1) // 2):
                 hits = float(np.median([s.hits for s in ss]))
                 imp = sum(ev.impact.get(kinds.gpu(s.ranks[0]), 0.0) for s in ss)
@@ -300,7 +306,7 @@ class PersistentAnalysis:
             conf = device_confidence(sh.hits, T, p0)
             where = f"stage {sh.stages[0]}" if len(sh.stages) == 1 else "stages " + ", ".join(map(str, sh.stages))
             if sh.ambiguous:
-                conf = min(conf, 0.5)
+                conf = min(conf, p.t.persistent_ambiguous_conf)
                 run.assume(f"persistent: {where} works {100 * sh.effect:.0f}% more than the other stages on every "
                            f"replica, and all its ranks are host:{sh.host}'s GPUs: a slow host:{sh.host} and a heavier "
                            f"stage cannot be told apart from timing (host:{sh.host} is a candidate)")
@@ -310,7 +316,7 @@ class PersistentAnalysis:
             out.append(DeviceScore(kinds.host(sh.host), "host", sh.effect, causes=sh.hits, confidence=conf,
                                    evidence=(self.name,)))
         net = [s for s in ev.suspects if s.kind == "network"]
-        pn = min(max(ev.network_flags_rate, 1e-3), 0.5)
+        pn = min(max(ev.network_flags_rate, p.t.persistent_min_network_chance), p.t.persistent_max_chance)
         # explain-away: a device is discounted by how much less of its traffic is slow than the best
         # explanation's (a slow P2P direction slows no device's every transfer; its path's devices
         # are the candidates, the ones carrying the fewest healthy transfers first)
@@ -332,7 +338,7 @@ class PersistentAnalysis:
     def _non_device(self, run: Any, ev: PersistentEvidence, named: bool) -> None:
         """Name a pipeline-stage or micro-batch imbalance when no device explains the slowdown."""
         p = run.params
-        if named or ev.slowdown is None or (ev.slowdown - 1.0) * 100.0 < p.imbalance_pct:
+        if named or ev.slowdown is None or (ev.slowdown - 1.0) * 100.0 < p.t.imbalance_pct:
             return
         if ev.roles.num_stages > 1:
             C = ev.compute
@@ -349,14 +355,14 @@ class PersistentAnalysis:
             # the stage's own work exceeds the other stages' on every replica (not one replica's device)
             others = np.nanmedian(np.delete(per, s, axis=1), axis=1) if per.shape[1] > 1 else per[:, 0]
             margin = float(np.nanmin(per[:, s] / others)) - 1.0 if per.shape[1] > 1 else 0.0
-            if (v - 1.0 >= 0.5 * (ev.slowdown - 1.0) and (slowest == s).all()
-                    and 100.0 * margin >= p.imbalance_pct / 2):
+            if (v - 1.0 >= p.t.imbalance_stage_share * (ev.slowdown - 1.0) and (slowest == s).all()
+                    and 100.0 * margin >= p.t.imbalance_pct / 2):
                 ev.non_device_cause = {"kind": "pipeline_stage_imbalance", "stage": int(s),
                                        "stage_slowdown": round(v, 4), "slowdown": round(ev.slowdown, 4)}
                 run.assume(f"persistent: pipeline stage {s} is the slowest on every replica; alone it makes the "
                            f"step {100 * (v - 1):.1f}% longer than the balanced ideal (a stage imbalance, no device)")
                 return
-        if ev.moving_outliers >= 0.5:
+        if ev.moving_outliers >= p.t.microbatch_moving_share:
             ev.non_device_cause = {"kind": "microbatch_imbalance", "slowdown": round(ev.slowdown, 4),
                                    "iterations_with_outlier_pct": round(100 * ev.moving_outliers, 1)}
             run.assume("persistent: the slow position moves between replicas from iteration to iteration "

@@ -44,6 +44,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from holmes.calibration.thresholds import Thresholds, load_thresholds, or_shipped
+from holmes.display import SHOWN_MISSING
 from holmes.errors import ConfigError, JobError
 from holmes.io.schema import OP_NAMES
 
@@ -53,8 +55,9 @@ __all__ = ["RankSummary", "PersistentSummary", "persistent_window", "persistent_
 log = logging.getLogger(__name__)
 
 _SEND, _RECV = "send", "recv"
-#: bits of a slot key: communicator code << 42 | (sender + 1) << 21 | (receiver + 1)
-_RBITS = 21
+#: bits of a slot key: communicator code << 42 | (sender + 1) << 21 | (receiver + 1): three fields of a
+#: 63-bit key
+_RBITS = (np.iinfo(np.int64).bits - 1) // len(("communicator", "sender", "receiver"))
 
 #: the operators a summary tells apart (``opk`` indexes this tuple; any other name is ``len(OP_KINDS)``)
 OP_KINDS: tuple[str, ...] = tuple(OP_NAMES)
@@ -129,8 +132,9 @@ class PersistentSummary:
         return int(sum(s.nbytes for s in self.per_rank.values()))
 
 
-def persistent_window(job: Any, pivot: int = 0, window: int = 200) -> np.ndarray:
-    """The iterations the persistent analysis looks at: the pivot's last ``window`` iterations.
+def persistent_window(job: Any, pivot: int = 0, window: int | None = None) -> np.ndarray:
+    """The iterations the persistent analysis looks at: the pivot's last ``window`` iterations
+    (default: the threshold ``default_persistent_window``).
 
     Raises
     ------
@@ -146,10 +150,10 @@ def persistent_window(job: Any, pivot: int = 0, window: int = 200) -> np.ndarray
         if exc is not None:
             raise exc
         raise JobError(f"pivot rank {pivot}: no iterations in its log")
-    return np.asarray(got[0], dtype=np.int64)[-int(window):]
+    return np.asarray(got[0], dtype=np.int64)[-int(or_shipped(window, "default_persistent_window")):]
 
 
-def persistent_rank_summary(job: Any, rank: int, window: Any) -> PersistentSummary:
+def persistent_rank_summary(job: Any, rank: int, window: Any, thresholds: Thresholds | None = None) -> PersistentSummary:
     """Map step: read one rank's log and summarize it (a :class:`PersistentSummary` of one rank).
 
     Parameters
@@ -160,6 +164,9 @@ def persistent_rank_summary(job: Any, rank: int, window: Any) -> PersistentSumma
     rank : int
     window : sequence of int
         The iterations to keep (:func:`persistent_window`).
+    thresholds : Thresholds, optional
+        Whose ``wait_ratio``, ``wait_slack_ns`` and ``persistent_starts_max_world`` apply (default
+        the shipped ones).
 
     Returns
     -------
@@ -178,8 +185,9 @@ def persistent_rank_summary(job: Any, rank: int, window: Any) -> PersistentSumma
     if t is None:
         out.missing[r] = src.missing.get(r, f"log of rank {r} is missing")
         return out
-    starts = _iteration_starts(src, r) if src.world_size <= 1024 else None
-    s = summarize_table(r, t, win, starts)
+    th = thresholds or load_thresholds()
+    starts = _iteration_starts(src, r) if src.world_size <= th.persistent_starts_max_world else None
+    s = summarize_table(r, t, win, starts, wait_ratio=th.wait_ratio, wait_slack_ns=th.wait_slack_ns)
     if s is not None:
         out.per_rank[r] = s
     return out
@@ -189,7 +197,7 @@ def persistent_rank_summary(job: Any, rank: int, window: Any) -> PersistentSumma
 COLUMNS = ("iteration", "op_index", "comm_id", "seq", "op", "peer", "nbytes", "start_ns", "end_ns")
 
 
-def persistent_summaries(job: Any, window: Any, ranks: Any = None) -> PersistentSummary:
+def persistent_summaries(job: Any, window: Any, ranks: Any = None, thresholds: Thresholds | None = None) -> PersistentSummary:
     """Map and reduce in one process: the merged summary of ``ranks`` (default every rank).
 
     Reads through the job's batch read path (:meth:`holmes.io.Job.iter_ranks`: files opened once,
@@ -203,16 +211,18 @@ def persistent_summaries(job: Any, window: Any, ranks: Any = None) -> Persistent
     rs = list(range(src.world_size)) if ranks is None else sorted(int(r) for r in ranks)
     batch = getattr(src.job, "iter_ranks", None)
     if batch is None:
-        return merge_summaries(*(persistent_rank_summary(src, r, win) for r in rs))
+        return merge_summaries(*(persistent_rank_summary(src, r, win, thresholds) for r in rs))
     out = PersistentSummary(win, src.world_size)
-    small = src.world_size <= 1024
+    th = thresholds or load_thresholds()
+    small = src.world_size <= th.persistent_starts_max_world
     for r, t, err in batch([r for r in rs if r not in src.missing], columns=list(COLUMNS), errors="skip"):
         if t is None:
             why = " ".join(str(err).split()) if err is not None else f"log of rank {r} is missing"
             out.missing[r] = src.missing[r] = why
             log.warning("rank %d skipped: %s", r, why)
             continue
-        s = summarize_table(r, t, win, _iteration_starts(src, r) if small else None)
+        s = summarize_table(r, t, win, _iteration_starts(src, r) if small else None, wait_ratio=th.wait_ratio,
+                            wait_slack_ns=th.wait_slack_ns)
         if s is not None:
             out.per_rank[r] = s
     for r in rs:
@@ -239,7 +249,7 @@ def merge_summaries(*parts: PersistentSummary) -> PersistentSummary:
             raise ConfigError("merge_summaries: the summaries are of different jobs or windows")
         twice = set(p.per_rank) & set(out.per_rank)
         if twice:
-            raise ConfigError(f"merge_summaries: rank(s) {sorted(twice)[:5]} summarized twice")
+            raise ConfigError(f"merge_summaries: rank(s) {sorted(twice)[:SHOWN_MISSING]} summarized twice")
         out.per_rank.update(p.per_rank)
         for r, why in p.missing.items():
             out.missing.setdefault(r, why)
@@ -248,8 +258,10 @@ def merge_summaries(*parts: PersistentSummary) -> PersistentSummary:
     return out
 
 
-def summarize_table(r: int, t: pa.Table, win: np.ndarray, starts: dict[int, int] | None) -> RankSummary | None:
-    """The :class:`RankSummary` of rank ``r``'s CommOps table (None: no operator in the window)."""
+def summarize_table(r: int, t: pa.Table, win: np.ndarray, starts: dict[int, int] | None, *,
+                    wait_ratio: float | None = None, wait_slack_ns: float | None = None) -> RankSummary | None:
+    """The :class:`RankSummary` of rank ``r``'s CommOps table (None: no operator in the window);
+    ``wait_ratio``, ``wait_slack_ns``: :func:`_own_work`'s."""
     if t.num_rows == 0:
         return None
     col = {c: _np(t.column(c)) for c in ("iteration", "start_ns", "end_ns", "op_index", "seq", "nbytes")}
@@ -283,7 +295,7 @@ def summarize_table(r: int, t: pa.Table, win: np.ndarray, starts: dict[int, int]
     widx = np.searchsorted(win, it).astype(np.int32)
     iter_ptr = np.searchsorted(widx, np.arange(T + 1)).astype(np.int64)
     compute = np.bincount(widx, weights=gap, minlength=T).astype(np.float64)
-    own = _own_work(gap, dur, col["op_index"][sel])
+    own = _own_work(gap, dur, col["op_index"][sel], wait_ratio, wait_slack_ns)
     comms, comm = _codes(t.column("comm_id"))
     opk = _op_kinds(t.column("op"))[sel]
     op = np.where(opk == _KIND_SEND, 1, np.where(opk == _KIND_RECV, 2, 0))
@@ -309,7 +321,8 @@ def _np(col: Any) -> np.ndarray:
         (col.chunk(0) if isinstance(col, pa.ChunkedArray) else col).to_numpy(zero_copy_only=False)
 
 
-def _own_work(gap: np.ndarray, dur: np.ndarray, op_index: np.ndarray) -> np.ndarray:
+def _own_work(gap: np.ndarray, dur: np.ndarray, op_index: np.ndarray, ratio: float | None = None,
+              slack_ns: float | None = None) -> np.ndarray:
     """Per row, the rank's own work since it last waited: the sum of its compute gaps since the
     last operator that lasted clearly longer than that operator's shortest copy over the window
     (1.5x + 20 us), this row's gap included. Collectives in which every member was slow (a whole
@@ -324,7 +337,8 @@ def _own_work(gap: np.ndarray, dur: np.ndarray, op_index: np.ndarray) -> np.ndar
     pos = op_index.astype(np.int64)
     dmin = np.full(int(pos.max()) + 1, np.iinfo(np.int64).max)
     np.minimum.at(dmin, pos, dur)
-    waited = dur > 1.5 * dmin[pos] + 20_000
+    ratio, slack_ns = or_shipped(ratio, "wait_ratio"), or_shipped(slack_ns, "wait_slack_ns")
+    waited = dur > ratio * dmin[pos] + slack_ns
     c = np.cumsum(gap)
     reset = np.zeros(n, np.bool_)
     reset[0] = True

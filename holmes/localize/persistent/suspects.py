@@ -32,9 +32,11 @@ from typing import Any
 
 import numpy as np
 
+from holmes.calibration.thresholds import Thresholds, load_thresholds, or_shipped
+from holmes.display import SHOWN_CANDIDATES
 from holmes.localize.evidence.ranking import network_devices
 from holmes.localize.persistent.peers import Roles, faster_half_mean
-from holmes.stats import MAD_SIGMA
+from holmes.stats import MAD_SIGMA, MEDIAN_SE
 
 __all__ = ["Suspect", "ComputeOutliers", "NetworkOutliers", "compute_suspects", "network_suspects", "slot_classes",
            "StageHost", "stage_hosts"]
@@ -96,7 +98,8 @@ def _separated(eff: np.ndarray, gap: float) -> np.ndarray:
 
 
 def compute_suspects(roles: Roles, caused: np.ndarray, compute: np.ndarray, *, z: float,
-                     fraction: float, present: np.ndarray | None = None, min_effect: float = 0.08) -> ComputeOutliers:
+                     fraction: float, present: np.ndarray | None = None, min_effect: float | None = None,
+                     thresholds: Thresholds | None = None) -> ComputeOutliers:
     """Ranks whose own work persistently exceeds their work peers' while others waited on them.
 
     Each rank's work in each iteration is compared, in log scale, with the mean of the faster half
@@ -118,15 +121,20 @@ def compute_suspects(roles: Roles, caused: np.ndarray, compute: np.ndarray, *, z
 
     ``present``: the ranks summarized (the others are left out of their groups' statistics). Ranks
     with no work peer are listed in ``no_peer``; ``z`` of the result is each rank's excess in units
-    of the noise, per iteration.
+    of the noise, per iteration. ``min_effect`` defaults to the threshold ``persistent_min_effect``;
+    ``thresholds`` (default the shipped ones) give ``persistent_work_floor`` (work under this share
+    of the step counts as that share before the log), ``persistent_min_sigma`` (the noise floor, in
+    log units) and ``persistent_gap_share`` (the widest gap, as a share of ``min_effect``).
     """
+    th = thresholds or load_thresholds()
+    min_effect = or_shipped(min_effect, "persistent_min_effect")
     W, T = caused.shape
     zs = np.zeros((W, T))
     if T == 0:
         return ComputeOutliers([], zs, 0.0, 0.0)
     C = compute.astype(np.float64)
     step = float(np.nanmedian(np.nanmean(C, axis=0))) if W else 0.0
-    floor = max(step * 1e-3, 1.0)
+    floor = max(step * th.persistent_work_floor, 1.0)
     flags = np.zeros((W, T), np.bool_)
     effect = np.zeros(W)
     strong = np.zeros(W, np.bool_)
@@ -143,13 +151,14 @@ def compute_suspects(roles: Roles, caused: np.ndarray, compute: np.ndarray, *, z
         x = np.log(np.maximum(C[m], floor))
         d = x - faster_half_mean(x)
         med_d = np.median(d, axis=1, keepdims=True)
-        sig = max(MAD_SIGMA * float(np.median(np.abs(d - med_d))), 0.002)
+        sig = max(MAD_SIGMA * float(np.median(np.abs(d - med_d))), th.persistent_min_sigma)
         tot = caused[m].sum(axis=1)
         f = (d > min_log / 2) & (tot > faster_half_mean(tot[:, None]))[:, None]
         zs[m] = d / sig
         flags[m] = f
-        sig_med = 1.2533 * sig / math.sqrt(T)  # standard error of a median of T iterations
-        strong[m] = (med_d[:, 0] >= min_log) & (med_d[:, 0] >= z * sig_med) & _separated(med_d[:, 0], 0.75 * min_log)
+        sig_med = MEDIAN_SE * sig / math.sqrt(T)  # standard error of a median of T iterations
+        strong[m] = (med_d[:, 0] >= min_log) & (med_d[:, 0] >= z * sig_med) & \
+            _separated(med_d[:, 0], th.persistent_gap_share * min_log)
         effect[m] = np.expm1(med_d[:, 0])
         counted += T
         # a slow position that moves between replicas: outliers most iterations, no persistent one
@@ -179,7 +188,8 @@ class StageHost:
 
 
 def stage_hosts(roles: Roles, compute: np.ndarray, host_of: Any, *, z: float, fraction: float,
-                min_effect: float, present: np.ndarray | None = None) -> list[StageHost]:
+                min_effect: float, present: np.ndarray | None = None,
+                thresholds: Thresholds | None = None) -> list[StageHost]:
     """Hosts that make up whole slow pipeline stages (where no work peer is on another host).
 
     When a host holds every rank of a stage (every TP position of every replica), the stage's
@@ -201,6 +211,7 @@ def stage_hosts(roles: Roles, compute: np.ndarray, host_of: Any, *, z: float, fr
     ...                                                          fraction=0.6, min_effect=0.08)]
     [(0, [0, 1], False)]
     """
+    th = thresholds or load_thresholds()
     W, T = compute.shape
     S = roles.num_stages
     if S < 2 or T == 0:
@@ -218,9 +229,10 @@ def stage_hosts(roles: Roles, compute: np.ndarray, host_of: Any, *, z: float, fr
     v = stage_x[have]
     d = v - faster_half_mean(v)
     med = np.median(d, axis=1)
-    sig = max(MAD_SIGMA * float(np.median(np.abs(d - med[:, None]))), 0.002)
+    sig = max(MAD_SIGMA * float(np.median(np.abs(d - med[:, None]))), th.persistent_min_sigma)
     min_log = math.log1p(max(min_effect, 0.0))
-    slow = (med >= min_log) & (med >= z * 1.2533 * sig / math.sqrt(T)) & _separated(med, 0.75 * min_log) & \
+    slow = (med >= min_log) & (med >= z * MEDIAN_SE * sig / math.sqrt(T)) & \
+        _separated(med, th.persistent_gap_share * min_log) & \
         ((d > min_log / 2).mean(axis=1) >= fraction)
     if not slow.any():
         return []
@@ -246,22 +258,24 @@ def stage_hosts(roles: Roles, compute: np.ndarray, host_of: Any, *, z: float, fr
 
 
 def slot_classes(slot_info: list[tuple], stage: np.ndarray, NB: np.ndarray, CNT: np.ndarray,
-                 host_of: Any = None, communicators: Any = None) -> list[np.ndarray]:
+                 host_of: Any = None, communicators: Any = None, bins_per_octave: int | None = None) -> list[np.ndarray]:
     """Peer slots: channels doing the same transfers, so that their transfer times compare.
 
     P2P pairs of the same communicator kind and direction along the communicator's rank order (a
     pipeline's forward or backward sends, between any adjacent stages); collectives of the same
-    kind and size; both with the same instance count and volume (to a quarter of a factor of two)
+    kind and size; both with the same instance count and volume (to ``1 / bins_per_octave`` of a
+    factor of two, threshold ``slot_bins_per_octave``)
     and, with ``host_of``, the same locality (a P2P pair inside one host or between two; a
     collective spanning the same number of hosts): an NVSwitch transfer is not a peer of a NIC one.
     Without ``communicators`` the P2P direction is told by the stages (``stage``)."""
+    bins = or_shipped(bins_per_octave, "slot_bins_per_octave")
     classes: dict[tuple, list[int]] = {}
     for s, info in enumerate(slot_info):
         kind, members = info[1], info[2]
         hosts = len({int(host_of(int(r))) for r in members}) if host_of is not None and len(members) else 0
         if info[0] == "p":
             snd, rcv = int(members[0]), int(members[1])
-            c = communicators.get(info[3]) if communicators is not None else None
+            c = communicators.get(info[-1]) if communicators is not None else None   # its comm_id
             ranks = [int(r) for r in (c.ranks if hasattr(c, "ranks") else c[1])] if c is not None else []
             if snd in ranks and rcv in ranks:
                 d = int(np.sign(ranks.index(rcv) - ranks.index(snd)))
@@ -270,13 +284,13 @@ def slot_classes(slot_info: list[tuple], stage: np.ndarray, NB: np.ndarray, CNT:
             key: tuple = ("p", kind, d, hosts)
         else:
             key = ("c", kind, len(members), hosts)
-        key += (int(CNT[s]), int(round(math.log2(NB[s] + 1) * 4)))
+        key += (int(CNT[s]), int(round(math.log2(NB[s] + 1) * bins)))
         classes.setdefault(key, []).append(s)
     return [np.asarray(v) for _, v in sorted(classes.items(), key=lambda kv: kv[1][0])]
 
 
 def network_suspects(slot_info: list[tuple], X: np.ndarray, classes: list[np.ndarray], topology: Any, *, z: float,
-                     fraction: float, min_excess: float) -> NetworkOutliers:
+                     fraction: float, min_excess: float, thresholds: Thresholds | None = None) -> NetworkOutliers:
     """Slots whose transfers are persistently slower than their peer slots', and the network
     devices on the paths of most slow slots and of few healthy ones.
 
@@ -284,7 +298,11 @@ def network_suspects(slot_info: list[tuple], X: np.ndarray, classes: list[np.nda
     half of its class (:func:`slot_classes`; with two slots, the faster one). A slot is slow when
     its median excess is at least ``min_excess`` (relative) and ``z`` times the class's
     iteration-to-iteration noise, and its excess is at least half ``min_excess`` in ``fraction`` of
-    the iterations."""
+    the iterations. ``thresholds`` (default the shipped ones) give ``network_min_sigma`` (the class
+    noise floor, log units), ``network_hit_share`` (an iteration is a device's hit when at least this
+    share of the slots crossing it are flagged) and ``network_candidate_share`` (devices scoring at
+    least this share of the best are candidates)."""
+    th = thresholds or load_thresholds()
     S, T = X.shape
     flags = np.zeros((S, T), np.bool_)
     strong = np.zeros(S, np.bool_)
@@ -300,7 +318,7 @@ def network_suspects(slot_info: list[tuple], X: np.ndarray, classes: list[np.nda
         lv = np.log(np.where(v > 0, v, 1.0))
         lr = np.where(ok, lv - faster_half_mean(lv), 0.0)  # over the faster half of the peer slots
         med = np.median(lr[:, ok], axis=1)
-        sig = max(MAD_SIGMA * float(np.median(np.abs(lr[:, ok] - med[:, None]))), 0.01)
+        sig = max(MAD_SIGMA * float(np.median(np.abs(lr[:, ok] - med[:, None]))), th.network_min_sigma)
         flags[idx] = ok & (lr > min_log / 2)
         # per-iteration noise, not the median's standard error: channels of one class differ by more
         # than chance in healthy jobs (a later stage's gradient reduction overlaps other work)
@@ -328,15 +346,15 @@ def network_suspects(slot_info: list[tuple], X: np.ndarray, classes: list[np.nda
         cover = sum(excess[s] for s in n_slow) / total_excess
         best.append((share * cover, d))
         per_it = flags[np.asarray(cross)].mean(axis=0)
-        out.device_hits[d] = (float((per_it >= 0.5).sum()), share)
+        out.device_hits[d] = (float((per_it >= th.network_hit_share).sum()), share)
     # devices crossed by exactly the same slots (a NIC and its cable) cannot be told apart: adjacent
     best.sort(key=lambda zd: (-round(zd[0], 9), tuple(crossing[zd[1]]), zd[1]))
     top = best[0][0] if best else 0.0
     for sc, d in best:
-        if sc < 0.5 * top:
+        if sc < th.network_candidate_share * top:
             break
         ss = [s for s in crossing[d] if s in slow_set]
         ranks = sorted({r for s in ss for r in slot_info[s][2]})
         out.suspects.append(Suspect("network", ranks, int(out.device_hits[d][0]), sc, devices=[d], slots=ss))
-    log.info("persistent: %d slow slot(s); network candidates %s", slow.size, [d for _, d in best[:4]])
+    log.info("persistent: %d slow slot(s); network candidates %s", slow.size, [d for _, d in best[:SHOWN_CANDIDATES]])
     return out

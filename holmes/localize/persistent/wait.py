@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from holmes._jit import njit
+from holmes.calibration.thresholds import Thresholds, load_thresholds, or_shipped
 from holmes.localize.persistent.rank import _RBITS, FIELDS, PersistentSummary
 from holmes.localize.persistent.whatif import Program
 
@@ -48,6 +49,9 @@ log = logging.getLogger(__name__)
 
 _BIG = np.iinfo(np.int64).max
 _MASK = (1 << _RBITS) - 1
+#: an operator type key packs the slot kind, the operator and the size class in bytes
+_BYTE_BITS = np.iinfo(np.uint8).bits
+_BYTE_MAX = np.iinfo(np.uint8).max
 
 
 @dataclass
@@ -72,9 +76,11 @@ class Folded:
 
 
 def fold(summary: PersistentSummary, communicators: Mapping[str, Any], *, program: bool = True,
-         consume: bool = False) -> Folded:
+         consume: bool = False, thresholds: Thresholds | None = None) -> Folded:
     """Fold a merged summary into the persistent analysis's tables (ranks in ascending order);
-    ``consume``: empty ``summary.per_rank`` on the way (halves the peak memory)."""
+    ``consume``: empty ``summary.per_rank`` on the way (halves the peak memory); ``thresholds``:
+    whose ``slot_bins_per_octave`` and ``dense_lookup_max`` apply (default the shipped ones)."""
+    th = thresholds or load_thresholds()
     W, win = summary.world_size, summary.window
     T = len(win)
     ranks = summary.ranks
@@ -143,7 +149,8 @@ def fold(summary: PersistentSummary, communicators: Mapping[str, Any], *, progra
     inst_it = np.where(it1 >= 0, it1, 0)
     X = np.bincount(inst_slot[full] * T + inst_it[full], weights=x[full], minlength=S * T).reshape(S, T) \
         if T else np.zeros((S, 0))
-    inst_type, type_x = operator_types(info, communicators, inst_slot, inst_op, nb, x, full, has)
+    inst_type, type_x = operator_types(info, communicators, inst_slot, inst_op, nb, x, full, has,
+                                       bins_per_octave=th.slot_bins_per_octave, dense_max=th.dense_lookup_max)
     del inst_op
     NB = np.bincount(inst_slot[has], weights=nb[has].astype(np.float64), minlength=S)
     CNT = np.bincount(inst_slot[has], minlength=S).astype(np.float64)
@@ -158,12 +165,13 @@ def fold(summary: PersistentSummary, communicators: Mapping[str, Any], *, progra
 
 
 def operator_types(info: list[tuple], communicators: Mapping[str, Any], inst_slot: np.ndarray, inst_op: np.ndarray,
-                   nb: np.ndarray, x: np.ndarray, full: np.ndarray, has: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                   nb: np.ndarray, x: np.ndarray, full: np.ndarray, has: np.ndarray, *,
+                   bins_per_octave: int | None = None, dense_max: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per instance its *operator type*, and per type the median transfer time of its instances.
 
     Two instances are of one type when they are the same operator (``inst_op``, an index into
-    :data:`~holmes.localize.persistent.rank.OP_KINDS`) with the same message size (to a quarter of a
-    factor of two) on communicators of the same kind and size -- or, for P2P, of the same kind and
+    :data:`~holmes.localize.persistent.rank.OP_KINDS`) with the same message size (to
+    ``1 / bins_per_octave`` of a factor of two, threshold ``slot_bins_per_octave``) on communicators of the same kind and size -- or, for P2P, of the same kind and
     direction along the communicator's rank order (a pipeline's forward or backward sends): WIA's
     operator types (``grads-reduce-scatter``, ``forward-send``, ...) on communication logs. The
     median is over the instances every member logged (``full``; else over those any member logged).
@@ -179,7 +187,7 @@ def operator_types(info: list[tuple], communicators: Mapping[str, Any], inst_slo
     scode = np.zeros(len(info), np.int64)
     for s, i in enumerate(info):
         if i[0] == "p":
-            c = communicators.get(i[3])
+            c = communicators.get(i[-1])   # the slot's comm_id
             ranks = [int(r) for r in (c.ranks if hasattr(c, "ranks") else c[1])] if c is not None else []
             snd, rcv = i[2]
             d = int(np.sign(ranks.index(rcv) - ranks.index(snd))) if snd in ranks and rcv in ranks else 0
@@ -188,17 +196,18 @@ def operator_types(info: list[tuple], communicators: Mapping[str, Any], inst_slo
             k = ("c", i[1], len(i[2]))
         scode[s] = skey.setdefault(k, len(skey))
     key = scode[inst_slot]
-    key <<= 8
+    bins = or_shipped(bins_per_octave, "slot_bins_per_octave")
+    key <<= _BYTE_BITS
     key += inst_op
-    key <<= 8
+    key <<= _BYTE_BITS
     if nb.any():
-        key += np.clip(np.round(np.log2(nb.astype(np.float64) + 1.0) * 4), 0, 255).astype(np.int64)
-    span = (len(skey) or 1) << 16
-    if span <= 1 << 24:  # few slot kinds (always, in practice): a dense look-up, no sort
+        key += np.clip(np.round(np.log2(nb.astype(np.float64) + 1.0) * bins), 0, _BYTE_MAX).astype(np.int64)
+    span = (len(skey) or 1) << (2 * _BYTE_BITS)
+    if span <= or_shipped(dense_max, "dense_lookup_max"):  # few slot kinds (always, in practice): dense, no sort
         seen = np.zeros(span, np.bool_)
         seen[key] = True
         lut = np.cumsum(seen) - 1
-        typ = lut.astype(np.int16 if lut[-1] < 1 << 15 else np.int32)[key]
+        typ = lut.astype(np.int16 if lut[-1] <= np.iinfo(np.int16).max else np.int32)[key]
     else:
         typ = np.unique(key, return_inverse=True)[1].astype(np.int32).ravel()
     del key
