@@ -8,12 +8,14 @@ paper's: iteration monitor on a pivot rank, abnormal-operator detector, Algorith
 communication-operator graph (fetching only the ranks the search visits), cross-iteration MAP
 ranking of devices.
 
-Submodules: :mod:`~holmes.localize.params`, :mod:`~holmes.localize.pipeline`,
-:mod:`~holmes.localize.irregular.analysis`, :mod:`~holmes.localize.evidence.sources` (progressive fetching),
-:mod:`~holmes.localize.evidence.search` (Algorithm 1), :mod:`~holmes.localize.evidence.ranking` (R, MAP, decay,
-narrowing), :mod:`~holmes.localize.irregular.healthy` (clearing devices crossed quickly),
-:mod:`~holmes.localize.irregular.probe` (network probes), :mod:`~holmes.localize.irregular.host_probe` (GPU or host),
-:mod:`~holmes.localize.report`.
+One sub-package per analysis over the evidence they share: :mod:`~holmes.localize.irregular`
+(the paper's; two strategies, the whole job compared cell by cell or Algorithm 1 from the pivot),
+:mod:`~holmes.localize.persistent` (stragglers against role peers, what-if replay),
+:mod:`~holmes.localize.hang` (the wait-for graph of a stuck job) and
+:mod:`~holmes.localize.evidence` (the search, the job source, the ranking, the confidence, the
+per-rank summary); on top :mod:`~holmes.localize.params`, :mod:`~holmes.localize.pipeline` (the
+analysis registry ``ANALYSIS_CLASSES``), :mod:`~holmes.localize.report` and
+:mod:`~holmes.localize.mapreduce` (the persistent analysis on Dask).
 """
 
 from holmes.localize.evidence.ranking import (DEFAULT_PRIOR, DeviceRanking, cause_devices, irregularity_rate,

@@ -163,6 +163,17 @@ class HangAnalysis:
     """Localize a hang from the ops in flight at the end of the logs (select -> gather -> rank)."""
 
     name = "hang"
+    reads_every_rank = False
+
+    @staticmethod
+    def ends_run(finding: Any) -> bool:
+        """A hang found ends the run: the timing analyses after it need completed iterations."""
+        return bool(getattr(finding.evidence, "found", False))
+
+    @staticmethod
+    def report_fields(run: Any, finding: Any) -> dict[str, Any]:
+        """The report's ``hang`` object when ops were in flight at the end of the logs."""
+        return {"hang": finding.evidence.to_json()} if getattr(finding.evidence, "found", False) else {}
 
     def select(self, run: Any) -> HangSelection:
         """Every rank's collectives when the job can hold ops in flight; nothing otherwise."""

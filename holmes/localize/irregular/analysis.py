@@ -43,7 +43,7 @@ from holmes.localize.irregular.transfer import TransferTimes
 from holmes.localize.report import DeviceScore
 from holmes.topology import kinds
 
-__all__ = ["IrregularAnalysis", "Selection", "Evidence"]
+__all__ = ["IrregularAnalysis", "PivotSearch", "WholeJobComparison", "Selection", "Evidence"]
 
 log = logging.getLogger(__name__)
 
@@ -99,105 +99,47 @@ class Evidence:
 
 
 class IrregularAnalysis:
-    """Explain the pivot's delta-irregular iterations (select -> gather -> rank)."""
+    """Explain the pivot's delta-irregular iterations (select -> gather -> rank) by one of two
+    strategies, chosen per job by :meth:`for_run` (the pipeline asks it before the steps):
+    :class:`WholeJobComparison` when the job is read whole (``world_size <= full_read``), else
+    :class:`PivotSearch`, Algorithm 1 on the detector's operator labels. Its own ``select`` and
+    ``gather`` go to that strategy; ``rank`` is the same for both."""
 
     name = "irregular"
+    reads_every_rank = False
+
+    @staticmethod
+    def ends_run(finding: Any) -> bool:
+        """Never: the analyses after it still apply."""
+        return False
+
+    @staticmethod
+    def report_fields(run: Any, finding: Any) -> dict[str, Any]:
+        """The report's root causes, irregular iterations, window, iterations without a cause and
+        timing facts (:func:`report_timing`); when the detector's operator flags steered Algorithm 1,
+        says so among the first assumptions (a job compared cell by cell, or one with nothing
+        searched, used no operator label)."""
+        sel, ev = finding.selection, finding.evidence
+        if getattr(ev, "cells", None) is None and len(sel.chosen):
+            run.assumptions.insert(min(1, len(run.assumptions)),
+                                   "abnormal operators flagged by " + " ".join(repr(run.detector).split()))
+        return {"root_causes": ev.causes, "irregular_iterations": [int(i) for i in sel.irregular],
+                "window": [int(i) for i in sel.window], "iterations_without_cause": ev.without_cause,
+                **report_timing(sel, ev, run.params.delta)}
+
+    def for_run(self, run: Any) -> IrregularAnalysis:
+        """The strategy for this job: :class:`WholeJobComparison` when every rank is read
+        (``full_read``), else :class:`PivotSearch`."""
+        p = run.params
+        return WholeJobComparison() if p.full_read and run.source.world_size <= p.full_read else PivotSearch()
 
     def select(self, run: Any) -> Selection:
-        """The window of the pivot's iterations and its irregular ones."""
-        p = run.params
-        search = run.search
-        if search.rank_ops(p.pivot) is None:
-            raise JobError(f"pivot rank {p.pivot}: {run.source.missing.get(p.pivot, 'log unavailable')}")
-        it_all, dur_all = _iteration_times(run.source, p.pivot)
-        its, durs = it_all[-p.window:], dur_all[-p.window:].astype(float)
-        whole = bool(p.full_read) and run.source.world_size <= p.full_read
-        flags = flag_iterations(its, durs, p, whole, run.assume)
-        mask, z = flags.irregular, flags.z
-        irregular = its[mask]
-        w = iteration_weights(z[mask], p.t.noise_z)
-        weights = {int(i): float(x) for i, x in zip(irregular, w)}
-        if len(its) < 5:
-            run.assume(f"only {len(its)} iteration(s) in the window: irregularity rates are unreliable")
-        chosen = irregular[w > 0]
-        if len(chosen) < len(irregular):
-            run.assume(f"{len(irregular) - len(chosen)} of {len(irregular)} irregular iteration(s) lie within the "
-                       f"job's own noise (under {p.t.noise_z - 1:g} healthy sigmas): not searched")
-        if p.max_iterations is not None and len(chosen) > p.max_iterations:
-            sev = durs[np.isin(its, chosen)]
-            chosen = np.sort(chosen[np.argsort(-sev, kind="stable")[:p.max_iterations]])
-            run.assume(f"searched the {p.max_iterations} most irregular of {len(irregular)} irregular iterations")
-        if not len(irregular):
-            run.assume(f"no irregular iteration (delta={p.delta}) on pivot rank {p.pivot}: nothing to localize")
-        return Selection(its, durs, irregular, chosen, weights, z, flags.min_hits, its[flags.candidates])
+        """The window of the pivot's iterations and its irregular ones (by the job's strategy)."""
+        return self.for_run(run).select(run)
 
     def gather(self, run: Any, sel: Selection) -> Evidence:
-        """Root causes of the chosen iterations and the devices each implicates."""
-        p, search, topo = run.params, run.search, run.topology
-        ev = Evidence()
-        ref = IrregularityRule(p.delta).reference(sel.durations)
-        excess = dict(zip(sel.window.tolist(), (sel.durations - ref).tolist()))
-        transfers = None
-        if p.full_read and run.source.world_size <= p.full_read:
-            for r in range(run.source.world_size):
-                search.rank_ops(r)
-            transfers = TransferTimes(search.graph.ranks, search.graph.members)
-            cells = None if run.source.missing else \
-                CellEvidence(search.graph.ranks, search.graph.members, topo.host_of, transfers,
-                             usual_q=p.t.cell_usual_q, tail=p.t.cell_tail, per_op=p.t.cell_per_op)
-            if cells is not None and cells.absent:
-                shown = cells.absent[:8] + (["..."] if len(cells.absent) > 8 else [])
-                run.assume(f"{len(cells.absent)} rank(s) hold no operator in the iterations their peers share "
-                           f"({', '.join(map(str, shown))}): their cells are not compared")
-            if cells is not None and cells.noise <= p.t.cell_noise:
-                # the pivot's irregular iterations are not what is explained: every iteration is
-                sel.weights = {}
-                # a cell explains one of the pivot's irregular iterations, or its own excess could make one
-                # (only the delta-irregular ones: a stretch under delta, flagged by stretch_z, is
-                # what the cells' own cost rule judges)
-                delta_irregular = sel.window[sel.durations > p.delta * float(ref)]
-                return _gather_cells(run, cells, cell_min_cost(p, sel.durations), delta_irregular, p.t.cell_event_p,
-                                     p.t.cell_transient)
-            run.assume(f"{len(run.source.missing)} rank(s) unreadable: the job is not compared cell by cell"
-                       if cells is None else f"the job's compute noise ({100 * cells.noise:.1f}% of its compute) is "
-                       f"beyond cell_noise={p.t.cell_noise:g}: not compared cell by cell; Algorithm 1 from the pivot")
-        for it in sel.chosen.tolist():
-            found = explain_iteration(run, it, excess.get(it, 0.0), transfers)
-            if found is None:
-                ev.common.append(it)
-                continue
-            if not found:
-                ev.without_cause.append(it)
-            ev.causes += found
-        healthy = HealthyPaths(search.graph, topo) if p.t.exonerate else None
-        probe = NetworkProbe(search, topo, max_reads=p.probe_reads, thresholds=p.t) if p.probe_reads > 0 else None
-        hprobe = HostProbe(search, topo, max_reads=p.host_reads, mates=p.t.host_probe_mates, ratio=p.t.host_probe_ratio) \
-            if p.t.include_host and p.host_reads > 0 else None
-        for c in ev.causes:
-            ro = search.graph.ranks[c.rank]
-            series = ro.position_series(int(ro.op_index[c.row]), sel.window, gap=c.cause == COMPUTE)
-            c.rate = irregularity_rate(series, sel.durations, max_lag=p.t.rate_lag, min_points=p.t.rate_min_points)
-            ev.implicated.append(implicated_devices(c, ro, topo, healthy=healthy, hprobe=hprobe, probe=probe,
-                                                    include_host=p.t.include_host, min_share=p.t.exonerate_bytes,
-                                                    speedup=p.t.exonerate_speedup))
-        mu = p.t.cause_min_iterations
-        drop_usual_compute(ev, search.graph.ranks, p.t.compute_z, sel.usual, min_usual=mu)
-        if p.t.straggler_share > 0:
-            drop_diffuse(ev, search.graph.ranks, topo.host_of, p.t.diffuse_dominance, min_usual=mu)
-        drop_minor(ev, search.graph.ranks, excess, p.t.cause_share, sel.usual, min_usual=mu)
-        if sel.min_hits:  # searched for their repeats: a candidate's cause standing out counts alone
-            ev.proven = proven_devices(ev, search.graph.ranks, sel.candidates, p.t.own_z, sel.usual, min_usual=mu)
-        else:
-            drop_unproven(ev, search.graph.ranks, sel.candidates, p.t.own_z, sel.usual, min_usual=mu)
-        self._null(run, sel, ev, healthy, ref, transfers)
-        if p.t.narrow:
-            narrowed = narrow_by_coverage(ev.implicated, [c.rate for c in ev.causes],
-                                          [c.cause != COMPUTE for c in ev.causes])
-            for c, before, devs in zip(ev.causes, ev.implicated, narrowed):
-                if len(devs) < len(before):
-                    c.devices = devs
-            ev.implicated = narrowed
-        return ev
+        """Root causes of the chosen iterations and the devices each implicates (by the job's strategy)."""
+        return self.for_run(run).gather(run, sel)
 
     def _null(self, run: Any, sel: Selection, ev: Evidence, healthy: HealthyPaths | None, ref: float,
               transfers: TransferTimes | None) -> None:
@@ -275,6 +217,151 @@ class IrregularAnalysis:
                 null_hits[d] = null_hits.get(d, 0) + 1
         return confidences(hits, n, src.world_size, run.topology, share, null_hits=null_hits,
                            null_n=len(ev.null_devices), prior_weight=run.params.t.null_prior_weight)
+
+
+class PivotSearch(IrregularAnalysis):
+    """The paper's path: Algorithm 1 from the pivot's irregular iterations on the detector's
+    operator labels, fetching only the ranks the search visits (every job over ``full_read``)."""
+
+    #: whether every rank is read (the iteration rules judge a job read whole by its cells)
+    whole_job = False
+
+    def for_run(self, run: Any) -> IrregularAnalysis:
+        """This strategy, whatever the job's size (the pipeline chose it)."""
+        return self
+
+    def select(self, run: Any) -> Selection:
+        """The window of the pivot's iterations and its irregular ones (the iteration rules know
+        whether the job is read whole: ``whole_job``)."""
+        p = run.params
+        search = run.search
+        if search.rank_ops(p.pivot) is None:
+            raise JobError(f"pivot rank {p.pivot}: {run.source.missing.get(p.pivot, 'log unavailable')}")
+        it_all, dur_all = _iteration_times(run.source, p.pivot)
+        its, durs = it_all[-p.window:], dur_all[-p.window:].astype(float)
+        flags = flag_iterations(its, durs, p, self.whole_job, run.assume)
+        mask, z = flags.irregular, flags.z
+        irregular = its[mask]
+        w = iteration_weights(z[mask], p.t.noise_z)
+        weights = {int(i): float(x) for i, x in zip(irregular, w)}
+        if len(its) < 5:
+            run.assume(f"only {len(its)} iteration(s) in the window: irregularity rates are unreliable")
+        chosen = irregular[w > 0]
+        if len(chosen) < len(irregular):
+            run.assume(f"{len(irregular) - len(chosen)} of {len(irregular)} irregular iteration(s) lie within the "
+                       f"job's own noise (under {p.t.noise_z - 1:g} healthy sigmas): not searched")
+        if p.max_iterations is not None and len(chosen) > p.max_iterations:
+            sev = durs[np.isin(its, chosen)]
+            chosen = np.sort(chosen[np.argsort(-sev, kind="stable")[:p.max_iterations]])
+            run.assume(f"searched the {p.max_iterations} most irregular of {len(irregular)} irregular iterations")
+        if not len(irregular):
+            run.assume(f"no irregular iteration (delta={p.delta}) on pivot rank {p.pivot}: nothing to localize")
+        return Selection(its, durs, irregular, chosen, weights, z, flags.min_hits, its[flags.candidates])
+
+    def gather(self, run: Any, sel: Selection) -> Evidence:
+        """Root causes of the chosen iterations (Algorithm 1) and the devices each implicates."""
+        ref = IrregularityRule(run.params.delta).reference(sel.durations)
+        return self._search(run, sel, ref, None)
+
+    def _search(self, run: Any, sel: Selection, ref: float, transfers: TransferTimes | None) -> Evidence:
+        """Algorithm 1 on each chosen iteration (``transfers``: the job's transfer times when it
+        was read whole), then the causes' rates, devices, filters, the null and the narrowing."""
+        p, search, topo = run.params, run.search, run.topology
+        ev = Evidence()
+        excess = dict(zip(sel.window.tolist(), (sel.durations - ref).tolist()))
+        for it in sel.chosen.tolist():
+            found = explain_iteration(run, it, excess.get(it, 0.0), transfers)
+            if found is None:
+                ev.common.append(it)
+                continue
+            if not found:
+                ev.without_cause.append(it)
+            ev.causes += found
+        healthy = HealthyPaths(search.graph, topo) if p.t.exonerate else None
+        probe = NetworkProbe(search, topo, max_reads=p.probe_reads, thresholds=p.t) if p.probe_reads > 0 else None
+        hprobe = HostProbe(search, topo, max_reads=p.host_reads, mates=p.t.host_probe_mates, ratio=p.t.host_probe_ratio) \
+            if p.t.include_host and p.host_reads > 0 else None
+        for c in ev.causes:
+            ro = search.graph.ranks[c.rank]
+            series = ro.position_series(int(ro.op_index[c.row]), sel.window, gap=c.cause == COMPUTE)
+            c.rate = irregularity_rate(series, sel.durations, max_lag=p.t.rate_lag, min_points=p.t.rate_min_points)
+            ev.implicated.append(implicated_devices(c, ro, topo, healthy=healthy, hprobe=hprobe, probe=probe,
+                                                    include_host=p.t.include_host, min_share=p.t.exonerate_bytes,
+                                                    speedup=p.t.exonerate_speedup))
+        mu = p.t.cause_min_iterations
+        drop_usual_compute(ev, search.graph.ranks, p.t.compute_z, sel.usual, min_usual=mu)
+        if p.t.straggler_share > 0:
+            drop_diffuse(ev, search.graph.ranks, topo.host_of, p.t.diffuse_dominance, min_usual=mu)
+        drop_minor(ev, search.graph.ranks, excess, p.t.cause_share, sel.usual, min_usual=mu)
+        if sel.min_hits:  # searched for their repeats: a candidate's cause standing out counts alone
+            ev.proven = proven_devices(ev, search.graph.ranks, sel.candidates, p.t.own_z, sel.usual, min_usual=mu)
+        else:
+            drop_unproven(ev, search.graph.ranks, sel.candidates, p.t.own_z, sel.usual, min_usual=mu)
+        self._null(run, sel, ev, healthy, ref, transfers)
+        if p.t.narrow:
+            narrowed = narrow_by_coverage(ev.implicated, [c.rate for c in ev.causes],
+                                          [c.cause != COMPUTE for c in ev.causes])
+            for c, before, devs in zip(ev.causes, ev.implicated, narrowed):
+                if len(devs) < len(before):
+                    c.devices = devs
+            ev.implicated = narrowed
+        return ev
+
+
+class WholeJobComparison(PivotSearch):
+    """A job read whole (``world_size <= full_read``): each rank's compute and each channel's
+    transfers per iteration against the job's own noise (:mod:`~holmes.localize.irregular.cells`);
+    when its compute noise is beyond ``cell_noise`` or a rank is unreadable, Algorithm 1 from the
+    pivot with the transfer times of the whole job."""
+
+    whole_job = True
+
+    def gather(self, run: Any, sel: Selection) -> Evidence:
+        """Every rank read; the cells when the job is quiet, else :meth:`PivotSearch.gather`'s search."""
+        p, search, topo = run.params, run.search, run.topology
+        ref = IrregularityRule(p.delta).reference(sel.durations)
+        for r in range(run.source.world_size):
+            search.rank_ops(r)
+        transfers = TransferTimes(search.graph.ranks, search.graph.members)
+        cells = None if run.source.missing else \
+            CellEvidence(search.graph.ranks, search.graph.members, topo.host_of, transfers,
+                         usual_q=p.t.cell_usual_q, tail=p.t.cell_tail, per_op=p.t.cell_per_op)
+        if cells is not None and cells.absent:
+            shown = cells.absent[:8] + (["..."] if len(cells.absent) > 8 else [])
+            run.assume(f"{len(cells.absent)} rank(s) hold no operator in the iterations their peers share "
+                       f"({', '.join(map(str, shown))}): their cells are not compared")
+        if cells is not None and cells.noise <= p.t.cell_noise:
+            # the pivot's irregular iterations are not what is explained: every iteration is
+            sel.weights = {}
+            # a cell explains one of the pivot's irregular iterations, or its own excess could make one
+            # (only the delta-irregular ones: a stretch under delta, flagged by stretch_z, is
+            # what the cells' own cost rule judges)
+            delta_irregular = sel.window[sel.durations > p.delta * float(ref)]
+            return _gather_cells(run, cells, cell_min_cost(p, sel.durations), delta_irregular, p.t.cell_event_p,
+                                 p.t.cell_transient)
+        run.assume(f"{len(run.source.missing)} rank(s) unreadable: the job is not compared cell by cell"
+                   if cells is None else f"the job's compute noise ({100 * cells.noise:.1f}% of its compute) is "
+                   f"beyond cell_noise={p.t.cell_noise:g}: not compared cell by cell; Algorithm 1 from the pivot")
+        return self._search(run, sel, ref, transfers)
+
+
+def report_timing(sel: Selection, ev: Evidence, delta: float) -> dict[str, Any]:
+    """The report's timing facts: the pivot's iteration durations over the window, the usual one
+    (the irregularity rule's reference) and ``device_cost``: per device implicated, how much longer
+    than usual the searched irregular iterations whose causes implicate it were, in total (ns), and
+    how many there were."""
+    if not len(getattr(sel, "window", ())):
+        return {}
+    usual = IrregularityRule(delta).reference(sel.durations)
+    excess = {int(i): max(float(d) - usual, 0.0) for i, d in zip(sel.window, sel.durations)}
+    iters: dict[str, set[int]] = {}
+    for c, devs in zip(ev.causes, ev.implicated):
+        for d in devs:
+            iters.setdefault(d, set()).add(int(c.iteration))
+    return {"iteration_ns": {int(i): int(d) for i, d in zip(sel.window, sel.durations)},
+            "usual_iteration_ns": float(usual),
+            "device_cost": {d: {"excess_ns": float(sum(excess.get(i, 0.0) for i in its)), "iterations": len(its)}
+                            for d, its in iters.items()}}
 
 
 def _iteration_times(src: Any, rank: int) -> tuple[np.ndarray, np.ndarray]:

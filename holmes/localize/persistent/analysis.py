@@ -114,6 +114,20 @@ class PersistentAnalysis:
     """
 
     name = "persistent"
+    #: it reads every rank: under ``analysis="all"``, on a job over ``full_read`` ranks, it runs
+    #: only when the analyses before it named no device
+    reads_every_rank = True
+
+    @staticmethod
+    def ends_run(finding: Any) -> bool:
+        """Never: the analyses after it still apply."""
+        return False
+
+    @staticmethod
+    def report_fields(run: Any, finding: Any) -> dict[str, Any]:
+        """The report's ``slowdown`` (what-if replay) and ``non_device_cause``."""
+        return {"slowdown": getattr(finding.evidence, "slowdown", None),
+                "non_device_cause": getattr(finding.evidence, "non_device_cause", None)}
 
     def __init__(self, summary: PersistentSummary | None = None) -> None:
         self.summary = summary
