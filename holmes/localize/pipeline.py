@@ -110,12 +110,16 @@ class Localizer:
         its own in; each needs ``name``, ``select``, ``gather`` and ``rank``).
     progress : progress factory, optional
         Draws the ranks read as a bar (:mod:`holmes.progress`; the CLI passes one on a terminal).
+    calibration : ConfidenceCalibration, path, "default" or None
+        Maps the analyses' evidence to each device's ``confidence``, the probability of being a
+        root cause (:mod:`holmes.calibration.confidence`; default: the shipped file). None keeps
+        the raw evidence scores as confidences (what ``scripts/tune.py`` fits on).
     **kwargs
         Any :class:`~holmes.localize.params.LocalizeParams` field.
     """
 
     def __init__(self, params: LocalizeParams | None = None, *, analyses: Any = None, progress: Any = None,
-                 **kwargs: Any) -> None:
+                 calibration: Any = "default", **kwargs: Any) -> None:
         if params is not None and not isinstance(params, LocalizeParams):
             raise ConfigError(f"params must be a LocalizeParams, not {type(params).__name__}")
         base = params or LocalizeParams()
@@ -127,6 +131,7 @@ class Localizer:
                     raise ConfigError(f"analysis {a!r} lacks name/select/gather/rank")
         self._analyses = analyses
         self._progress = progress
+        self.calibration = _calibration(calibration)
 
     def __repr__(self) -> str:
         default = LocalizeParams().to_json()
@@ -195,6 +200,9 @@ class Localizer:
         untrusted = _consistency(run)
         ranked = merge_devices([f.devices for f in findings])
         irr = next((f for f in findings if f.analysis == "irregular"), None)
+        if self.calibration is not None:  # the one place confidences become probabilities
+            ranked = self.calibration.apply(ranked, world_size=src.world_size,
+                                            whole_job=irr is not None and getattr(irr.evidence, "cells", None) is not None)
         causes: list[RootCause] = irr.evidence.causes if irr else []
         if irr is not None and getattr(irr.evidence, "cells", None) is None and len(irr.selection.chosen):
             # the operator flags steered Algorithm 1's search; a job compared cell by cell (read
@@ -440,6 +448,16 @@ def _set_aside_note(scans: list[dict[str, Any]], bound: int) -> str:
     more = f" and {len(scans) - 4} more" if len(scans) > 4 else ""
     return (f"{len(scans)} scan(s) of large groups for their late member stopped unfinished (more than "
             f"scan_reads={bound} ranks to read) because the iteration's other branches explained it: {shown}{more}")
+
+
+def _calibration(calibration: Any) -> Any:
+    """The confidence calibration: ``"default"`` the shipped one, a path a file, None none, else
+    the object given (anything with ``apply(devices, world_size=, whole_job=)``)."""
+    if calibration is None or hasattr(calibration, "apply"):
+        return calibration
+    from holmes.calibration.confidence import ConfidenceCalibration
+
+    return ConfidenceCalibration.load(None if calibration == "default" else calibration)
 
 
 def _topology(topology: Any, src: JobSource, world: int, assumptions: list[str]) -> Any:
