@@ -15,7 +15,8 @@ Steps:
    job in one fold, dealt by a seeded permutation). The objective is the pipeline's decision
    replayed on every job and path (:func:`holmes.eval.calibration_data.job_outcomes`): right
    answers minus ``--wrong-cost`` (10) per wrong device named first at ``min_confidence`` (0.9);
-   ties go to more right answers, then to the simpler segmentation. The chosen one is refitted on
+   ties go to more right answers, then to the lower calibration error, then to the simpler
+   segmentation. The chosen one is refitted on
    all rows. A logistic regression over every feature (then isotonic) is scored beside it for
    comparison.
 3. **Write** the calibration (plain numbers, no pickle) with what it was fitted on in ``meta``.
@@ -128,12 +129,26 @@ def utility(table, keep, q, wrong_cost: float, min_conf: float) -> tuple[float, 
     return right - wrong_cost * wrong, right, wrong, len(out)
 
 
-def _oof(X, y, folds_of, predictor):
-    """Out-of-fold predictions of ``predictor(X_train, y_train) -> (X -> p)``."""
+def _reports(table, keep) -> list[np.ndarray]:
+    """Row indices (among the rows naming a device) of each report, in the analyses' order."""
+    keys = [k for k, kk in zip(zip(table.column("corpus").to_pylist(), table.column("job").to_pylist(),
+                                   table.column("path").to_pylist()), keep) if kk]
+    idx: dict[tuple, list[int]] = {}
+    for i, k in enumerate(keys):
+        idx.setdefault(k, []).append(i)
+    return [np.asarray(v) for v in idx.values()]
+
+
+def _oof(X, y, folds_of, reports, predictor):
+    """Out-of-fold probabilities, one report at a time (no device above the one before it), of
+    ``predictor(X_train, y_train) -> (X -> p)``."""
     q = np.zeros(len(y))
     for f in np.unique(folds_of):
-        tr, te = folds_of != f, folds_of == f
-        q[te] = predictor(X[tr], y[tr])(X[te])
+        tr = folds_of != f
+        pred = predictor(X[tr], y[tr])
+        for rows in reports:
+            if folds_of[rows[0]] == f:
+                q[rows] = np.minimum.accumulate(pred(X[rows]))
     return q
 
 
@@ -141,6 +156,7 @@ def fit(table, *, wrong_cost: float = 10.0, min_conf: float = 0.9, log=print) ->
     """The calibration the dataset gives (see the module docstring)."""
     X, y, groups, keep = design(table)
     folds_of = _fold_ids(groups, FOLDS)
+    reports = _reports(table, keep)
     raw = utility(table, keep, np.asarray(table.column("raw_confidence").to_pylist(), dtype=float)[keep],
                   wrong_cost, min_conf)
     log(f"# {len(y)} device rows ({int(y.sum())} root causes) of {raw[3]} jobs x paths; raw evidence scores: "
@@ -148,14 +164,14 @@ def fit(table, *, wrong_cost: float = 10.0, min_conf: float = 0.9, log=print) ->
     log(f"{'model':32} {'utility':>8} {'right':>6} {'wrong_conf':>10} {'ece_cv':>7}")
     best = None
     for rb, by_path in GRID:
-        q = _oof(X, y, folds_of, lambda Xt, yt: fit_segments(Xt, yt, rb, by_path).predict_proba)
+        q = _oof(X, y, folds_of, reports, lambda Xt, yt: fit_segments(Xt, yt, rb, by_path).predict_proba)
         u, right, wrong, _ = utility(table, keep, q, wrong_cost, min_conf)
         e = ece(q, y)
         log(f"{f'isotonic rank_buckets={rb} by_path={by_path}':32} {u:8g} {right:6d} {wrong:10d} {e:7.4f}")
-        if best is None or (u, right) > (best[0], best[3]):
+        if best is None or (u, right, -round(e, 6)) > (best[0], best[3], -round(best[5], 6)):
             best = (u, rb, by_path, right, wrong, e)
     for C in (0.01, 0.1, 1.0):  # the richer family, for comparison only (it lost right answers)
-        q = _oof(X, y, folds_of, lambda Xt, yt: (lambda f: lambda Z: np.interp(f(Z), *_isotonic(f(Xt), yt)))(
+        q = _oof(X, y, folds_of, reports, lambda Xt, yt: (lambda f: lambda Z: np.interp(f(Z), *_isotonic(f(Xt), yt)))(
             _logistic(Xt, yt, C)))
         u, right, wrong, _ = utility(table, keep, q, wrong_cost, min_conf)
         log(f"{f'(logistic+isotonic C={C:g})':32} {u:8g} {right:6d} {wrong:10d} {ece(q, y):7.4f}")

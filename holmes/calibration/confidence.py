@@ -15,8 +15,8 @@ logistic regression over all of them lost more right answers at the same cost of
 
 The pipeline applies it once, to the merged devices of a report
 (:meth:`ConfidenceCalibration.apply`): each device's ``confidence`` becomes the calibrated
-probability, its raw value stays as ``evidence_score``, and the devices are ordered by it (equal
-probabilities keep the analyses' order).
+probability, its raw value stays as ``evidence_score``; the devices keep the analyses' order and
+no device is more probable than the one before it.
 
 Examples
 --------
@@ -58,8 +58,10 @@ ANALYSES = ("irregular", "persistent", "hang")
 FEATURES = ("logit_evidence", "has_evidence", "gap_next", "rank", "score", "coverage", "impact", "has_impact",
             "log_causes", "log_devices", "whole_job", "log_world") + \
     tuple(f"analysis_{a}" for a in ANALYSES) + tuple(f"kind_{k}" for k in KINDS)
-#: evidence scores are clipped to [EPS, 1 - EPS] before their logit (a binomial tail of exactly 1)
-EPS = 1e-9
+#: evidence scores are clipped to [EPS, 1 - EPS] before their logit: a binomial tail of 1 - 1e-8
+#: is no better evidence than one of 1 - 1e-6 (both say "far beyond chance"; the difference is
+#: rounding and the number of iterations searched)
+EPS = 1e-6
 
 
 def _logit(p: float) -> float:
@@ -139,7 +141,9 @@ class ConfidenceCalibration:
     place in the report's list (the first device of a report is right more often than a second
     one at the same evidence score). Within a segment the probability is a non-decreasing
     function of the evidence score's logit, stored as points and interpolated linearly
-    (constant beyond the ends), as :class:`sklearn.isotonic.IsotonicRegression` predicts.
+    (constant above the last point, as :class:`sklearn.isotonic.IsotonicRegression` predicts;
+    below a segment's first point, the lower of its first value and the map of all rows: weaker
+    evidence than a segment ever saw is not extrapolated upwards).
 
     Parameters
     ----------
@@ -188,22 +192,32 @@ class ConfidenceCalibration:
         segs = segment_of(X, rank_buckets=self.rank_buckets, by_path=self.by_path)
         ev = X[:, FEATURES.index("logit_evidence")]
         has = X[:, FEATURES.index("has_evidence")] > 0
+        ax, ay = self.segments["all"]
         out = np.empty(len(X))
         for i, (s, e, h) in enumerate(zip(segs, ev, has)):
             x, y = self.segments.get(s) or self.segments["all"]
-            out[i] = np.interp(e, x, y) if h else y[0]
+            if not h:
+                out[i] = min(y[0], ay[0])
+            elif e < x[0]:  # weaker evidence than the segment ever saw: no better than the map of all rows says
+                out[i] = min(y[0], float(np.interp(e, ax, ay)))
+            else:
+                out[i] = np.interp(e, x, y)
         return np.clip(out, self.clip[0], self.clip[1])
 
+    def predict_list(self, X: np.ndarray) -> np.ndarray:
+        """The probabilities of the devices of one report, best first (rows of ``X`` in the
+        analyses' order): :meth:`predict_proba`, then no device above the one before it (a
+        second device is never more probable than the first the analyses ranked above it)."""
+        return np.minimum.accumulate(self.predict_proba(X)) if len(X) else np.zeros(0)
+
     def apply(self, devices: Sequence[Any], *, world_size: int, whole_job: bool) -> list[Any]:
-        """The devices of one report with calibrated ``confidence`` (the raw one kept as
-        ``evidence_score``), most probable first; equal probabilities keep the given order."""
+        """The devices of one report, in the analyses' order, with calibrated ``confidence``
+        (:meth:`predict_list`; the raw one kept as ``evidence_score``)."""
         devices = list(devices)
         if not devices:
             return []
-        p = self.predict_proba(device_features(devices, world_size=world_size, whole_job=whole_job))
-        out = [replace(d, confidence=float(round(pi, 6)), evidence_score=d.confidence) for d, pi in zip(devices, p)]
-        order = sorted(range(len(out)), key=lambda i: -out[i].confidence)
-        return [out[i] for i in order]
+        p = self.predict_list(device_features(devices, world_size=world_size, whole_job=whole_job))
+        return [replace(d, confidence=float(round(pi, 6)), evidence_score=d.confidence) for d, pi in zip(devices, p)]
 
     # -- file -----------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:

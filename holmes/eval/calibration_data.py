@@ -36,7 +36,7 @@ import numpy as np
 from holmes.calibration.confidence import FEATURES, device_features
 
 __all__ = ["CORPORA", "JobEntry", "corpus_jobs", "sim_plan", "accepted", "is_root", "indistinguishable",
-           "build_dataset", "relabel", "load_or_build", "job_outcomes", "PATHS"]
+           "build_dataset", "relabel", "calibrated", "load_or_build", "job_outcomes", "PATHS"]
 
 log = logging.getLogger(__name__)
 
@@ -299,6 +299,21 @@ def _groups(table: Any) -> Iterator[tuple[tuple[str, str, str], list[int]]]:
     for i, k in enumerate(keys):
         idx.setdefault(k, []).append(i)
     yield from idx.items()
+
+
+def calibrated(table: Any, calibration: Any, X: np.ndarray | None = None) -> np.ndarray:
+    """Each row's calibrated probability as the pipeline computes it (one report at a time,
+    :meth:`~holmes.calibration.confidence.ConfidenceCalibration.predict_list`); NaN for the rows
+    of reports without a device. ``X``: the rows' features (default: the table's)."""
+    if X is None:
+        X = np.column_stack([np.asarray(table.column(f).to_pylist(), dtype=np.float64) for f in FEATURES])
+    dev = table.column("device").to_pylist()
+    out = np.full(len(dev), np.nan)
+    for _, rows in _groups(table):
+        rows = [i for i in rows if dev[i] is not None]
+        if rows:
+            out[rows] = calibration.predict_list(X[rows])
+    return out
 
 
 def job_outcomes(table: Any, proba: np.ndarray | None, min_confidence: float = 0.9) -> list[dict[str, Any]]:

@@ -176,7 +176,7 @@ class Localizer:
                     continue
                 if a.name == "persistent" and self._analyses is None and self.params.analysis == "all" and \
                         run.source.world_size > self.params.full_read and \
-                        named_devices(merge_devices([f.devices for f in findings]), self.params.min_confidence):
+                        named_devices(self._calibrated(run, findings), self.params.min_confidence):
                     # it reads every rank: by default only when the analyses before it named no device
                     # (or the job is small enough to be read whole anyway, ``full_read``)
                     run.assume("persistent analysis skipped: the irregular analysis named a device "
@@ -190,6 +190,16 @@ class Localizer:
         run.source.on_read = None
         return self.report(run, findings)
 
+    def _calibrated(self, run: Run, findings: list[Finding]) -> list[DeviceScore]:
+        """The analyses' devices merged, with calibrated confidences: the one place the evidence
+        scores become probabilities (:mod:`holmes.calibration.confidence`; raw without one)."""
+        ranked = merge_devices([f.devices for f in findings])
+        if self.calibration is None:
+            return ranked
+        irr = next((f for f in findings if f.analysis == "irregular"), None)
+        return self.calibration.apply(ranked, world_size=run.source.world_size,
+                                      whole_job=irr is not None and getattr(irr.evidence, "cells", None) is not None)
+
     def report(self, run: Run, findings: list[Finding]) -> Report:
         """The merged devices, the verdict and everything read (the last step)."""
         src, p = run.source, run.params
@@ -198,11 +208,8 @@ class Localizer:
         if run.search.set_aside:
             run.assume(_set_aside_note(run.search.set_aside, p.scan_reads))
         untrusted = _consistency(run)
-        ranked = merge_devices([f.devices for f in findings])
+        ranked = self._calibrated(run, findings)
         irr = next((f for f in findings if f.analysis == "irregular"), None)
-        if self.calibration is not None:  # the one place confidences become probabilities
-            ranked = self.calibration.apply(ranked, world_size=src.world_size,
-                                            whole_job=irr is not None and getattr(irr.evidence, "cells", None) is not None)
         causes: list[RootCause] = irr.evidence.causes if irr else []
         if irr is not None and getattr(irr.evidence, "cells", None) is None and len(irr.selection.chosen):
             # the operator flags steered Algorithm 1's search; a job compared cell by cell (read
