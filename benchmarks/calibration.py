@@ -43,8 +43,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from holmes.calibration.confidence import FEATURES, ConfidenceCalibration  # noqa: E402
-from holmes.eval.calibration_data import CORPORA, build_dataset, corpus_jobs, job_outcomes, sim_jobs  # noqa: E402
+from holmes.calibration.confidence import ConfidenceCalibration  # noqa: E402
+from holmes.eval.calibration_data import CORPORA, build_dataset, calibrated, corpus_jobs, job_outcomes, sim_jobs  # noqa: E402
 
 
 def _cache() -> Path:
@@ -75,11 +75,7 @@ def _smoke_check(jobs, table, cal) -> None:
     import holmes
     from holmes.eval.calibration_data import PATHS
 
-    X = np.column_stack([np.asarray(table.column(f).to_pylist(), dtype=float) for f in FEATURES])
-    dev = table.column("device").to_pylist()
-    proba = np.full(len(dev), np.nan)
-    keep = np.array([d is not None for d in dev])
-    proba[keep] = cal.predict_proba(X[keep])
+    proba = calibrated(table, cal)
     outs = {(o["corpus"], o["job"], o["path"]): o for o in job_outcomes(table, proba)}
     for j in jobs:
         for path, extra in PATHS.items():
@@ -123,10 +119,8 @@ def main(argv: list[str] | None = None) -> int:
             pq.write_table(table, out)
     dev = table.column("device").to_pylist()
     keep = np.array([d is not None for d in dev])
-    X = np.column_stack([np.asarray(table.column(f).to_pylist(), dtype=float) for f in FEATURES])
     y = np.asarray([bool(v) for v in table.column("label").to_pylist()])
-    proba = np.full(len(dev), np.nan)
-    proba[keep] = cal.predict_proba(X[keep])
+    proba = calibrated(table, cal)
     raw = np.asarray([np.nan if v is None else v for v in table.column("raw_confidence").to_pylist()], dtype=float)
 
     print(f"# split {a.split}: {len(set(zip(table.column('corpus').to_pylist(), table.column('job').to_pylist())))} "

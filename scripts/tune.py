@@ -49,6 +49,8 @@ from holmes.eval.calibration_data import job_outcomes, load_or_build  # noqa: E4
 DATASET = REPO / "fixtures" / "calibration" / "evidence-dev.parquet"
 #: the segmentations tried: (rank_buckets, by_path)
 GRID = ((1, False), (2, False), (3, False), (1, True), (2, True), (3, True))
+#: the regularization of the logistic family
+C_GRID = (0.01, 0.03, 0.1, 0.3, 1.0)
 FOLDS = 5
 #: a segment with fewer development rows uses the map of all rows
 MIN_ROWS = 10
@@ -73,21 +75,36 @@ def design(table):
 
 def _fold_ids(groups: np.ndarray, folds: int) -> np.ndarray:
     """Fold of each row: the jobs (groups) dealt round-robin in a seeded order."""
-    uniq = np.unique(groups)
+    uniq, inv = np.unique(groups, return_inverse=True)
     perm = np.random.default_rng(36).permutation(len(uniq))
     fold_of = np.empty(len(uniq), dtype=np.int64)
     fold_of[perm] = np.arange(len(uniq)) % folds
-    return fold_of[groups]
+    return fold_of[inv]
 
 
-def _logistic(X: np.ndarray, y: np.ndarray, C: float):
+def _logistic(X: np.ndarray, y: np.ndarray, C: float) -> dict:
+    """A logistic regression over the standardized features, as plain numbers."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.preprocessing import StandardScaler
 
     sc = StandardScaler().fit(X)
     scale = np.where(sc.scale_ > 0, sc.scale_, 1.0)
     lr = LogisticRegression(C=C, max_iter=5000).fit((X - sc.mean_) / scale, y)
-    return lambda Z: 1.0 / (1.0 + np.exp(-np.clip(((Z - sc.mean_) / scale) @ lr.coef_[0] + lr.intercept_[0], -40, 40)))
+    return {"mean": tuple(map(float, sc.mean_)), "scale": tuple(map(float, scale)),
+            "coef": tuple(map(float, lr.coef_[0])), "intercept": float(lr.intercept_[0])}
+
+
+def fit_logistic(X: np.ndarray, y: np.ndarray, groups: np.ndarray, C: float, meta=None) -> ConfidenceCalibration:
+    """The logistic regression over every feature, then one isotonic map of its logit fitted on
+    its out-of-fold logits (3 folds over jobs): calibrated on data it was not fitted on."""
+    inner = _fold_ids(groups, 3)
+    z = np.zeros(len(y))
+    for f in range(3):
+        tr, te = inner != f, inner == f
+        z[te] = ConfidenceCalibration(features=FEATURES, segments={"all": ((0.0,), (0.5,))},
+                                      logistic=_logistic(X[tr], y[tr], C)).score(X[te])
+    return ConfidenceCalibration(features=FEATURES, segments={"all": _isotonic(z, y)}, rank_buckets=1,
+                                 by_path=False, logistic=_logistic(X, y, C), meta=meta or {})
 
 
 def _isotonic(x: np.ndarray, y: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -139,20 +156,21 @@ def _reports(table, keep) -> list[np.ndarray]:
     return [np.asarray(v) for v in idx.values()]
 
 
-def _oof(X, y, folds_of, reports, predictor):
+def _oof(X, y, groups, folds_of, reports, predictor):
     """Out-of-fold probabilities, one report at a time (no device above the one before it), of
-    ``predictor(X_train, y_train) -> (X -> p)``."""
+    ``predictor(X_train, y_train, groups_train) -> (X -> p)``."""
     q = np.zeros(len(y))
     for f in np.unique(folds_of):
         tr = folds_of != f
-        pred = predictor(X[tr], y[tr])
+        pred = predictor(X[tr], y[tr], groups[tr])
         for rows in reports:
             if folds_of[rows[0]] == f:
                 q[rows] = np.minimum.accumulate(pred(X[rows]))
     return q
 
 
-def fit(table, *, wrong_cost: float = 10.0, min_conf: float = 0.9, log=print) -> ConfidenceCalibration:
+def fit(table, *, wrong_cost: float = 10.0, min_conf: float = 0.9, family: str = "segments",
+        log=print) -> ConfidenceCalibration:
     """The calibration the dataset gives (see the module docstring)."""
     X, y, groups, keep = design(table)
     folds_of = _fold_ids(groups, FOLDS)
@@ -161,30 +179,35 @@ def fit(table, *, wrong_cost: float = 10.0, min_conf: float = 0.9, log=print) ->
                   wrong_cost, min_conf)
     log(f"# {len(y)} device rows ({int(y.sum())} root causes) of {raw[3]} jobs x paths; raw evidence scores: "
         f"right={raw[1]} wrong_confident={raw[2]} utility={raw[0]:g}")
-    log(f"{'model':32} {'utility':>8} {'right':>6} {'wrong_conf':>10} {'ece_cv':>7}")
+    log(f"{'model':36} {'utility':>8} {'right':>6} {'wrong_conf':>10} {'ece_cv':>7}")
     best = None
-    for rb, by_path in GRID:
-        q = _oof(X, y, folds_of, reports, lambda Xt, yt: fit_segments(Xt, yt, rb, by_path).predict_proba)
+    cands = [(f"isotonic rank_buckets={rb} by_path={bp}", ("segments", rb, bp)) for rb, bp in GRID]
+    cands += [(f"logistic+isotonic C={C:g}", ("logistic", C)) for C in C_GRID]
+    for name, spec in cands:
+        if family != "all" and spec[0] != family:
+            continue
+        if spec[0] == "segments":
+            pred = lambda Xt, yt, gt, spec=spec: fit_segments(Xt, yt, spec[1], spec[2]).predict_proba  # noqa: E731
+        else:
+            pred = lambda Xt, yt, gt, spec=spec: fit_logistic(Xt, yt, gt, spec[1]).predict_proba  # noqa: E731
+        q = _oof(X, y, groups, folds_of, reports, pred)
         u, right, wrong, _ = utility(table, keep, q, wrong_cost, min_conf)
         e = ece(q, y)
-        log(f"{f'isotonic rank_buckets={rb} by_path={by_path}':32} {u:8g} {right:6d} {wrong:10d} {e:7.4f}")
+        log(f"{name:36} {u:8g} {right:6d} {wrong:10d} {e:7.4f}")
         if best is None or (u, right, -round(e, 6)) > (best[0], best[3], -round(best[5], 6)):
-            best = (u, rb, by_path, right, wrong, e)
-    for C in (0.01, 0.1, 1.0):  # the richer family, for comparison only (it lost right answers)
-        q = _oof(X, y, folds_of, reports, lambda Xt, yt: (lambda f: lambda Z: np.interp(f(Z), *_isotonic(f(Xt), yt)))(
-            _logistic(Xt, yt, C)))
-        u, right, wrong, _ = utility(table, keep, q, wrong_cost, min_conf)
-        log(f"{f'(logistic+isotonic C={C:g})':32} {u:8g} {right:6d} {wrong:10d} {ece(q, y):7.4f}")
-    u, rb, by_path, right, wrong, e = best
+            best = (u, spec, name, right, wrong, e)
+    u, spec, name, right, wrong, e = best
     meta = {"fitted_by": "scripts/tune.py", "dataset": "fixtures/calibration/evidence-dev.parquet (split dev)",
             "rows": int(len(y)), "root_causes": int(y.sum()), "jobs_x_paths": int(raw[3]),
             "corpora": sorted(set(table.column("corpus").to_pylist())), "folds": FOLDS,
             "wrong_cost": wrong_cost, "min_confidence": min_conf,
             "cv": {"utility": u, "right": right, "wrong_confident": wrong, "ece": round(e, 6)},
             "raw": {"utility": raw[0], "right": raw[1], "wrong_confident": raw[2]}}
-    log(f"# chosen rank_buckets={rb} by_path={by_path}: cross-validated right={right} wrong_confident={wrong} "
-        f"ece={e:.4f}")
-    return fit_segments(X, y, rb, by_path, meta)
+    meta["model"] = name
+    log(f"# chosen {name}: cross-validated right={right} wrong_confident={wrong} ece={e:.4f}")
+    if spec[0] == "segments":
+        return fit_segments(X, y, spec[1], spec[2], meta)
+    return fit_logistic(X, y, groups, spec[1], meta)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,6 +218,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--check", action="store_true", help="exit 1 when the file would change; write nothing")
     ap.add_argument("--wrong-cost", type=float, default=10.0,
                     help="cost of a wrong device named first, in right answers (default 10)")
+    ap.add_argument("--family", choices=("segments", "logistic", "all"), default="segments",
+                    help="model family to choose from (default segments: isotonic maps of the evidence score "
+                         "per segment; docs/calibration.md says why)")
     ap.add_argument("--sim-small", type=int, default=24, help="simulated 64-128 GPU jobs (with --rebuild)")
     ap.add_argument("--sim-large", type=int, default=8, help="simulated 256-512 GPU jobs (with --rebuild)")
     a = ap.parse_args(argv)
@@ -206,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     if splits != {"dev"}:
         print(f"tune: {a.dataset} holds split(s) {sorted(splits)}: fit on dev only", file=sys.stderr)
         return 2
-    cal = fit(table, wrong_cost=a.wrong_cost)
+    cal = fit(table, wrong_cost=a.wrong_cost, family=a.family)
     text = cal.dumps()
     out = Path(a.out)
     same = out.is_file() and out.read_text(encoding="utf-8") == text
@@ -217,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         tmp = out.with_name(out.name + ".partial")
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(out)
-    print(f"wrote={out} changed={int(not same)} rank_buckets={cal.rank_buckets} by_path={cal.by_path} "
+    print(f"wrote={out} changed={int(not same)} model={cal.meta['model'].replace(' ', '_')} "
           f"cv_right={cal.meta['cv']['right']} cv_wrong_confident={cal.meta['cv']['wrong_confident']} "
           f"cv_ece={cal.meta['cv']['ece']}")
     return 0

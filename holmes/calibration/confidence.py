@@ -158,6 +158,10 @@ class ConfidenceCalibration:
         Whether the whole-job comparison and Algorithm 1 have segments of their own.
     clip : (float, float)
         The probability range reported (no device is certain).
+    logistic : dict or None
+        When set (``{"mean", "scale", "coef", "intercept"}``, one value per feature), the maps
+        read the logit of a logistic regression over every standardized feature instead of the
+        evidence score's logit (``scripts/tune.py`` fits both families and keeps the better).
     meta : dict
         What it was fitted on (``scripts/tune.py`` records corpora, rows, cross-validated scores).
     """
@@ -167,6 +171,7 @@ class ConfidenceCalibration:
     rank_buckets: int = 3
     by_path: bool = True
     clip: tuple[float, float] = (0.001, 0.999)
+    logistic: dict[str, Any] | None = None
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -175,6 +180,13 @@ class ConfidenceCalibration:
                               f"{list(FEATURES)}; re-fit it with scripts/tune.py")
         if "all" not in self.segments:
             raise ConfigError("confidence calibration: no 'all' segment")
+        if self.logistic is not None:
+            k = len(self.features)
+            if not all(len(self.logistic.get(n, ())) == k for n in ("mean", "scale", "coef")) or \
+                    not math.isfinite(float(self.logistic.get("intercept", float("nan")))) or \
+                    min(self.logistic["scale"]) <= 0:
+                raise ConfigError("confidence calibration: logistic needs mean, scale (> 0), coef per feature "
+                                  "and an intercept")
         if self.rank_buckets < 1:
             raise ConfigError("confidence calibration: rank_buckets must be at least 1")
         for name, (x, y) in self.segments.items():
@@ -190,8 +202,8 @@ class ConfidenceCalibration:
         """``P(root cause)`` of each row of ``X`` (features as :data:`FEATURES`)."""
         X = np.atleast_2d(np.asarray(X, dtype=np.float64))
         segs = segment_of(X, rank_buckets=self.rank_buckets, by_path=self.by_path)
-        ev = X[:, FEATURES.index("logit_evidence")]
-        has = X[:, FEATURES.index("has_evidence")] > 0
+        ev = self.score(X)
+        has = X[:, FEATURES.index("has_evidence")] > 0 if self.logistic is None else np.ones(len(X), bool)
         ax, ay = self.segments["all"]
         out = np.empty(len(X))
         for i, (s, e, h) in enumerate(zip(segs, ev, has)):
@@ -203,6 +215,14 @@ class ConfidenceCalibration:
             else:
                 out[i] = np.interp(e, x, y)
         return np.clip(out, self.clip[0], self.clip[1])
+
+    def score(self, X: np.ndarray) -> np.ndarray:
+        """What the maps read: the evidence score's logit, or the logistic regression's logit."""
+        X = np.atleast_2d(np.asarray(X, dtype=np.float64))
+        if self.logistic is None:
+            return X[:, FEATURES.index("logit_evidence")]
+        lg = self.logistic
+        return ((X - np.asarray(lg["mean"])) / np.asarray(lg["scale"])) @ np.asarray(lg["coef"]) + float(lg["intercept"])
 
     def predict_list(self, X: np.ndarray) -> np.ndarray:
         """The probabilities of the devices of one report, best first (rows of ``X`` in the
@@ -226,6 +246,9 @@ class ConfidenceCalibration:
         return {"schema": SCHEMA, "features": list(self.features), "rank_buckets": int(self.rank_buckets),
                 "by_path": bool(self.by_path), "clip": r(self.clip),
                 "segments": {k: {"x": r(x), "y": r(y)} for k, (x, y) in sorted(self.segments.items())},
+                "logistic": None if self.logistic is None else
+                {"mean": r(self.logistic["mean"]), "scale": r(self.logistic["scale"]),
+                 "coef": r(self.logistic["coef"]), "intercept": round(float(self.logistic["intercept"]), 10)},
                 "meta": self.meta}
 
     def dumps(self) -> str:
@@ -242,6 +265,11 @@ class ConfidenceCalibration:
             segs = {str(k): (tuple(map(float, v["x"])), tuple(map(float, v["y"]))) for k, v in doc["segments"].items()}
             return cls(features=tuple(doc["features"]), segments=segs, rank_buckets=int(doc.get("rank_buckets", 3)),
                        by_path=bool(doc.get("by_path", True)), clip=tuple(map(float, doc.get("clip", (0.001, 0.999)))),
+                       logistic=None if doc.get("logistic") is None else
+                       {"mean": tuple(map(float, doc["logistic"]["mean"])),
+                        "scale": tuple(map(float, doc["logistic"]["scale"])),
+                        "coef": tuple(map(float, doc["logistic"]["coef"])),
+                        "intercept": float(doc["logistic"]["intercept"])},
                        meta=dict(doc.get("meta") or {}))
         except ConfigError as exc:
             raise ConfigError(f"{source}: {exc}") from None
