@@ -125,3 +125,28 @@ def test_tune_reproduces_the_shipped_file():
                          text=True, cwd=REPO, timeout=600)
     assert got.returncode == 0, got.stdout[-2000:] + got.stderr[-2000:]
     assert got.stdout.strip().splitlines()[-1].startswith("check=same")
+
+
+def test_a_logistic_family_file_round_trips_and_stays_monotone_in_its_score():
+    k = len(FEATURES)
+    coef = [0.0] * k
+    coef[FEATURES.index("logit_evidence")] = 1.0
+    cal = ConfidenceCalibration(features=FEATURES, segments={"all": ((-2.0, 0.0, 2.0), (0.1, 0.5, 0.95))},
+                                rank_buckets=1, by_path=False,
+                                logistic={"mean": (0.0,) * k, "scale": (1.0,) * k, "coef": tuple(coef), "intercept": 0.0})
+    again = ConfidenceCalibration.from_json(json.loads(cal.dumps()))
+    assert again == cal
+    X = np.zeros((3, k))
+    X[:, FEATURES.index("logit_evidence")] = [-3.0, 0.0, 5.0]
+    assert again.predict_proba(X).tolist() == pytest.approx([0.1, 0.5, 0.95])
+    with pytest.raises(ConfigError, match="logistic needs"):
+        ConfidenceCalibration(features=FEATURES, segments={"all": ((0.0,), (0.5,))}, logistic={"mean": (0.0,)})
+
+
+def test_a_later_device_is_never_more_probable_than_the_one_before_it():
+    cal = ConfidenceCalibration.load()
+    devs = [DeviceScore("gpu:1", "gpu", 0.5, confidence=0.6, coverage=0.5, evidence=("irregular",)),
+            DeviceScore("nic:2", "nic", 0.5, confidence=0.999999, coverage=1.0, evidence=("irregular",))]
+    out = cal.apply(devs, world_size=16, whole_job=False)
+    assert [d.id for d in out] == ["gpu:1", "nic:2"] and out[1].confidence <= out[0].confidence
+    assert out[1].evidence_score == 0.999999
