@@ -148,4 +148,4 @@ def test_no_log_rank_in_memory_job():
     report = holmes.localize(MemoryJob(meta, {0: _log(0, [c, s]), 1: _log(1, [c, s])}), analysis="hang")
     assert report.verdict == "hang" and report.hang["culprit_ranks"] == [2]
     assert report.hang["ranks_without_log"] == [2]
-    assert report.devices[0].id == "gpu:2" and report.devices[0].confidence == pytest.approx(0.9)
+    assert report.devices[0].id == "gpu:2" and report.devices[0].evidence_score == pytest.approx(0.9)

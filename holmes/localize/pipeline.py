@@ -117,12 +117,16 @@ class Localizer:
         its own in; each needs ``name``, ``select``, ``gather`` and ``rank``).
     progress : progress factory, optional
         Draws the ranks read as a bar (:mod:`holmes.progress`; the CLI passes one on a terminal).
+    calibration : ConfidenceCalibration, path, "default" or None
+        Maps the analyses' evidence to each device's ``confidence``, the probability of being a
+        root cause (:mod:`holmes.calibration.confidence`; default: the shipped file). None keeps
+        the raw evidence scores as confidences (what ``scripts/tune.py`` fits on).
     **kwargs
         Any :class:`~holmes.localize.params.LocalizeParams` field.
     """
 
     def __init__(self, params: LocalizeParams | None = None, *, analyses: Any = None, progress: Any = None,
-                 **kwargs: Any) -> None:
+                 calibration: Any = "default", **kwargs: Any) -> None:
         if params is not None and not isinstance(params, LocalizeParams):
             raise ConfigError(f"params must be a LocalizeParams, not {type(params).__name__}")
         base = params or LocalizeParams()
@@ -134,6 +138,7 @@ class Localizer:
                     raise ConfigError(f"analysis {a!r} lacks name/select/gather/rank")
         self._analyses = analyses
         self._progress = progress
+        self.calibration = _calibration(calibration)
 
     def __repr__(self) -> str:
         default = LocalizeParams().to_json()
@@ -178,7 +183,7 @@ class Localizer:
                     continue
                 if getattr(a, "reads_every_rank", False) and self._analyses is None and \
                         self.params.analysis == "all" and run.source.world_size > self.params.full_read and \
-                        named_devices(merge_devices([f.devices for f in findings]), self.params.min_confidence):
+                        named_devices(self._calibrated(run, findings), self.params.min_confidence):
                     # it reads every rank: by default only when the analyses before it named no device
                     # (or the job is small enough to be read whole anyway, ``full_read``)
                     run.assume(f"{a.name} analysis skipped: the irregular analysis named a device "
@@ -196,6 +201,16 @@ class Localizer:
         run.source.on_read = None
         return self.report(run, findings)
 
+    def _calibrated(self, run: Run, findings: list[Finding]) -> list[DeviceScore]:
+        """The analyses' devices merged, with calibrated confidences: the one place the evidence
+        scores become probabilities (:mod:`holmes.calibration.confidence`; raw without one)."""
+        ranked = merge_devices([f.devices for f in findings])
+        if self.calibration is None:
+            return ranked
+        irr = next((f for f in findings if f.analysis == "irregular"), None)
+        return self.calibration.apply(ranked, world_size=run.source.world_size,
+                                      whole_job=irr is not None and getattr(irr.evidence, "cells", None) is not None)
+
     def report(self, run: Run, findings: list[Finding]) -> Report:
         """The merged devices, the verdict and everything read (the last step)."""
         src, p = run.source, run.params
@@ -204,7 +219,7 @@ class Localizer:
         if run.search.set_aside:
             run.assume(_set_aside_note(run.search.set_aside, p.scan_reads))
         untrusted = _consistency(run)
-        ranked = merge_devices([f.devices for f in findings])
+        ranked = self._calibrated(run, findings)
         sections: dict[str, Any] = {}  # each registered analysis fills its own fields of the report
         for f in findings:
             fill = getattr(ANALYSIS_CLASSES.get(f.analysis), "report_fields", None)
@@ -420,6 +435,16 @@ def _set_aside_note(scans: list[dict[str, Any]], bound: int) -> str:
     more = f" and {len(scans) - SHOWN_ITEMS} more" if len(scans) > SHOWN_ITEMS else ""
     return (f"{len(scans)} scan(s) of large groups for their late member stopped unfinished (more than "
             f"scan_reads={bound} ranks to read) because the iteration's other branches explained it: {shown}{more}")
+
+
+def _calibration(calibration: Any) -> Any:
+    """The confidence calibration: ``"default"`` the shipped one, a path a file, None none, else
+    the object given (anything with ``apply(devices, world_size=, whole_job=)``)."""
+    if calibration is None or hasattr(calibration, "apply"):
+        return calibration
+    from holmes.calibration.confidence import ConfidenceCalibration
+
+    return ConfidenceCalibration.load(None if calibration == "default" else calibration)
 
 
 def _topology(topology: Any, src: JobSource, world: int, assumptions: list[str]) -> Any:

@@ -39,8 +39,8 @@ class DeviceScore:
     causes : int
         How many root causes implicated it.
     confidence : float or None
-        How sure the report is, in [0, 1], measured against the job's own noise (None where no
-        analysis measured it).
+        The calibrated probability that the device is a root cause, in [0, 1] (None where no
+        analysis measured its evidence).
     impact_pct : float or None
         How much shorter the step would be without the device (None where not estimated).
     evidence : tuple of str
@@ -48,6 +48,9 @@ class DeviceScore:
     coverage : float or None
         Share of the analysis's evidence that implicates the device (irregular: of the weighted
         irregular iterations with a cause); orders devices equally confident.
+    evidence_score : float or None
+        The analyses' raw confidence (how far the evidence stands out of the job's noise) when
+        ``confidence`` is the calibrated probability (:mod:`holmes.calibration.confidence`).
     """
 
     id: str
@@ -59,11 +62,13 @@ class DeviceScore:
     impact_pct: float | None = None
     evidence: tuple[str, ...] = ()
     coverage: float | None = None
+    evidence_score: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "score": _num(self.score), "index": _num(self.index),
                 "causes": self.causes, "confidence": _num(self.confidence), "impact_pct": _num(self.impact_pct),
-                "evidence": list(self.evidence), "coverage": _num(self.coverage)}
+                "evidence": list(self.evidence), "coverage": _num(self.coverage),
+                "evidence_score": _num(self.evidence_score)}
 
 
 def _num(x: float | None) -> float | None:

@@ -1,0 +1,253 @@
+"""Fit the confidence calibration shipped in holmes/calibration/confidence.json (development splits only).
+
+Steps:
+
+1. **Dataset** (:mod:`holmes.eval.calibration_data`): every development job of every corpus
+   (``fixtures/real``, ``real-loaded``, ``real-always``, ``real-hang``, and realistic simulated
+   jobs of 64-512 GPUs simulated into ``$HOLMES_CACHE_DIR/calibration``) localized on both paths
+   (default; Algorithm 1 forced with ``full_read=0``) with raw evidence scores, one row per device
+   of each report, labelled root cause or not. Cached as ``fixtures/calibration/evidence-dev.parquet``
+   (``--rebuild`` builds it again: ~10 min on 2 cores, most of it simulating).
+2. **Fit** (scikit-learn's ``IsotonicRegression``): for each segmentation of a small grid (the
+   device's place in the list: 1-3 buckets; whole-job comparison and Algorithm 1 apart or not;
+   hang devices always apart, :func:`holmes.calibration.confidence.segment_of`), one isotonic
+   map of the evidence logit per segment, scored out of fold (5 folds over jobs, both paths of a
+   job in one fold, dealt by a seeded permutation). The objective is the pipeline's decision
+   replayed on every job and path (:func:`holmes.eval.calibration_data.job_outcomes`): right
+   answers minus ``--wrong-cost`` (10) per wrong device named first at ``min_confidence`` (0.9);
+   ties go to more right answers, then to the lower calibration error, then to the simpler
+   segmentation. The chosen one is refitted on
+   all rows. A logistic regression over every feature (then isotonic) is scored beside it for
+   comparison.
+3. **Write** the calibration (plain numbers, no pickle) with what it was fitted on in ``meta``.
+
+Deterministic: the same dataset gives the same file byte for byte; ``--check`` exits 1 when the
+file would change (and writes nothing). Usage::
+
+    python scripts/tune.py                  # fit from the cached dataset, write the file
+    python scripts/tune.py --check          # is the shipped file what the dataset gives?
+    python scripts/tune.py --rebuild        # localize the dev jobs again first (after changing an analysis)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from holmes.calibration.confidence import DEFAULT_PATH, FEATURES, ConfidenceCalibration, segment_of  # noqa: E402
+from holmes.eval.calibration_data import job_outcomes, load_or_build  # noqa: E402
+
+DATASET = REPO / "fixtures" / "calibration" / "evidence-dev.parquet"
+#: the segmentations tried: (rank_buckets, by_path)
+GRID = ((1, False), (2, False), (3, False), (1, True), (2, True), (3, True))
+#: the regularization of the logistic family
+C_GRID = (0.01, 0.03, 0.1, 0.3, 1.0)
+FOLDS = 5
+#: a segment with fewer development rows uses the map of all rows
+MIN_ROWS = 10
+
+
+def sim_cache() -> Path:
+    """Where the simulated jobs are kept (``$HOLMES_CACHE_DIR``, else ``~/.cache/holmes``)."""
+    env = os.environ.get("HOLMES_CACHE_DIR")
+    return (Path(env).expanduser() if env else Path.home() / ".cache" / "holmes") / "calibration"
+
+
+def design(table):
+    """``(X, y, groups, keep)`` of the rows naming a device."""
+    dev = table.column("device").to_pylist()
+    keep = np.array([d is not None for d in dev])
+    X = np.column_stack([np.asarray(table.column(f).to_pylist(), dtype=np.float64) for f in FEATURES])[keep]
+    y = np.asarray([bool(v) for v, k in zip(table.column("label").to_pylist(), keep) if k], dtype=np.int64)
+    jobs = [f"{c}/{j}" for c, j, k in zip(table.column("corpus").to_pylist(), table.column("job").to_pylist(), keep) if k]
+    _, groups = np.unique(np.asarray(jobs), return_inverse=True)
+    return X, y, groups, keep
+
+
+def _fold_ids(groups: np.ndarray, folds: int) -> np.ndarray:
+    """Fold of each row: the jobs (groups) dealt round-robin in a seeded order."""
+    uniq, inv = np.unique(groups, return_inverse=True)
+    perm = np.random.default_rng(36).permutation(len(uniq))
+    fold_of = np.empty(len(uniq), dtype=np.int64)
+    fold_of[perm] = np.arange(len(uniq)) % folds
+    return fold_of[inv]
+
+
+def _logistic(X: np.ndarray, y: np.ndarray, C: float) -> dict:
+    """A logistic regression over the standardized features, as plain numbers."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    sc = StandardScaler().fit(X)
+    scale = np.where(sc.scale_ > 0, sc.scale_, 1.0)
+    lr = LogisticRegression(C=C, max_iter=5000).fit((X - sc.mean_) / scale, y)
+    return {"mean": tuple(map(float, sc.mean_)), "scale": tuple(map(float, scale)),
+            "coef": tuple(map(float, lr.coef_[0])), "intercept": float(lr.intercept_[0])}
+
+
+def fit_logistic(X: np.ndarray, y: np.ndarray, groups: np.ndarray, C: float, meta=None) -> ConfidenceCalibration:
+    """The logistic regression over every feature, then one isotonic map of its logit fitted on
+    its out-of-fold logits (3 folds over jobs): calibrated on data it was not fitted on."""
+    inner = _fold_ids(groups, 3)
+    z = np.zeros(len(y))
+    for f in range(3):
+        tr, te = inner != f, inner == f
+        z[te] = ConfidenceCalibration(features=FEATURES, segments={"all": ((0.0,), (0.5,))},
+                                      logistic=_logistic(X[tr], y[tr], C)).score(X[te])
+    return ConfidenceCalibration(features=FEATURES, segments={"all": _isotonic(z, y)}, rank_buckets=1,
+                                 by_path=False, logistic=_logistic(X, y, C), meta=meta or {})
+
+
+def _isotonic(x: np.ndarray, y: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    from sklearn.isotonic import IsotonicRegression
+
+    iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(x, y)
+    return tuple(map(float, iso.X_thresholds_)), tuple(map(float, iso.y_thresholds_))
+
+
+def fit_segments(X: np.ndarray, y: np.ndarray, rank_buckets: int, by_path: bool, meta=None) -> ConfidenceCalibration:
+    """One isotonic map of the evidence logit per segment with at least ``MIN_ROWS`` rows, and ``all``."""
+    ev = X[:, FEATURES.index("logit_evidence")]
+    has = X[:, FEATURES.index("has_evidence")] > 0
+    segs = np.asarray(segment_of(X, rank_buckets=rank_buckets, by_path=by_path))
+    out = {"all": _isotonic(ev[has], y[has])}
+    for sname in sorted(set(segs.tolist())):
+        m = (segs == sname) & has
+        if m.sum() >= MIN_ROWS:
+            out[sname] = _isotonic(ev[m], y[m])
+    return ConfidenceCalibration(features=FEATURES, segments=out, rank_buckets=rank_buckets, by_path=by_path,
+                                 meta=meta or {})
+
+
+def ece(p: np.ndarray, y: np.ndarray, bins: int = 10) -> float:
+    """Expected calibration error: the count-weighted mean |observed - mean p| over equal-width bins."""
+    edges = np.linspace(0, 1, bins + 1)
+    b = np.clip(np.digitize(p, edges[1:-1]), 0, bins - 1)
+    return float(sum(abs(y[b == k].mean() - p[b == k].mean()) * (b == k).sum() for k in range(bins) if (b == k).any())
+                 / max(len(p), 1))
+
+
+def utility(table, keep, q, wrong_cost: float, min_conf: float) -> tuple[float, int, int, int]:
+    """``(right - wrong_cost x wrong_confident, right, wrong_confident, jobs)`` over jobs x paths."""
+    proba = np.full(len(keep), np.nan)
+    proba[keep] = q
+    out = job_outcomes(table, proba, min_conf)
+    right = sum(o["right"] for o in out)
+    wrong = sum(o["wrong_confident"] for o in out)
+    return right - wrong_cost * wrong, right, wrong, len(out)
+
+
+def _reports(table, keep) -> list[np.ndarray]:
+    """Row indices (among the rows naming a device) of each report, in the analyses' order."""
+    keys = [k for k, kk in zip(zip(table.column("corpus").to_pylist(), table.column("job").to_pylist(),
+                                   table.column("path").to_pylist()), keep) if kk]
+    idx: dict[tuple, list[int]] = {}
+    for i, k in enumerate(keys):
+        idx.setdefault(k, []).append(i)
+    return [np.asarray(v) for v in idx.values()]
+
+
+def _oof(X, y, groups, folds_of, reports, predictor):
+    """Out-of-fold probabilities, one report at a time (no device above the one before it), of
+    ``predictor(X_train, y_train, groups_train) -> (X -> p)``."""
+    q = np.zeros(len(y))
+    for f in np.unique(folds_of):
+        tr = folds_of != f
+        pred = predictor(X[tr], y[tr], groups[tr])
+        for rows in reports:
+            if folds_of[rows[0]] == f:
+                q[rows] = np.minimum.accumulate(pred(X[rows]))
+    return q
+
+
+def fit(table, *, wrong_cost: float = 10.0, min_conf: float = 0.9, family: str = "segments",
+        log=print) -> ConfidenceCalibration:
+    """The calibration the dataset gives (see the module docstring)."""
+    X, y, groups, keep = design(table)
+    folds_of = _fold_ids(groups, FOLDS)
+    reports = _reports(table, keep)
+    raw = utility(table, keep, np.asarray(table.column("raw_confidence").to_pylist(), dtype=float)[keep],
+                  wrong_cost, min_conf)
+    log(f"# {len(y)} device rows ({int(y.sum())} root causes) of {raw[3]} jobs x paths; raw evidence scores: "
+        f"right={raw[1]} wrong_confident={raw[2]} utility={raw[0]:g}")
+    log(f"{'model':36} {'utility':>8} {'right':>6} {'wrong_conf':>10} {'ece_cv':>7}")
+    best = None
+    cands = [(f"isotonic rank_buckets={rb} by_path={bp}", ("segments", rb, bp)) for rb, bp in GRID]
+    cands += [(f"logistic+isotonic C={C:g}", ("logistic", C)) for C in C_GRID]
+    for name, spec in cands:
+        if family != "all" and spec[0] != family:
+            continue
+        if spec[0] == "segments":
+            pred = lambda Xt, yt, gt, spec=spec: fit_segments(Xt, yt, spec[1], spec[2]).predict_proba  # noqa: E731
+        else:
+            pred = lambda Xt, yt, gt, spec=spec: fit_logistic(Xt, yt, gt, spec[1]).predict_proba  # noqa: E731
+        q = _oof(X, y, groups, folds_of, reports, pred)
+        u, right, wrong, _ = utility(table, keep, q, wrong_cost, min_conf)
+        e = ece(q, y)
+        log(f"{name:36} {u:8g} {right:6d} {wrong:10d} {e:7.4f}")
+        if best is None or (u, right, -round(e, 6)) > (best[0], best[3], -round(best[5], 6)):
+            best = (u, spec, name, right, wrong, e)
+    u, spec, name, right, wrong, e = best
+    meta = {"fitted_by": "scripts/tune.py", "dataset": "fixtures/calibration/evidence-dev.parquet (split dev)",
+            "rows": int(len(y)), "root_causes": int(y.sum()), "jobs_x_paths": int(raw[3]),
+            "corpora": sorted(set(table.column("corpus").to_pylist())), "folds": FOLDS,
+            "wrong_cost": wrong_cost, "min_confidence": min_conf,
+            "cv": {"utility": u, "right": right, "wrong_confident": wrong, "ece": round(e, 6)},
+            "raw": {"utility": raw[0], "right": raw[1], "wrong_confident": raw[2]}}
+    meta["model"] = name
+    log(f"# chosen {name}: cross-validated right={right} wrong_confident={wrong} ece={e:.4f}")
+    if spec[0] == "segments":
+        return fit_segments(X, y, spec[1], spec[2], meta)
+    return fit_logistic(X, y, groups, spec[1], meta)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dataset", default=str(DATASET), help="the cached development dataset (parquet)")
+    ap.add_argument("--out", default=str(DEFAULT_PATH), help="the calibration file to write")
+    ap.add_argument("--rebuild", action="store_true", help="localize the development jobs again first")
+    ap.add_argument("--check", action="store_true", help="exit 1 when the file would change; write nothing")
+    ap.add_argument("--wrong-cost", type=float, default=10.0,
+                    help="cost of a wrong device named first, in right answers (default 10)")
+    ap.add_argument("--family", choices=("segments", "logistic", "all"), default="segments",
+                    help="model family to choose from (default segments: isotonic maps of the evidence score "
+                         "per segment; docs/calibration.md says why)")
+    ap.add_argument("--sim-small", type=int, default=24, help="simulated 64-128 GPU jobs (with --rebuild)")
+    ap.add_argument("--sim-large", type=int, default=8, help="simulated 256-512 GPU jobs (with --rebuild)")
+    a = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    table = load_or_build("dev", Path(a.dataset), sim_cache=sim_cache(), n_small=a.sim_small, n_large=a.sim_large,
+                          rebuild=a.rebuild, progress=lambda s: print(f"# {time.perf_counter() - t0:7.1f} s {s}",
+                                                                       file=sys.stderr, flush=True))
+    splits = set(table.column("split").to_pylist())
+    if splits != {"dev"}:
+        print(f"tune: {a.dataset} holds split(s) {sorted(splits)}: fit on dev only", file=sys.stderr)
+        return 2
+    cal = fit(table, wrong_cost=a.wrong_cost, family=a.family)
+    text = cal.dumps()
+    out = Path(a.out)
+    same = out.is_file() and out.read_text(encoding="utf-8") == text
+    if a.check:
+        print(f"check={'same' if same else 'changed'} file={out}")
+        return 0 if same else 1
+    if not same:
+        tmp = out.with_name(out.name + ".partial")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(out)
+    print(f"wrote={out} changed={int(not same)} model={cal.meta['model'].replace(' ', '_')} "
+          f"cv_right={cal.meta['cv']['right']} cv_wrong_confident={cal.meta['cv']['wrong_confident']} "
+          f"cv_ece={cal.meta['cv']['ece']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
