@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parents[1] / "holmes"
 
 FLOORS = {
     "holmes.errors": 0, "holmes._jit": 0, "holmes.stats": 0, "holmes._ranges": 0, "holmes.parallel": 0, "holmes.progress": 0,
-    "holmes.io": 1, "holmes.topology": 1,
+    "holmes.units": 0, "holmes.display": 0,
+    "holmes.io": 1, "holmes.topology": 1, "holmes.calibration": 1,
     "holmes.cog": 2, "holmes.detect": 2,
     "holmes.simulate": 3, "holmes.adapters": 3, "holmes.logger": 3, "holmes.localize": 3, "holmes.report": 3,
     "holmes.eval": 4, "holmes.watch": 4,
