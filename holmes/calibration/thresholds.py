@@ -38,7 +38,7 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -542,11 +542,22 @@ def _build(values: dict[str, Any], source: str) -> Thresholds:
         raise ThresholdsError(f"thresholds {source}: " + "; ".join(parts)) from None
 
 
+def _kind(annotation: Any) -> str:
+    """A value kind in words: ``float``, ``int``, ``bool``, ``int or null``, ``"a" or "b"``."""
+    args = get_args(annotation)
+    if get_origin(annotation) is Literal:
+        return " or ".join(f'"{a}"' for a in args)
+    if args and type(None) in args:
+        return " or ".join("null" if a is type(None) else _kind(a) for a in args)
+    if args:  # Annotated[float, ...]
+        return _kind(args[0])
+    return getattr(annotation, "__name__", str(annotation))
+
+
 def docs_markdown() -> str:
     """The reference table of ``docs/thresholds.md``: every name, its type and meaning."""
     rows = ["| name | type | meaning |", "|---|---|---|"]
     for k, f in Thresholds.model_fields.items():
-        kind = getattr(f.annotation, "__name__", None) or str(f.annotation).replace("typing.", "")
-        rows.append(f"| `{k}` | {kind} | {(f.description or '').replace('|', '/')} |")
+        rows.append(f"| `{k}` | {_kind(f.annotation)} | {(f.description or '').replace('|', '/')} |")
     return "\n".join(rows) + "\n"
 
