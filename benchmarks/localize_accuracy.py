@@ -55,8 +55,8 @@ from pathlib import Path
 import numpy as np
 
 import holmes
-from holmes.localize import localize
 from holmes.eval.localize_baselines import RandomWalkLocalizer, SeerLikeLocalizer
+from holmes.localize import localize
 from holmes.simulate.scenarios import KINDS, PATTERNS, REALISTIC_FACTOR, irregular_fault_job, realistic_fault_job
 
 SIZES = {64: dict(tp=4, pp=2, dp=8),  # 64: --smoke
@@ -107,7 +107,7 @@ def run_holmes(jobs, **kw) -> tuple[list[bool], list[int], list[float]]:
 
 def per_iteration_accuracy(jobs, monitors: int, seed: int) -> float:
     """Fig. 14c: per irregular iteration, is the truth among the devices of the earliest root cause?"""
-    from holmes.localize.ranking import cause_devices
+    from holmes.localize.evidence.ranking import cause_devices
 
     hits = []
     rng = np.random.default_rng(seed)

@@ -25,16 +25,27 @@ Reported, on rank 0:
   path torch's collectives take. Its caches are warm: between real collectives the same path costs
   more (the CPU-time overhead per operator above says how much, asynchronous ones included).
 
+``--setup ddp`` runs a stock DistributedDataParallel model instead (its gradient buckets reach the
+logger through the dispatcher hook, :mod:`holmes.logger._dispatch`), 100 pairs at least and 90 s of
+pairs at most by default, with a third arm, *floor*: the dispatcher hook's Python kernels
+installed but recording nothing. Its overhead is what PyTorch's boxed Python-kernel mechanism
+costs by itself (converting each operator's arguments to Python and back, cold between two
+buckets' worth of backward compute); the logger's own share is the rest. Every arm pays the same
+enable/disable switching before its barrier.
+
     python benchmarks/logger_overhead.py [--ranks 2] [--budget-s 1100] [--target-ci 0.5] [--live]
+    python benchmarks/logger_overhead.py --setup ddp       # ~2 minutes on 2 ranks
 
 ``--live`` records in parts (``parts_every=10``) as a watched job would. Last line:
-``overhead_pct=<%> overhead_ci95_pct=<half-width> per_op_us=<us> ...``. Timing on a shared machine
+``overhead_pct=<%> overhead_ci95_pct=<half-width> per_op_us=<us> cpu_overhead_pct=<%> ...``, with
+``floor_pct=... floor_cpu_pct=...`` at its end when the floor arm ran. Timing on a shared machine
 is noisy: the interval says how much; compare figures measured at the same load (printed).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import statistics
@@ -157,12 +168,12 @@ def median_bootstrap(x, seed: int = 0, n_boot: int = 2000) -> tuple[float, float
     return float(np.median(r)), float(lo), float(hi)
 
 
-def _log_ratios(times: dict, i: int) -> np.ndarray:
-    """``log(on / off)`` of each pair (column ``i``: 0 wall, 1 thread CPU): exchanging the two
+def _log_ratios(times: dict, i: int, arm: str = "on") -> np.ndarray:
+    """``log(arm / off)`` of each pair (column ``i``: 0 wall, 1 thread CPU): exchanging the two
     arms flips its sign, so without an effect it is symmetric about 0, as the signed-rank
     interval assumes (a plain ratio ``on/off - 1`` is not)."""
     off = np.array([x[i] for x in times["off"]], dtype=float)
-    on = np.array([x[i] for x in times["on"]], dtype=float)
+    on = np.array([x[i] for x in times[arm]], dtype=float)
     n = min(len(off), len(on))
     return np.log(on[:n] / off[:n])
 
@@ -176,6 +187,7 @@ def worker(rank: int, world: int, init_file: str, out_dir: str, a: argparse.Name
     import torch.distributed as dist
 
     import holmes.logger
+    from holmes.logger._dispatch import DispatchHook
 
     torch.set_num_threads(1)
     if a.pin and hasattr(os, "sched_setaffinity"):  # before gloo starts its threads: they inherit it
@@ -212,7 +224,12 @@ def worker(rank: int, world: int, init_file: str, out_dir: str, a: argparse.Name
             model.zero_grad(set_to_none=False)
             model(x).square().mean().backward()
 
-    times: dict[str, list[tuple[int, int]]] = {"off": [], "on": []}  # (wall ns, thread CPU ns) per step
+    # (wall ns, thread CPU ns) per step and arm; "floor" (--floor): the dispatcher hook's Python
+    # kernels installed but recording nothing, i.e. what PyTorch's Python-kernel mechanism alone costs
+    arms = ("off", "on", "floor") if a.floor else ("off", "on")
+    times: dict[str, list[tuple[int, int]]] = {m: [] for m in arms}
+    floor = DispatchHook(None) if a.floor else None
+    orders = list(itertools.permutations(arms))
     n_on = 0  # logged steps, warm-up included (rows per step = rows / n_on)
     stop = torch.zeros(1)
     t_begin = time.monotonic()
@@ -225,9 +242,14 @@ def worker(rank: int, world: int, init_file: str, out_dir: str, a: argparse.Name
             dist.broadcast(stop, 0)
             if stop[0]:
                 break
-        for mode in (("off", "on") if rep % 2 else ("on", "off")):
-            if mode == "on":
-                logger.enable()
+        for mode in orders[rep % len(orders)]:
+            # every arm pays the same switching before its barrier (enabling installs the dispatcher
+            # hook's kernels: Python work that would otherwise precede the logged steps only)
+            logger.enable()
+            if mode != "on":
+                logger.disable()
+            if mode == "floor":
+                floor.install()
             dist.barrier()
             c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
             if mode == "on":
@@ -236,6 +258,8 @@ def worker(rank: int, world: int, init_file: str, out_dir: str, a: argparse.Name
             train_step()
             t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
             logger.disable()
+            if floor is not None:
+                floor.uninstall()
             if rep >= a.warmup:
                 times[mode].append((t1 - t0, c1 - c0))
     logger.close(finalize=False)
@@ -257,8 +281,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--size", type=int, default=384, help="matmul size of the compute before each TP op (default 384)")
     ap.add_argument("--target-ci", type=float, default=0.5,
                     help="stop once the overhead's 95%% interval is this narrow (+- %%, default 0.5)")
-    ap.add_argument("--budget-s", type=float, default=1100.0, help="... or after this many seconds (default 1100)")
-    ap.add_argument("--min-pairs", type=int, default=300, help="off/on step pairs before the first check (default 300)")
+    ap.add_argument("--budget-s", type=float, default=None,
+                    help="... or after this many seconds (default 1100; --setup ddp: 90)")
+    ap.add_argument("--min-pairs", type=int, default=None,
+                    help="off/on step pairs before the first check (default 300; --setup ddp: 100)")
     ap.add_argument("--max-pairs", type=int, default=100000, help="at most this many pairs")
     ap.add_argument("--warmup", type=int, default=5, help="pairs run first and dropped (default 5)")
     ap.add_argument("--pin", action=argparse.BooleanOptionalAction, default=None,
@@ -268,12 +294,19 @@ def main(argv: list[str] | None = None) -> int:
                     help="tp: the TP+DP step above; ddp: a stock DistributedDataParallel model of --layers "
                          "Linear(--size) layers in --buckets gradient buckets (its all_reduces come from DDP's "
                          "C++ reducer, through the dispatcher hook)")
+    ap.add_argument("--floor", action=argparse.BooleanOptionalAction, default=None,
+                    help="a third arm: the dispatcher hook's Python kernels installed, recording nothing (what "
+                         "PyTorch's Python-kernel mechanism costs by itself; default: with --setup ddp)")
     ap.add_argument("--save", help="write the per-step times (JSON) here")
     ap.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     ap.add_argument("--smoke", action="store_true",
                     help="CI: 2 ranks, 2 layers, 1 bucket, 64x64 matmuls, 12 pairs; skipped (exit 0, said) "
                          "without torch")
     a = ap.parse_args(argv)
+    ddp = a.setup == "ddp"
+    a.budget_s = a.budget_s if a.budget_s is not None else (90.0 if ddp else 1100.0)
+    a.min_pairs = a.min_pairs if a.min_pairs is not None else (100 if ddp else 300)
+    a.floor = ddp if a.floor is None else a.floor
     if a.smoke:
         try:
             import torch  # noqa: F401
@@ -336,11 +369,23 @@ def main(argv: list[str] | None = None) -> int:
     print(f"the dispatcher hook (operators that bypass torch.distributed, e.g. DDP's buckets): a 1-rank gloo "
           f"ProcessGroup.allreduce {disp_bare_ns / 1e3:.1f} us bare, {disp_ns / 1e3:.1f} us logged -> "
           f"{dispatch_op_us:.2f} us per op")
+    floor_keys = ""
+    if "floor" in times:  # the Python-kernel mechanism alone, and the logger's share on top of it
+        f_over, flo, fhi = (_pct(v) for v in hodges_lehmann(_log_ratios(times, 0, "floor")))
+        fc_over, fclo, fchi = (_pct(v) for v in hodges_lehmann(_log_ratios(times, 1, "floor")))
+        med_floor = statistics.median(x[0] for x in times["floor"]) / 1e6
+        print(f"floor arm (the dispatcher hook's Python kernels installed, recording nothing; median step "
+              f"{med_floor:.3f} ms): wall {f_over:+.3f}% ({flo:+.3f}..{fhi:+.3f}), thread CPU {fc_over:+.3f}% "
+              f"({fclo:+.3f}..{fchi:+.3f}): PyTorch's boxed Python-kernel mechanism; the logger's own share is the "
+              f"rest ({cpu_over - fc_over:+.3f}% thread CPU)")
+        floor_keys = (f" floor_pct={f_over:.3f} floor_ci95_pct={(fhi - flo) / 2:.3f} floor_cpu_pct={fc_over:.3f} "
+                      f"floor_cpu_ci95_pct={(fchi - fclo) / 2:.3f}")
     print(f"load (1-min average) {load0[0]:.1f} at the start, {load1[0]:.1f} at the end; pinned: {a.pin}")
     print(f"overhead_pct={overhead:.3f} overhead_ci95_pct={half:.3f} per_op_us={per_op_us:.2f} "
           f"cpu_overhead_pct={cpu_over:.3f} cpu_overhead_ci95_pct={(chi - clo) / 2:.3f} ops_per_step={ops} "
           f"step_ms_off={med_off:.3f} step_ms_on={med_on:.3f} ranks={a.ranks} pairs={len(ratios)} "
-          f"load={load1[0]:.1f} live={int(a.live)} setup={a.setup} dispatch_op_us={dispatch_op_us:.2f}")
+          f"load={load1[0]:.1f} live={int(a.live)} setup={a.setup} dispatch_op_us={dispatch_op_us:.2f}"
+          f"{floor_keys}")
     return 0
 
 

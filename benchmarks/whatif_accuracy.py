@@ -90,7 +90,7 @@ def wia_slow_worker(workdir: Path, rank: int = 5, factor: float = 3.0) -> dict:
 
 def attribution(job_dir: Path) -> dict:
     """Per-stage and per-replica what-if attribution of a job (WIA's decomposition)."""
-    from holmes.localize.persistent import PersistentAnalysis
+    from holmes.localize.persistent.analysis import PersistentAnalysis
     from holmes.localize.pipeline import Localizer
 
     run = Localizer(analysis="persistent").prepare(job_dir)

@@ -17,7 +17,7 @@ import pytest
 import holmes
 from holmes.errors import HolmesError
 from holmes.io.capped_parquet import read_parquet_capped
-from holmes.io.limits import LimitError
+from holmes.limits import LimitError
 from holmes.simulate import simulate
 from holmes.topology.cluster import ClusterTopology
 

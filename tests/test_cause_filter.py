@@ -1,4 +1,4 @@
-"""Which root causes stand (:mod:`holmes.localize.cause_filter`): of unrelated ones the one that
+"""Which root causes stand (:mod:`holmes.localize.irregular.cause_filter`): of unrelated ones the one that
 cost most (``drop_diffuse``); none that cost its rank a trifle of the iteration's excess (``drop_minor``);
 in a candidate iteration only those standing out of their own rank's noise (``drop_unproven``)."""
 
@@ -8,10 +8,10 @@ import numpy as np
 import pyarrow as pa
 
 from holmes.cog import RankOps
-from holmes.localize.cause_filter import (cause_cost, cause_z, computed_longer, drop_diffuse, drop_minor, drop_unproven,
-                                          drop_usual_compute, proven_devices)
-from holmes.localize.irregular import Evidence
-from holmes.localize.search import COMPUTE, NETWORK, RootCause
+from holmes.localize.evidence.search import COMPUTE, NETWORK, RootCause
+from holmes.localize.irregular.analysis import Evidence
+from holmes.localize.irregular.cause_filter import (cause_cost, cause_z, computed_longer, drop_diffuse, drop_minor,
+                                                    drop_unproven, drop_usual_compute, proven_devices)
 
 OPS, ITS = 40, 6
 

@@ -1,4 +1,4 @@
-"""The cell-by-cell comparison of a job read whole (holmes.localize.cells)."""
+"""The cell-by-cell comparison of a job read whole (holmes.localize.irregular.cells)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 
 import holmes
 from holmes.cog.graph import CommOpGraph
-from holmes.localize.cells import CellEvidence, Event, device_pvalues
-from holmes.localize.tails import gpd_fit, tail_pvalue
+from holmes.localize.irregular.cells import CellEvidence, Event, device_pvalues
+from holmes.localize.irregular.tails import gpd_fit, tail_pvalue
 from holmes.simulate import simulate
 
 
@@ -94,7 +94,7 @@ def test_on_a_single_host_each_rank_is_judged_against_the_others(tmp_path):
 
 
 def test_row_spread_ignores_a_level_shift_over_most_iterations():
-    from holmes.localize.cells import _row_spread
+    from holmes.localize.irregular.cells import _row_spread
     rng = np.random.default_rng(1)
     x = 10.0 + rng.normal(0, 0.3, (3, 40))
     x[0, 12:] += 15.0  # slowed from a third of the run to the end

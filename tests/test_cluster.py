@@ -18,7 +18,8 @@ from holmes.topology import (
     load_topology,
     rail_optimized,
 )
-from holmes.topology.cluster import decay_factor, link_id
+from holmes.topology.cluster import decay_factor
+from holmes.topology import kinds
 
 # 4 pods of 2 hosts x 4 GPUs: leaf i = pod * 4 + rail, 2 spines
 SMALL = dict(num_gpus=32, gpus_per_host=4, hosts_per_pod=2, num_spines=2)
@@ -40,7 +41,7 @@ def assert_well_formed(t: ClusterTopology, a: int, b: int, path: tuple[str, ...]
     for i, dev in enumerate(path):
         assert (t.kind_of(dev) == "link") == (i % 2 == 1)
     for i in range(1, len(path), 2):
-        assert path[i] == link_id(path[i - 1], path[i + 1])
+        assert path[i] == kinds.link(path[i - 1], path[i + 1])
         assert t.graph.has_edge(path[i - 1], path[i + 1])
         assert t.graph.edges[path[i - 1], path[i + 1]]["id"] == path[i]
     assert len(set(path)) == len(path)

@@ -12,7 +12,7 @@ import pytest
 
 import holmes
 from holmes.errors import ParseError, SchemaError
-from holmes.io.limits import LimitError
+from holmes.limits import LimitError
 from holmes.io import MemoryJob, compute_table, ops_table, validate_compute, write_job
 
 META = {"world_size": 2, "communicators": {"dp-0": {"kind": "dp", "ranks": [0, 1]}}}

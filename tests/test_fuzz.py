@@ -49,7 +49,7 @@ def _localize_names_findings() -> bool:
     import holmes
 
     src = Path(holmes.__file__).parent / "localize"
-    return any("consistency" in p.read_text(errors="ignore") for p in src.glob("*.py"))
+    return any("consistency" in p.read_text(errors="ignore") for p in src.rglob("*.py"))
 
 
 LOCALIZE_NAMES_FINDINGS = _localize_names_findings()

@@ -11,7 +11,7 @@ import pytest
 import holmes
 from holmes.io import MemoryJob
 from holmes.io.schema import ops_table
-from holmes.localize.waitgraph import wait_graph
+from holmes.localize.hang.waitgraph import wait_graph
 
 C, S, Q = "completed", "started", "scheduled"
 

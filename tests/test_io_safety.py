@@ -28,7 +28,7 @@ import holmes
 from holmes.cli.main import main
 from holmes.errors import ArgumentTypeError, HolmesError, JobError
 from holmes.io import JobWriter, ops_table, read_job
-from holmes.io.limits import LimitError, decode_json, read_capped
+from holmes.limits import LimitError, decode_json, read_capped
 from holmes.io.outputs import (OutputExistsError, OutputInsideInputError, atomic_write_text, check_output,
                                staged_directory)
 

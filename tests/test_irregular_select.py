@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 import holmes
-from holmes.localize.irregular import IrregularAnalysis
-from holmes.localize.iteration_rules import flag_iterations
+from holmes.localize.irregular.analysis import IrregularAnalysis
+from holmes.localize.irregular.iteration_rules import flag_iterations
 from holmes.localize.params import LocalizeParams
 from holmes.localize.pipeline import Localizer
 from holmes.simulate import simulate

@@ -8,9 +8,9 @@ import pytest
 
 import holmes
 from holmes.cli.main import main
+from holmes.detect import LabelDetector, RobustDetector
 from holmes.errors import ConfigError, JobError
 from holmes.io import write_job
-from holmes.detect import LabelDetector, RobustDetector
 from holmes.localize import Report, localize
 
 from test_localize_synth import synth_job
@@ -180,7 +180,7 @@ def test_host_spike_is_told_from_a_gpu_by_its_host_mates():
 
 
 def test_host_verdict_rule():
-    from holmes.localize.host_probe import host_verdict
+    from holmes.localize.irregular.host_probe import host_verdict
 
     assert host_verdict(100.0, [60.0, 55.0, 1.0]) == "host"
     assert host_verdict(100.0, [60.0, 1.0, 1.0]) == "gpu"

@@ -9,9 +9,9 @@ import pytest
 
 from holmes.errors import ConfigError
 from holmes.localize import LocalizeParams, localize
-from holmes.localize.peers import Roles
+from holmes.localize.persistent.analysis import PersistentAnalysis
+from holmes.localize.persistent.peers import Roles
 from holmes.localize.pipeline import Localizer, merge_devices
-from holmes.localize.persistent import PersistentAnalysis
 from holmes.localize.report import DeviceScore, Report
 
 

@@ -16,8 +16,8 @@ import pytest
 
 from holmes import localize
 from holmes.errors import ConfigError
-from holmes.localize.peers import Roles
-from holmes.localize.persistent_suspects import _separated, compute_suspects, slot_classes, stage_hosts
+from holmes.localize.persistent.peers import Roles
+from holmes.localize.persistent.suspects import _separated, compute_suspects, slot_classes, stage_hosts
 from holmes.topology import ParallelLayout
 
 ALWAYS = Path(__file__).resolve().parents[1] / "fixtures" / "real-always"

@@ -14,7 +14,7 @@ import pytest
 import holmes
 from holmes.errors import ConfigError, HolmesError
 from holmes.localize import DeviceScore, Localizer, LocalizeParams, localize
-from holmes.localize.confidence import device_confidence, iteration_weights, network_opportunity, opportunity
+from holmes.localize.evidence.confidence import device_confidence, iteration_weights, network_opportunity, opportunity
 from holmes.topology import default_topology
 
 

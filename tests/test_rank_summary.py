@@ -11,7 +11,7 @@ import holmes
 from holmes.cli.main import main
 from holmes.io import MemoryJob
 from holmes.io.schema import ops_table
-from holmes.localize.rank_summary import SUMMARY_KEYS, pipeline_stages, rank_summary
+from holmes.localize.evidence.rank_summary import SUMMARY_KEYS, pipeline_stages, rank_summary
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 MS = 1_000_000

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from holmes.errors import ConfigError
-from holmes.localize.ranking import (DEFAULT_PRIOR, DeviceRanking, cause_devices, irregularity_rate,
+from holmes.localize.evidence.ranking import (DEFAULT_PRIOR, DeviceRanking, cause_devices, irregularity_rate,
                                      network_devices)
 from holmes.topology import default_topology
 

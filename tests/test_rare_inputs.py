@@ -92,7 +92,7 @@ def test_the_empty_rank_is_named(job, capsys):
 
 
 def test_cells_of_ranks_without_shared_iterations():
-    from holmes.localize.cells import _low_spread, _row_spread, _shared_iterations
+    from holmes.localize.irregular.cells import _low_spread, _row_spread, _shared_iterations
 
     assert _shared_iterations([np.arange(3), np.zeros(0, np.int64)]).tolist() == [0, 1, 2]
     assert _shared_iterations([np.arange(3), np.arange(100, 103)]).tolist() == [0, 1, 2, 100, 101, 102]

@@ -183,7 +183,7 @@ def test_check_ops_batch_is_check_ops_rank_by_rank(seed):
 
 
 def test_job_source_stream_batches_accounts_like_stream(job):
-    from holmes.localize.sources import JobSource
+    from holmes.localize.evidence.sources import JobSource
 
     (job / "ranks" / "rank-00003.parquet").unlink()
     src = JobSource(read_job(job))

@@ -1,7 +1,7 @@
 """Verdicts on real multi-process PyTorch runs (development splits only).
 
 ``fixtures/real`` was captured on an otherwise idle 2-core machine (its 8-16 gloo ranks keep the
-load at 4-5): jobs this small are read whole and compared cell by cell (:mod:`holmes.localize.cells`).
+load at 4-5): jobs this small are read whole and compared cell by cell (:mod:`holmes.localize.irregular.cells`).
 ``fixtures/real-loaded`` was captured while other work kept the load at 6-16: its jobs are mostly
 too noisy for the cells, and Algorithm 1 from the pivot with the compute-straggler and transfer
 rules runs instead. A slow device must be named, and a healthy run must name nothing.
@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from holmes import localize, read_job
-from holmes.localize.cause_filter import components
-from holmes.localize.irregular import IrregularAnalysis
+from holmes.localize.irregular.analysis import IrregularAnalysis
+from holmes.localize.irregular.cause_filter import components
+from holmes.localize.irregular.transfer import TransferTimes
 from holmes.localize.pipeline import Localizer
-from holmes.localize.transfer import TransferTimes
 
 REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
 LOADED = REAL.parent / "real-loaded"
@@ -123,7 +123,7 @@ def test_a_host_hiccup_is_a_stall_and_a_slower_host_is_not():
     # CPUs' operating system); r015 (development split): host 1 had 1.6x more work in
     # iteration 5, stretching all of each rank's compute
     from holmes.cog.graph import CommOpGraph
-    from holmes.localize.cells import CellEvidence
+    from holmes.localize.irregular.cells import CellEvidence
 
     def host_events(name):
         job = read_job(_run(name))

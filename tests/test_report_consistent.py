@@ -10,9 +10,9 @@ import pytest
 
 import holmes
 from holmes.cli.main import main
+from holmes.localize.evidence.search import RootCause
 from holmes.localize.report import DeviceScore, Report
 from holmes.localize.report_text import device_figures, signed_span
-from holmes.localize.search import RootCause
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 MS = 1_000_000

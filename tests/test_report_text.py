@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 import holmes
 from holmes._ranges import parse_int_ranges
 from holmes.cli.main import main
+from holmes.localize.evidence.search import RootCause
 from holmes.localize.report import DeviceScore, Report
 from holmes.localize.report_text import fmt_ns, int_ranges
-from holmes.localize.search import RootCause
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures"
 MS = 1_000_000

@@ -19,12 +19,12 @@ import holmes
 from holmes.adapters import ConvertWarning, convert_wia
 from holmes.eval.wia_retime import retime, study_decompose, study_slowdown, widen_dp
 from holmes.io import MemoryJob, compute_table, ops_table
-from holmes.localize.compute_source import compute_by_iteration, row_compute
-from holmes.localize.persistent import PersistentAnalysis
-from holmes.localize.persistent_rank import persistent_summaries, persistent_window
-from holmes.localize.persistent_wait import fold
+from holmes.localize.persistent.analysis import PersistentAnalysis
+from holmes.localize.persistent.compute_source import compute_by_iteration, row_compute
+from holmes.localize.persistent.rank import persistent_summaries, persistent_window
+from holmes.localize.persistent.wait import fold
+from holmes.localize.persistent.whatif import replay, swap_compute
 from holmes.localize.pipeline import Localizer
-from holmes.localize.whatif import replay, swap_compute
 
 ALL_COMPUTE = ("forward-compute", "backward-compute", "optimizer")
 

@@ -8,9 +8,9 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from holmes.localize.persistent import PersistentAnalysis
-from holmes.localize.persistent_wait import operator_types
-from holmes.localize.whatif import Program, replay
+from holmes.localize.persistent.analysis import PersistentAnalysis
+from holmes.localize.persistent.wait import operator_types
+from holmes.localize.persistent.whatif import Program, replay
 
 INFO = [("c", "dp", (0, 1), "dp0"), ("c", "dp", (2, 3), "dp1"), ("c", "dp", (4, 5, 6), "dp2"),
         ("p", "pp", (0, 2), "pp0"), ("p", "pp", (2, 0), "pp0")]

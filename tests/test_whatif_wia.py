@@ -9,9 +9,9 @@ import pytest
 
 import holmes
 from holmes.adapters import ConvertWarning, convert_wia
+from holmes.localize.persistent.analysis import PersistentAnalysis
+from holmes.localize.persistent.whatif import Program, replay
 from holmes.localize.pipeline import Localizer
-from holmes.localize.persistent import PersistentAnalysis
-from holmes.localize.whatif import Program, replay
 
 
 @pytest.fixture(scope="module")
@@ -72,7 +72,7 @@ def test_batched_send_recv_does_not_deadlock_the_replay():
 
 
 def test_converter_keeps_what_the_attribution_needs(wia):
-    from holmes.localize.peers import Roles
+    from holmes.localize.persistent.peers import Roles
 
     _, out, ev = wia
     job = holmes.read_job(out)

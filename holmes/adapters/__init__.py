@@ -70,7 +70,7 @@ def convert(fmt: str, src: str | os.PathLike[str], out: str | os.PathLike[str], 
     if key not in FORMATS:
         raise ConfigError(f"unknown trace format '{fmt}'; expected one of {sorted(FORMATS)}")
     if "world_size" in options and options["world_size"] is not None:
-        from holmes.io.limits import check_world_size
+        from holmes.limits import check_world_size
 
         check_world_size(options["world_size"], "world_size")
     try:

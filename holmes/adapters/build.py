@@ -17,7 +17,7 @@ from holmes.adapters.notes import Notes
 from holmes.adapters.rows import RankRows, assign_seq, group_cumcount
 from holmes.errors import ArgumentTypeError, ConvertError
 from holmes.io import JobMeta, JobWriter, ops_table, validate_ops
-from holmes.io.limits import LimitError, max_world_size
+from holmes.limits import LimitError, max_world_size
 from holmes.io.outputs import OutputError
 from holmes.io.outputs import check_output as check_output_path
 from holmes.progress import track

@@ -55,7 +55,7 @@ from holmes.adapters.rows import RankRows
 from holmes.adapters.safe_pickle import safe_loads
 from holmes.errors import ConvertError, ParseError
 from holmes.io.schema import STATES
-from holmes.io.limits import decode_json
+from holmes.limits import decode_json
 from holmes.progress import track
 
 __all__ = ["convert_flight_recorder", "read_fr_dump", "fr_rank", "DTYPE_BYTES"]

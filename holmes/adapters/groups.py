@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from holmes.errors import ConvertError
-from holmes.io.limits import max_world_size
+from holmes.limits import max_world_size
 from holmes.topology import kind_from_group_name
 
 __all__ = ["GroupRegistry"]

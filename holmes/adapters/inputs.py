@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from holmes.errors import ParseError
-from holmes.io.limits import decode_json, gunzip_capped, max_trace_bytes, read_capped
+from holmes.limits import decode_json, gunzip_capped, max_trace_bytes, read_capped
 
 __all__ = ["read_bytes", "load_json_file", "rank_from_filename"]
 
@@ -17,8 +17,8 @@ def read_bytes(path: Path, *, limit: int | None = None) -> bytes:
     """Read a converter input whole, transparently gunzipping it, under the size caps.
 
     The file (and, for gzip input, its decompressed stream) may hold at most ``limit`` bytes
-    (default :func:`holmes.io.limits.max_trace_bytes`); a device, FIFO or symlink loop is refused.
-    Errors name the file (:class:`~holmes.errors.ParseError`, :class:`~holmes.io.limits.LimitError`).
+    (default :func:`holmes.limits.max_trace_bytes`); a device, FIFO or symlink loop is refused.
+    Errors name the file (:class:`~holmes.errors.ParseError`, :class:`~holmes.limits.LimitError`).
     """
     cap = max_trace_bytes() if limit is None else limit
     path = Path(path)

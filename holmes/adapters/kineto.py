@@ -48,7 +48,7 @@ from holmes.adapters.opnames import normalize_op
 from holmes.adapters.rows import RankRows
 from holmes.adapters.flight_recorder import DTYPE_BYTES
 from holmes.errors import ConvertError, ParseError
-from holmes.io.limits import max_world_size
+from holmes.limits import max_world_size
 from holmes.progress import track
 
 __all__ = ["convert_kineto", "parse_kineto_trace"]
@@ -65,6 +65,7 @@ KNOWN_TOP_LEVEL = frozenset({
     "VERBOSE", "INFO", "WARNING", "STAGE", "ERROR", "USDT",
     "distributedInfo", "profile_memory", "with_stack", "record_shapes", "with_modules", "with_flops",
     "DISABLE_CUPTI_LAZY_REINIT", "trace_id", "host_name",
+    "cuda_driver_version", "cuda_runtime_version", "cupti_version",  # torch 2.11 on CUDA 13
 })
 
 

@@ -31,7 +31,7 @@ from holmes.adapters.notes import Notes
 from holmes.adapters.opnames import normalize_op
 from holmes.adapters.rows import RankRows
 from holmes.errors import ConvertError, ParseError
-from holmes.io.limits import LimitError, json_depth, max_json_depth
+from holmes.limits import LimitError, json_depth, max_json_depth
 from holmes.progress import track
 
 __all__ = ["convert_nccl_inspector", "read_inspector_log"]

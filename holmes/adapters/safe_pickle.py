@@ -103,7 +103,7 @@ def safe_loads(data: bytes, *, source: str | None = None) -> Any:
 
 def safe_load(path: str | os.PathLike[str]) -> Any:
     """Read and :func:`safe_loads` a pickle file; errors name the file."""
-    from holmes.io.limits import max_trace_bytes, read_capped
+    from holmes.limits import max_trace_bytes, read_capped
 
     data = read_capped(path, max_trace_bytes(), what="pickle file")
     return safe_loads(data, source=str(path))

@@ -148,7 +148,7 @@ def _read_meta(path: Path | None, notes: Notes) -> dict[str, Any]:
         return {}
     import yaml
 
-    from holmes.io.limits import max_json_bytes, read_capped
+    from holmes.limits import max_json_bytes, read_capped
 
     raw = read_capped(path, max_json_bytes(), what="meta yaml")
     try:

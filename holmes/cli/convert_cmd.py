@@ -27,7 +27,7 @@ def add_parser(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     options = {}
     if args.world_size is not None:
-        from holmes.io.limits import check_world_size
+        from holmes.limits import check_world_size
 
         check_world_size(args.world_size, "--world-size")
         if args.fmt == "wia":

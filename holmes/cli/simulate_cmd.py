@@ -53,7 +53,7 @@ MAX_LAYERS_PER_STAGE = 1024
 
 def _check_sizes(args: argparse.Namespace) -> None:
     from holmes.errors import ConfigError
-    from holmes.io.limits import check_world_size
+    from holmes.limits import check_world_size
 
     for name in ("tp", "pp", "dp", "ep", "cp", "micro_batches", "layers_per_stage", "iterations", "gpus_per_host",
                  "parts"):

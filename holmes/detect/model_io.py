@@ -85,7 +85,7 @@ def load_model(path: str | os.PathLike[str]) -> tuple[CompiledForest, dict[str, 
     js, npz = model_paths(path)
     if not js.is_file():
         raise ModelFormatError(f"{js}: model file not found")
-    from holmes.io.limits import read_json_capped
+    from holmes.limits import read_json_capped
 
     doc = read_json_capped(js, error=ModelFormatError, what="model description")
     if not isinstance(doc, dict) or doc.get("format") != MODEL_FORMAT:

@@ -19,10 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from holmes.errors import NotFittedError
 from holmes.detect.simple import resolve_detector
-from holmes.localize.ranking import network_devices
-from holmes.localize.sources import open_source
+from holmes.errors import NotFittedError
+from holmes.localize.evidence.ranking import network_devices
+from holmes.localize.evidence.sources import open_source
 
 __all__ = ["RandomWalkLocalizer", "SeerLikeLocalizer", "rank_features"]
 

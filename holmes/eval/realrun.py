@@ -47,6 +47,7 @@ import numpy as np
 
 from holmes.errors import ConfigError, HolmesError
 from holmes.simulate.faults import PATTERNS, split_fault_spec
+from holmes.topology import kinds
 
 __all__ = ["RealFault", "RealRunConfig", "parse_fault", "active_factors", "build_topology", "run_real_job",
            "truth_of", "DEFAULT_NET", "COMPUTE_KINDS", "NETWORK_KINDS", "PATTERNS"]
@@ -93,8 +94,8 @@ class RealFault:
     @property
     def index(self) -> int | None:
         """The rank (gpu, nic) or host number (host, nvswitch) of the device, else None."""
-        if self.kind in ("gpu", "nic", "host", "nvswitch"):
-            return int(self.device.split(":", 1)[1])
+        if kinds.numbered(self.device) is not None:
+            return kinds.number(self.device)
         return None
 
     @property

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from holmes.eval.realrun import RealRunConfig
+from holmes.topology import kinds
 
 __all__ = ["LAYOUTS", "ALWAYS_LAYOUTS", "corpus_plan", "always_plan", "split_of", "write_manifest", "read_manifest"]
 
@@ -66,7 +67,7 @@ def _fault(kind: str, pattern: str, cfg: RealRunConfig, rng: np.random.Generator
     if kind == "gpu" or kind == "nic":
         dev = f"{kind}:{int(rng.integers(W))}"
     elif kind == "host":
-        dev = f"host:{int(rng.integers(W // cfg.gpus_per_host))}"
+        dev = kinds.host(int(rng.integers(W // cfg.gpus_per_host)))
     else:
         lay = ParallelLayout(tp=cfg.tp, pp=cfg.pp, dp=cfg.dp, ep=cfg.ep)
         a = int(rng.integers(W))
@@ -133,7 +134,7 @@ def _always_fault(kind: str, cfg: RealRunConfig, rng: np.random.Generator) -> st
     if kind == "gpu":
         dev = f"gpu:{int(rng.integers(W))}"
     elif kind == "host":
-        dev = f"host:{int(rng.integers(W // gph))}"
+        dev = kinds.host(int(rng.integers(W // gph)))
     else:
         # a rank with a pipeline peer on another host: its NIC (or that pair, or its leaf) carries traffic
         cands = [(a, b) for a in range(W) for b in (lay.pp_next(a), lay.pp_prev(a))

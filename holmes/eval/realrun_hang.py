@@ -45,6 +45,7 @@ import numpy as np
 
 from holmes.errors import ConfigError, HolmesError
 from holmes.eval.realrun import RealRunConfig, _compact, active_factors
+from holmes.topology import kinds
 
 __all__ = ["HangSpec", "run_hang_job", "hang_plan", "hang_split_of", "score_hang", "HANG_OPS", "MODES"]
 
@@ -354,7 +355,7 @@ def score_hang(report: Any, hang: HangSpec) -> dict[str, Any]:
     """How a report did on a hung run: culprit set exact, no waiting rank named, a deadlock called one."""
     h = report.hang or {}
     got = sorted(h.get("culprit_ranks", []))
-    named = sorted(int(d.id.split(":")[1]) for d in report.devices if d.id.startswith("gpu:"))
+    named = sorted(kinds.number(d.id) for d in report.devices if kinds.is_kind(d.id, "gpu"))
     want = hang.culprits
     deadlock = h.get("deadlock") is not None
     return {"verdict": report.verdict, "culprits": got, "named": named, "want": want,

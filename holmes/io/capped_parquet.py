@@ -1,15 +1,15 @@
-"""Reading a parquet file under the caps of :mod:`holmes.io.limits`.
+"""Reading a parquet file under the caps of :mod:`holmes.limits`.
 
 Parquet compresses a constant column to almost nothing: 60 million identical rows fit in 2.4 MB
 and a 100,000-character communicator id repeated on every row costs one dictionary entry, yet
 both decode to gigabytes. :func:`read_parquet_capped` refuses such a file before decoding it:
 
 * only a regular file is opened (a FIFO would block, ``/dev/zero`` never ends);
-* the row count in the footer is checked against :func:`~holmes.io.limits.max_rows_per_rank`
+* the row count in the footer is checked against :func:`~holmes.limits.max_rows_per_rank`
   (``rows_before``: rows already read for the same rank, e.g. its earlier parts);
 * where the footer cannot show the string columns to be within the caps (a chunk large enough,
-  uncompressed, to hold a value over :func:`~holmes.io.limits.max_string_bytes`, or rows x chunk
-  sizes over :func:`~holmes.io.limits.max_rank_bytes`), they are read as dictionaries, their
+  uncompressed, to hold a value over :func:`~holmes.limits.max_string_bytes`, or rows x chunk
+  sizes over :func:`~holmes.limits.max_rank_bytes`), they are read as dictionaries, their
   longest value and decoded size checked, and only then decoded. Small files (every job of a
   few thousand operators per rank) take the plain read.
 
@@ -23,7 +23,7 @@ Examples
 >>> read_parquet_capped(p).num_rows  # doctest: +ELLIPSIS
 Traceback (most recent call last):
 ...
-holmes.io.limits.LimitError: .../r.parquet: column 'comm_id' holds a string of 5000 bytes, over the cap of 4096 ...
+holmes.limits.LimitError: .../r.parquet: column 'comm_id' holds a string of 5000 bytes, over the cap of 4096 ...
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from holmes.errors import HolmesError, ParseError
-from holmes.io.limits import LimitError, max_rank_bytes, max_rows_per_rank, max_string_bytes
+from holmes.limits import LimitError, max_rank_bytes, max_rows_per_rank, max_string_bytes
 
 __all__ = ["read_parquet_capped", "parquet_rows"]
 

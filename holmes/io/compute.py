@@ -3,7 +3,7 @@
 A compute table holds a rank's own work where the source recorded it (WIA's forward, backward and
 optimizer ops, Kineto kernels): ``rank, iteration, name, start_ns, end_ns``, validated by
 :func:`holmes.io.schema.validate_compute`. Files are read whole through the capped reader
-(:func:`holmes.io.limits.read_capped`: regular files only, at most ``HOLMES_MAX_TRACE_BYTES``).
+(:func:`holmes.limits.read_capped`: regular files only, at most ``HOLMES_MAX_TRACE_BYTES``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 
 from holmes.errors import ParseError
 from holmes.io import parts
-from holmes.io.limits import max_trace_bytes, read_capped
+from holmes.limits import max_trace_bytes, read_capped
 from holmes.io.schema import validate_compute
 
 __all__ = ["has_compute_dir", "read_compute_file"]
@@ -36,7 +36,7 @@ def read_compute_file(p: Path, rank: int) -> tuple[pa.Table, int] | None:
     Raises
     ------
     ParseError
-        The file is empty, over the cap (:class:`~holmes.io.limits.LimitError`), not a regular
+        The file is empty, over the cap (:class:`~holmes.limits.LimitError`), not a regular
         file, truncated or not parquet.
     SchemaError
         A column is missing or of the wrong type, holds nulls, a record ends before it starts, or

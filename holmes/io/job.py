@@ -28,7 +28,7 @@ from holmes.io.capped_parquet import read_parquet_capped
 from holmes.io.consistency import ConsistencyLog, check_iterations, check_ops
 from holmes.io.crosscheck import MemberIndex
 from holmes.io.compute import has_compute_dir, read_compute_file
-from holmes.io.limits import read_json_capped
+from holmes.limits import read_json_capped
 from holmes.io.models import JobMeta, TruthModel, load_model
 from holmes.io.schema import SCHEMA_ID, iterations_table, validate_compute, validate_iterations, validate_ops
 from holmes.io.writer import JobWriter, _rank_arg, rank_filename, write_job

@@ -68,7 +68,7 @@ class JobMeta(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> "JobMeta":
-        from holmes.io.limits import max_world_size
+        from holmes.limits import max_world_size
 
         cap = max_world_size()
         if self.world_size > cap:
@@ -120,7 +120,7 @@ def format_validation_error(exc: ValidationError) -> str:
 
 def load_model(path: Path, model: type[BaseModel], error: type[Exception] = JobError) -> Any:
     """Parse a JSON file into ``model``, raising ``error`` that names the file and the bad keys."""
-    from holmes.io.limits import read_json_capped
+    from holmes.limits import read_json_capped
 
     data = read_json_capped(path, error=error, what=path.name)
     if not isinstance(data, dict):

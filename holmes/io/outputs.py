@@ -152,7 +152,7 @@ def _foreign_entry(p: Path) -> tuple[str | None, int]:
 def _holmes_job_json(path: Path) -> bool:
     """True when ``path`` is a regular file of JSON whose ``schema`` is Holmes's CommOps id."""
     from holmes.errors import HolmesError
-    from holmes.io.limits import read_json_capped
+    from holmes.limits import read_json_capped
 
     try:
         doc = read_json_capped(path, what="job.json")

@@ -165,7 +165,7 @@ def list_parts(parts_dir: str | os.PathLike[str], min_index: int = 0) -> list[Pa
 def read_part(path: str | os.PathLike[str], rank: int, columns: Sequence[str] | None = None,
               rows_before: int = 0) -> pa.Table:
     """One part's rows; :class:`TruncatedPartError` (naming the file and rank) when unreadable, a
-    :class:`~holmes.io.limits.LimitError` beyond the caps (``rows_before``: the rank's rows in
+    :class:`~holmes.limits.LimitError` beyond the caps (``rows_before``: the rank's rows in
     its earlier parts, counted against the row cap)."""
     p = Path(path)
     try:

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from holmes.errors import ArgumentTypeError, ConfigError, JobError
-from holmes.io.limits import check_world_size
+from holmes.limits import check_world_size
 from holmes.io.models import JobMeta, TruthModel
 from holmes.io.outputs import replace_file_text
 from holmes.io.schema import validate_compute, validate_iterations, validate_ops

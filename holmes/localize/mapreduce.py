@@ -14,7 +14,7 @@ pool) can run it::
 
 * :func:`persistent_window` -- the iterations analysed (the pivot's last ``window``);
 * :func:`persistent_rank_summary` ``(job, rank, window)`` -- reads one rank and returns a
-  :class:`~holmes.localize.persistent_rank.PersistentSummary` of that rank: about 50 bytes per
+  :class:`~holmes.localize.persistent.rank.PersistentSummary` of that rank: about 50 bytes per
   operator in the window (no strings, no timestamps), picklable; an unreadable rank is recorded in
   its ``missing`` instead of raising;
 * :func:`merge_summaries` ``(*summaries)`` -- the union (associative, commutative; a rank given
@@ -51,8 +51,8 @@ from typing import Any
 
 from holmes.detect.jobmap import job_source, open_job
 from holmes.localize.params import LocalizeParams
-from holmes.localize.persistent import PersistentAnalysis
-from holmes.localize.persistent_rank import (PersistentSummary, RankSummary, merge_summaries, persistent_rank_summary,
+from holmes.localize.persistent.analysis import PersistentAnalysis
+from holmes.localize.persistent.rank import (PersistentSummary, RankSummary, merge_summaries, persistent_rank_summary,
                                              persistent_window)
 from holmes.localize.pipeline import Localizer
 from holmes.localize.report import Report

@@ -53,11 +53,11 @@ class LocalizeParams(BaseModel):
     ----------
     analysis : {"all", "irregular"}, default "all"
         Which analyses run. ``"hang"`` names the ranks that never arrived at the collective the
-        others wait in when ops are in flight at the end of the logs (:mod:`holmes.localize.hang`;
+        others wait in when ops are in flight at the end of the logs (:mod:`holmes.localize.hang.analysis`;
         it reads every log only when the job can hold ops in flight). ``"irregular"`` explains the pivot's delta-irregular iterations (the
         paper's Holmes); ``"persistent"`` compares every rank with its role peers in every iteration
         (stragglers slow from the first iteration, no pivot needed, every rank read) and replays
-        the iterations without them (:mod:`holmes.localize.persistent`); ``"all"`` runs every analysis this version has.
+        the iterations without them (:mod:`holmes.localize.persistent.analysis`); ``"all"`` runs every analysis this version has.
     pivot : int, default 0
         The monitored rank whose iteration times define the irregular iterations.
     monitors : tuple of int, default ()
@@ -93,7 +93,7 @@ class LocalizeParams(BaseModel):
     full_read : int, default from the thresholds (128)
         Jobs of at most this many ranks are read whole: instead of following waits from the
         pivot, every device's own time in every iteration (each rank's compute, each channel's
-        transfers) is compared with the job's own noise (:mod:`holmes.localize.cells`), a cell
+        transfers) is compared with the job's own noise (:mod:`holmes.localize.irregular.cells`), a cell
         counting when its excess alone could make an iteration delta-irregular; larger
         jobs run Algorithm 1 and compare the ranks the search reads.
     scan_reads : int, default from the thresholds (8)
@@ -101,7 +101,7 @@ class LocalizeParams(BaseModel):
         entered it last) may read: a scan that would read more is set aside until the iteration's
         other branches are searched, then resumed in full only if they found no cause (or none
         as strong as the set-aside operator's own excess), else dropped, and the report says so
-        (:class:`~holmes.localize.search.GraphSearch`). Bounds the reads of a large job (a
+        (:class:`~holmes.localize.evidence.search.GraphSearch`). Bounds the reads of a large job (a
         data-parallel group of hundreds of ranks); 0: every scan runs in full at once.
     min_confidence : float, default from the thresholds (0.9)
         A device is named only when its confidence (against how often chance would blame it)
@@ -194,7 +194,7 @@ class LocalizeParams(BaseModel):
             return ()
         if isinstance(v, (str, bytes)) or not hasattr(v, "__iter__"):
             raise ValueError("must be a sequence of ranks")
-        from holmes.io.limits import max_world_size
+        from holmes.limits import max_world_size
 
         cap = max_world_size()  # more distinct ranks than any job may hold: refused before it is listed
         n = len(v) if hasattr(v, "__len__") else None

@@ -4,7 +4,7 @@
 
     Localizer(params).localize(job)
       prepare   open the job, resolve the topology and the detector       -> Run
-      for each analysis that applies (params.analysis):
+      for each analysis that applies (params.analysis), by its strategy for the job (for_run):
         select  what to explain (irregular: the pivot's irregular iterations beyond the noise)
         gather  evidence (irregular: Algorithm 1 search, probes)
         rank    devices with their confidence, best first
@@ -14,10 +14,10 @@
 
 An analysis is any object with a ``name`` and the three methods ``select(run)``,
 ``gather(run, selection)`` and ``rank(run, evidence, selection)`` (:class:`Analysis`); the irregular
-analysis of the paper is :class:`~holmes.localize.irregular.IrregularAnalysis`. A new analysis
-(persistent stragglers, hangs) adds a class and a name in :data:`ANALYSIS_CLASSES`; its devices are
-merged with the others' in :func:`merge_devices` (a device found by several analyses is one entry
-with every kind of evidence).
+analysis of the paper is :class:`~holmes.localize.irregular.analysis.IrregularAnalysis`. A new analysis
+(persistent stragglers, hangs) adds its class to :data:`ANALYSIS_CLASSES`, the registry the
+pipeline and the report iterate; its devices are merged with the others' in :func:`merge_devices`
+(a device found by several analyses is one entry with every kind of evidence).
 
 Examples
 --------
@@ -37,18 +37,17 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from holmes.calibration.thresholds import or_shipped
-from holmes.detect.monitor import IrregularityRule
 from holmes.detect.simple import resolve_detector
 from holmes.display import SHOWN_ITEMS, SHOWN_RANKS, SUMMARY_RANKS
 from holmes.errors import ConfigError
-from holmes.localize.hang import HangAnalysis
-from holmes.localize.irregular import IrregularAnalysis
+from holmes.localize.evidence.rank_summary import pipeline_stages, rank_summary
+from holmes.localize.evidence.search import GraphSearch, RootCause
+from holmes.localize.evidence.sources import JobSource, open_source
+from holmes.localize.hang.analysis import HangAnalysis
+from holmes.localize.irregular.analysis import IrregularAnalysis
 from holmes.localize.params import LocalizeParams
-from holmes.localize.persistent import PersistentAnalysis
-from holmes.localize.rank_summary import pipeline_stages, rank_summary
+from holmes.localize.persistent.analysis import PersistentAnalysis
 from holmes.localize.report import DeviceScore, Report
-from holmes.localize.search import GraphSearch, RootCause
-from holmes.localize.sources import JobSource, open_source
 from holmes.progress import counter
 
 __all__ = ["Localizer", "localize", "Analysis", "Finding", "Run", "ANALYSIS_CLASSES", "merge_devices", "decide_verdict"]
@@ -67,11 +66,17 @@ class Analysis(Protocol):
 
     def rank(self, run: "Run", evidence: Any, selection: Any) -> list[DeviceScore]: ...
 
+    # optional (a registered analysis has them): reads_every_rank: bool,
+    # ends_run(finding) -> bool, report_fields(run, finding) -> dict of Report fields
 
-#: the analyses by name, in the order ``analysis="all"`` runs them (hang first: it reads every log only
-#: when the job can hold ops in flight; once it found a hang, the analyses after it are skipped with an
-#: assumption: their timing models need completed iterations)
-ANALYSIS_CLASSES: dict[str, type] = {"hang": HangAnalysis, "irregular": IrregularAnalysis, "persistent": PersistentAnalysis}
+
+#: The analysis registry: the analyses by name, in the order ``analysis="all"`` runs them (hang first:
+#: it reads every log only when the job can hold ops in flight; once it found a hang, the analyses
+#: after it are skipped with an assumption: their timing models need completed iterations). Besides
+#: its steps, each class says whether it reads every rank (``reads_every_rank``), whether a finding
+#: of it ends the run (``ends_run(finding)``) and which fields of the :class:`Report` its finding
+#: fills (``report_fields(run, finding)``); the pipeline and the report iterate this table.
+ANALYSIS_CLASSES: dict[str, type] = {c.name: c for c in (HangAnalysis, IrregularAnalysis, PersistentAnalysis)}
 
 
 @dataclass
@@ -171,19 +176,23 @@ class Localizer:
                 if hung:  # the logs end in ops in flight: the timing analyses do not apply to them
                     run.assume(f"{a.name} analysis skipped: the logs end in a hang (ops in flight)")
                     continue
-                if a.name == "persistent" and self._analyses is None and self.params.analysis == "all" and \
-                        run.source.world_size > self.params.full_read and \
+                if getattr(a, "reads_every_rank", False) and self._analyses is None and \
+                        self.params.analysis == "all" and run.source.world_size > self.params.full_read and \
                         named_devices(merge_devices([f.devices for f in findings]), self.params.min_confidence):
                     # it reads every rank: by default only when the analyses before it named no device
                     # (or the job is small enough to be read whole anyway, ``full_read``)
-                    run.assume("persistent analysis skipped: the irregular analysis named a device "
-                               "(analysis='persistent' runs it anyway)")
+                    run.assume(f"{a.name} analysis skipped: the irregular analysis named a device "
+                               f"(analysis='{a.name}' runs it anyway)")
                     continue
+                choose = getattr(a, "for_run", None)
+                if choose is not None:  # its strategy for this job (irregular: read whole, or Algorithm 1)
+                    a = choose(run)
                 bar.set_description(f"localize: {a.name}")
                 sel = a.select(run)
                 ev = a.gather(run, sel)
                 findings.append(Finding(a.name, sel, ev, a.rank(run, ev, sel)))
-                hung = _hang_finding(findings[-1:]) is not None
+                ends = getattr(a, "ends_run", None)
+                hung = bool(ends is not None and ends(findings[-1]))
         run.source.on_read = None
         return self.report(run, findings)
 
@@ -196,17 +205,14 @@ class Localizer:
             run.assume(_set_aside_note(run.search.set_aside, p.scan_reads))
         untrusted = _consistency(run)
         ranked = merge_devices([f.devices for f in findings])
-        irr = next((f for f in findings if f.analysis == "irregular"), None)
-        causes: list[RootCause] = irr.evidence.causes if irr else []
-        if irr is not None and getattr(irr.evidence, "cells", None) is None and len(irr.selection.chosen):
-            # the operator flags steered Algorithm 1's search; a job compared cell by cell (read
-            # whole), or one with nothing searched, used no operator label: nothing to assume
-            run.assumptions.insert(min(1, len(run.assumptions)),
-                                   "abnormal operators flagged by " + " ".join(repr(run.detector).split()))
+        sections: dict[str, Any] = {}  # each registered analysis fills its own fields of the report
+        for f in findings:
+            fill = getattr(ANALYSIS_CLASSES.get(f.analysis), "report_fields", None)
+            if fill is not None:
+                sections.update(fill(run, f))
+        causes: list[RootCause] = sections.get("root_causes", [])
         verdict = decide_verdict(findings, ranked, p.min_confidence)
-        pers = next((f for f in findings if f.analysis == "persistent"), None)
-        slowdown = getattr(pers.evidence, "slowdown", None) if pers else None
-        non_device = getattr(pers.evidence, "non_device_cause", None) if pers else None
+        slowdown = sections.get("slowdown")
         verdict = _no_quiet_healthy(run, verdict, untrusted)
         named = named_devices(ranked, p.min_confidence)
         if untrusted and verdict == "culprit":
@@ -217,15 +223,11 @@ class Localizer:
             run.assume(f"the step is {slowdown:.3f}x the ideal (what-if replay) and no device or imbalance explains "
                        f"it (unexplained_slowdown={p.t.unexplained_slowdown:g}): inconclusive, not healthy")
         log.info("localize: verdict %s, %d causes, %d ranks read", verdict, len(causes), len(src.ranks_read))
-        return Report(devices=named[:p.top_k], all_devices=ranked, root_causes=causes, verdict=verdict,
+        return Report(devices=named[:p.top_k], all_devices=ranked, verdict=verdict,
                       candidates=[] if named else ranked[:p.top_k],
-                      irregular_iterations=[int(i) for i in irr.selection.irregular] if irr else [],
                       world_size=src.world_size, fetched=src.ranks_read, missing=dict(src.missing),
-                      assumptions=run.assumptions, pivots=p.pivots,
-                      window=[int(i) for i in irr.selection.window] if irr else [], bytes_read=src.bytes_read,
-                      params=p.to_json(), hang=_hang_json(findings), iterations_without_cause=irr.evidence.without_cause if irr else [],
-                      slowdown=slowdown, non_device_cause=non_device, rank_summary=_rank_summary(run, irr, verdict),
-                      **_timing(irr, p.delta))
+                      assumptions=run.assumptions, pivots=p.pivots, bytes_read=src.bytes_read, params=p.to_json(),
+                      rank_summary=_rank_summary(run, sections.get("window") or None, verdict), **sections)
 
 
 def localize(job: Any, **params: Any) -> Report:
@@ -298,7 +300,7 @@ def decide_verdict(findings: list[Finding], ranked: list[DeviceScore], min_confi
     persistent analysis found a slowdown of at least ``imbalance_pct`` % that no device explains
     (its non-device cause, a pipeline-stage or micro-batch imbalance, is named in the report:
     ``culprit`` with no device would be wrong, ``healthy`` would hide a slowdown worth fixing)."""
-    if _hang_finding(findings) is not None:
+    if any(_ends_run(f) for f in findings):
         return "hang"  # ops in flight at the end of the logs: the job hung
     min_confidence = or_shipped(min_confidence, "default_min_confidence")
     if named_devices(ranked, min_confidence):
@@ -311,7 +313,7 @@ def decide_verdict(findings: list[Finding], ranked: list[DeviceScore], min_confi
 
 def _beyond_noise(selection: Any) -> bool:
     """Whether an analysis's selection holds an iteration beyond the job's own noise: its
-    ``beyond_noise()`` when it has one (:class:`~holmes.localize.irregular.Selection`), else any
+    ``beyond_noise()`` when it has one (:class:`~holmes.localize.irregular.analysis.Selection`), else any
     positive weight of its ``weights`` (iteration -> weight)."""
     own = getattr(selection, "beyond_noise", None)
     if callable(own):
@@ -325,45 +327,20 @@ def named_devices(ranked: list[DeviceScore], min_confidence: float) -> list[Devi
     return [d for d in ranked if d.confidence is None or d.confidence >= min_confidence]
 
 
-def _hang_finding(findings: list[Finding]) -> Finding | None:
-    """The hang analysis's finding when it found ops in flight."""
-    return next((f for f in findings if f.analysis == "hang" and getattr(f.evidence, "found", False)), None)
+def _ends_run(finding: Finding) -> bool:
+    """Whether a finding of a registered analysis ends the run (the hang analysis's, when it found
+    ops in flight)."""
+    ends = getattr(ANALYSIS_CLASSES.get(finding.analysis), "ends_run", None)
+    return bool(ends is not None and ends(finding))
 
 
-def _hang_json(findings: list[Finding]) -> dict[str, Any] | None:
-    """The report's ``hang`` object when the hang analysis found ops in flight, else None."""
-    f = _hang_finding(findings)
-    return f.evidence.to_json() if f is not None else None
-
-
-def _timing(irr: Finding | None, delta: float) -> dict[str, Any]:
-    """The report's timing facts from the irregular analysis: the pivot's iteration durations over
-    the window, the usual one (the irregularity rule's reference) and ``device_cost``: per device
-    implicated, how much longer than usual the searched irregular iterations whose causes implicate
-    it were, in total (ns), and how many there were."""
-    if irr is None or not len(getattr(irr.selection, "window", ())):
-        return {}
-    sel = irr.selection
-    usual = IrregularityRule(delta).reference(sel.durations)
-    excess = {int(i): max(float(d) - usual, 0.0) for i, d in zip(sel.window, sel.durations)}
-    iters: dict[str, set[int]] = {}
-    for c, devs in zip(irr.evidence.causes, irr.evidence.implicated):
-        for d in devs:
-            iters.setdefault(d, set()).add(int(c.iteration))
-    return {"iteration_ns": {int(i): int(d) for i, d in zip(sel.window, sel.durations)},
-            "usual_iteration_ns": float(usual),
-            "device_cost": {d: {"excess_ns": float(sum(excess.get(i, 0.0) for i in its)), "iterations": len(its)}
-                            for d, its in iters.items()}}
-
-
-def _rank_summary(run: Run, irr: Finding | None, verdict: str, max_ranks: int = SUMMARY_RANKS) -> list[dict[str, Any]]:
+def _rank_summary(run: Run, window: list[int] | None, verdict: str, max_ranks: int = SUMMARY_RANKS) -> list[dict[str, Any]]:
     """Each rank read: compute, waiting and transfer per step against its peers, over the window
-    (:mod:`holmes.localize.rank_summary`; from the logs already in memory; none for a hang)."""
+    (:mod:`holmes.localize.evidence.rank_summary`; from the logs already in memory; none for a hang)."""
     if verdict == "hang":
         return []
     ranks = run.search.graph.ranks
     tables = {r: ranks[r].table for r in sorted(ranks)[:max_ranks]}
-    window = [int(i) for i in irr.selection.window] if irr is not None and len(irr.selection.window) else None
     try:
         return rank_summary(tables, window, pipeline_stages(run.source.communicators))
     except (KeyError, ValueError, TypeError) as exc:  # a table the analyses read but this cannot: say so

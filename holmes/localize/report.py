@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from holmes.display import SHOWN_CAUSES, SHOWN_ROWS
-from holmes.localize.search import RootCause
+from holmes.localize.evidence.search import RootCause
 
 __all__ = ["DeviceScore", "Report"]
 
@@ -113,7 +113,7 @@ class Report:
         searched irregular iterations whose causes implicate the device were, and how many.
     rank_summary : list of dict
         Per rank read: median compute, waiting and transfer ms per step and its peers'
-        (:mod:`holmes.localize.rank_summary`).
+        (:mod:`holmes.localize.evidence.rank_summary`).
     """
 
     devices: list[DeviceScore] = field(default_factory=list)

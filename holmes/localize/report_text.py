@@ -27,6 +27,7 @@ from holmes._ranges import format_int_ranges
 from holmes.display import (SHOWN_CAUSES, SHOWN_COMMUNICATORS, SHOWN_MISSING, SHOWN_RANGES, SHOWN_RANKS,
                              SHOWN_ROWS)
 from holmes.units import BYTES_PER_MB, NS_PER_MS, NS_PER_S
+from holmes.topology import kinds
 
 __all__ = ["render_text", "fmt_ns", "int_ranges", "signed_span", "device_figures"]
 
@@ -127,9 +128,9 @@ def rank_rows(r: Any, limit: int | None = SHOWN_ROWS) -> list[dict[str, Any]]:
         return sorted(rows, key=lambda x: x["rank"])
     named = set()
     for d in list(r.devices) + list(r.candidates):
-        kind, _, n = d.id.partition(":")
-        if kind in ("gpu", "nic") and n.isdigit():
-            named.add(int(n))
+        rank = kinds.rank_of(d.id)
+        if rank is not None:
+            named.add(rank)
 
     def off(x: dict[str, Any]) -> float:
         c = abs((x.get("compute_vs_peers") or 1.0) - 1.0)
@@ -334,13 +335,13 @@ def _hang_lines(h: dict[str, Any], devices: list[Any]) -> list[str]:
     lines += [f"  {s}" for s in h.get("explanation", []) if not (chains and _is_chain(s))]
     if chains:
         lines.append("  Wait chains (waiting rank -[operator it waits in]-> the rank it waits for ... root):")
-        kinds = h.get("root_kinds") or {}
+        root_kinds = h.get("root_kinds") or {}
         dl = set(h.get("deadlock") or [])
         for ch in chains:
             end = ch[-1][-1]   # the rank the last link waits for
             tag = ("deadlock" if end in dl else {"no_log": "no log", "idle": "nothing in flight",
                                                   "stalled": "stopped inside", "inside": "inside"}
-                   .get(kinds.get(str(end), ""), "root"))
+                   .get(root_kinds.get(str(end), ""), "root"))
             lines.append("    " + f"{ch[0][0]}" + "".join(f" -[{op} #{seq} {comm}]-> {to}" for _, op, comm, seq, to in ch)
                          + f"  ({tag})")
     for i, d in enumerate(devices, 1):

@@ -11,8 +11,9 @@ kernel for each of them at the ``Autograd`` dispatch key (the c10d operators hav
 own there); the kernel notes the operator, redispatches below autograd to the real kernel and
 finishes the operator when its work's future completes.
 
-A boxed Python kernel costs about 9 us of CPU time per operator, so the namespace wrappers of
-:mod:`holmes.logger.torch_hooks` stay the fast path: they call torch below the autograd keys
+A boxed Python kernel costs 11-17 us of CPU time per operator with warm caches and 60-70 us with
+cold ones (PyTorch's own argument conversions; see :class:`DispatchHook`), plus the logging, so
+the namespace wrappers of :mod:`holmes.logger.torch_hooks` stay the fast path: they call torch below the autograd keys
 (``torch._C._AutoDispatchBelowAutograd``, about 0.4 us), where this hook is not called. Operators
 issued under ``torch.inference_mode()`` skip the autograd keys too, so only the wrappers see them.
 
@@ -27,7 +28,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from holmes.logger._work import _async_done
+from holmes.logger._work import _async_done, is_cuda
 
 __all__ = ["DispatchHook", "C10D_SPECS"]
 
@@ -82,23 +83,36 @@ class DispatchHook:
 
     Parameters
     ----------
-    active : callable
-        Returns the enabled :class:`~holmes.logger.CommOpsLogger` or None (then the kernel only
-        redispatches).
+    logger : CommOpsLogger, optional
+        The logger the kernels record into; None: they only redispatch (what the mechanism alone
+        costs, see ``benchmarks/logger_overhead.py``). :attr:`logger` may be changed while installed.
 
     Notes
     -----
     The kernels are registered by :meth:`install` and removed by :meth:`uninstall`; while they
-    are, every ``c10d`` operator called above the autograd keys passes through Python.
+    are, every ``c10d`` operator called above the autograd keys passes through Python. What that
+    costs is mostly PyTorch's: a boxed Python kernel converts the operator's arguments to Python
+    objects and back (about 11-17 us of CPU time per operator when the caches are warm, 60-70 us
+    once a step's data has evicted them, as between DDP's gradient buckets); the kernel's own work
+    is kept to a few dictionary and counter operations and one future callback.
     """
 
-    def __init__(self, active: Callable[[], Any]) -> None:
-        self._active = active
+    def __init__(self, logger: Any = None) -> None:
+        # one cell read by every kernel (cheaper than calling a function or reading an attribute chain)
+        self._cell: list[Any] = [logger]
         self._lib: Any = None
         self._unbox_pg: Any = None
         self._unbox_work: Any = None
         self._warned = False
         self.seen = 0  # operators recorded through this hook
+
+    @property
+    def logger(self) -> Any:
+        return self._cell[0]
+
+    @logger.setter
+    def logger(self, lg: Any) -> None:
+        self._cell[0] = lg
 
     @property
     def installed(self) -> bool:
@@ -136,17 +150,21 @@ class DispatchHook:
         from holmes.logger.recorder import _OP_CODE, _op_key
 
         name, gi, si, how, pi = spec
-        active = self._active
+        cell = self._cell
         unbox_pg, unbox_work = self._unbox_pg, self._unbox_work
         redispatch = op._handle.redispatch_boxed
         opk = _op_key(_OP_CODE[name], -1)
+        time_ns, partial = time.time_ns, functools.partial
+        listed = how == "list"
 
         def kernel(keyset: Any, *args: Any) -> Any:
-            lg = active()
+            lg = cell[0]
             if lg is None:
                 return redispatch(keyset & after, *args)
             if pi >= 0:  # point-to-point: the general path
                 return self._p2p(lg, redispatch, keyset & after, args, name, gi, si, how, pi)
+            if si >= 0 and _on_gpu(args[si]):  # CUDA tensors: times from CUDA events
+                return self._cuda(lg, redispatch, keyset & after, args, name, gi, si, how)
             # a collective: the fast path of the namespace wrappers (a packed row held in flight
             # under its comm/seq key, finished by a callback on the work's future)
             try:
@@ -156,26 +174,28 @@ class DispatchHook:
                     lg.comm_of(pg)
                     seq = lg._seq_of[pg]
                 rec = lg._rec
-                nbytes = _size(args[si], how) if si >= 0 else 0
+                if si < 0:
+                    nbytes = 0
+                else:
+                    x = args[si]
+                    nbytes = x[0].nbytes if listed and len(x) == 1 else _size(x, how)
                 key = next(seq)
             except Exception:  # noqa: BLE001 - logging must never break the training step
                 self._warn_once(name)
                 return redispatch(keyset & after, *args)
-            start = time.time_ns()
-            head = (next(rec._index), key, opk, nbytes, start)
+            head = (next(rec._index), key, opk, nbytes, time_ns())
             rec._inflight[key] = head
             out = redispatch(keyset & after, *args)
             self.seen += 1
-            work = _work_of(out)
-            try:
-                fut = None if work is None else unbox_work(work).get_future()
-            except (RuntimeError, AttributeError):
+            try:  # the work: last in the returned tuple (or returned alone)
+                fut = unbox_work(out[-1] if type(out) is tuple else out).get_future()
+            except (RuntimeError, AttributeError, TypeError, IndexError):
                 fut = None
             if fut is not None:
-                fut.add_done_callback(functools.partial(_async_done, rec, key, head))
+                fut.add_done_callback(partial(_async_done, rec, key, head))
             elif rec._inflight.pop(key, None) is not None:  # synchronous (monitored_barrier_), or no future
-                end = time.time_ns()
-                rec._done.append(head + (max(end, start),))
+                end = time_ns()
+                rec._done.append(head + (max(end, head[4]),))
             if len(rec._done) >= rec.flush_every:
                 rec.flush()
             return out
@@ -196,6 +216,41 @@ class DispatchHook:
                 self._issued(lg, note, start, _work_of(out))
             except Exception:  # noqa: BLE001
                 self._warn_once(name)
+        return out
+
+    def _cuda(self, lg: Any, redispatch: Callable, keyset: Any, args: tuple, name: str, gi: int, si: int,
+              how: str) -> Any:
+        """A collective on CUDA tensors: it starts when the issuing stream reaches it (a CUDA event
+        recorded before it is enqueued) and ends when its work completes on the GPU (an event
+        recorded from the work's future callback, whose current stream waits on the work), not
+        when the CPU issued it: a rank whose GPU is late issues its collectives early, and only
+        the GPU's clock shows it late. Resolved at flush (:class:`~holmes.logger._work.CudaClock`)."""
+        try:
+            note = self._note(lg, args, name, gi, si, how, -1)
+            clock = lg._cuda
+            ev0 = clock.event()
+        except Exception:  # noqa: BLE001 - logging must never break the training step
+            self._warn_once(name)
+            return redispatch(keyset, *args)
+        start = time.time_ns()
+        out = redispatch(keyset, *args)
+        try:
+            cid, op, _, nbytes = note
+            h = lg.recorder.begin(cid, op, nbytes=nbytes, start_ns=start)
+            box: list = []
+            h.resolver = clock.resolver(ev0, box)
+            work = _work_of(out)
+            try:
+                fut = None if work is None else self._unbox_work(work).get_future()
+            except (RuntimeError, AttributeError):
+                fut = None
+            if fut is None:  # no future: the end as enqueued on the issuing stream
+                box.append(clock.event())
+            else:
+                fut.add_done_callback(functools.partial(_cuda_end, clock, box))
+            self.seen += 1
+        except Exception:  # noqa: BLE001
+            self._warn_once(name)
         return out
 
     def _warn_once(self, name: str) -> None:
@@ -236,3 +291,16 @@ class DispatchHook:
 def _finish(h: Any, _fut: Any) -> None:
     h.finish(time.time_ns())
 
+
+def _on_gpu(x: Any) -> bool:
+    """Whether a c10d operator's tensor argument (a tensor, or nested lists of them) is on a GPU."""
+    while isinstance(x, (list, tuple)):
+        if not x:
+            return False
+        x = x[0]
+    return is_cuda(x)
+
+
+def _cuda_end(clock: Any, box: list, _fut: Any) -> None:
+    if not box:  # the first completion wins
+        box.append(clock.event())

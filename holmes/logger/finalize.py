@@ -18,7 +18,7 @@ from typing import Any
 
 from holmes.errors import JobError
 from holmes.io.job import read_job
-from holmes.io.limits import read_json_capped
+from holmes.limits import read_json_capped
 from holmes.io.models import JobMeta
 from holmes.io.outputs import replace_file_text
 from holmes.logger.checks import capture_warnings

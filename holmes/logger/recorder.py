@@ -180,6 +180,8 @@ class CommOpsRecorder:
         # its packed comm/seq, unique; other operators take negative keys)
         self._inflight: dict[int, tuple[int, ...]] = {}
         self._sync_keys = count(-1, -1)
+        # threads that ran a hook's completion callback (see holmes.logger._work._async_done)
+        self._cb_threads: set[int] = set()
         self._pending: list[PendingOp] = []
         self._lock = threading.RLock()
         self._comm_ids: dict[str, int] = {}

@@ -179,7 +179,7 @@ class CommOpsLogger:
         self._cuda = CudaClock()
         self._atexit = False
         self.dispatch = bool(dispatch)
-        self._dispatch = DispatchHook(active_logger)
+        self._dispatch = DispatchHook(self)
 
     # ------------------------------------------------------------------ lifecycle
 

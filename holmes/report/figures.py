@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from holmes.report.svg import el, esc, num, svg_open
+from holmes.topology import kinds
 
 __all__ = ["series_svg", "impact_svg", "path_graph_svg", "cause_paths"]
 
@@ -125,7 +126,7 @@ def cause_paths(causes: list[Any], devices: set[str], limit: int = 200) -> list[
 def _cause_devices(c: Any) -> list[str]:
     if getattr(c, "devices", None):
         return list(c.devices)
-    return [f"gpu:{r}" for r in getattr(c, "ranks", ())]
+    return [kinds.gpu(r) for r in getattr(c, "ranks", ())]
 
 
 def path_graph_svg(paths: list[list[tuple[int, str]]], *, layout: Any = None, culprits: set[int] = frozenset(),

@@ -38,6 +38,7 @@ from holmes.report.heatmap import describe, heatmap_svg, slowness_map
 from holmes.report.page import PAGE_CSS, PAGE_JS
 from holmes.report.svg import esc
 from holmes.report.topology_svg import legend_html, topology_svg
+from holmes.topology import kinds
 
 __all__ = ["render_html", "write_html"]
 
@@ -99,7 +100,7 @@ def render_html(report: Any, job: Any = None, *, topology: Any = None, max_ranks
     named = list(report.devices)
     shown = named or list(report.candidates)
     top_ids = {d.id for d in shown}
-    gpu_ranks = {int(d.id.split(":", 1)[1]) for d in shown if d.kind in ("gpu", "nic") and d.id.split(":", 1)[1].isdigit()}
+    gpu_ranks = {r for d in shown if (r := kinds.rank_of(d.id)) is not None}
     paths = cause_paths(report.root_causes, top_ids)
     on_path = sorted({r for p in paths for r, _ in p})
     name = title or (f"Holmes report: {Path(str(job.path)).name}" if job is not None and hasattr(job, "path")
@@ -202,9 +203,9 @@ def _heatmap(report: Any, job: Any, layout: Any, gpu_ranks: set[int], on_path: l
     shown = m.binned(max_rows)
     marked: dict[int, str] = {}
     for d in report.devices or report.candidates:  # the named GPUs and NICs, labelled by their ids
-        kind, _, n = d.id.partition(":")
-        if kind in ("gpu", "nic") and n.isdigit():
-            marked[int(n)] = f"{marked[int(n)]}, {d.id}" if int(n) in marked else d.id
+        r = kinds.rank_of(d.id)
+        if r is not None:
+            marked[r] = f"{marked[r]}, {d.id}" if r in marked else d.id
     return (f"<p>Each cell: a rank's compute in an iteration over the median of its peers' (same pipeline "
             f"stage); red is slower. Triangles mark the pivot's irregular iterations. {describe(shown)}.</p>"
             + heatmap_svg(shown, irregular=report.irregular_iterations, marked=marked)

@@ -21,15 +21,14 @@ from __future__ import annotations
 from typing import Any
 
 from holmes.report.svg import el, svg_open
+from holmes.topology import kinds
 
 __all__ = ["topology_svg"]
 
 
 def _num_id(dev: str) -> int | None:
-    try:
-        return int(dev.split(":", 1)[1])
-    except (IndexError, ValueError):
-        return None
+    m = kinds.numbered(dev)
+    return m[1] if m is not None else None
 
 
 def _tiers(topo: Any) -> dict[str, int]:
@@ -38,7 +37,7 @@ def _tiers(topo: Any) -> dict[str, int]:
     tier: dict[str, int] = {}
     frontier = []
     for s in topo.switches:
-        if any(str(n).startswith("nic:") for n in g.neighbors(s)):
+        if any(kinds.is_kind(n, "nic") for n in g.neighbors(s)):
             tier[s] = 1
             frontier.append(s)
     k = 1
@@ -47,7 +46,7 @@ def _tiers(topo: Any) -> dict[str, int]:
         nxt = []
         for s in frontier:
             for n in g.neighbors(s):
-                if str(n).startswith("switch:") and n not in tier:
+                if kinds.is_kind(n, "switch") and n not in tier:
                     tier[n] = k
                     nxt.append(n)
         frontier = nxt
@@ -68,15 +67,15 @@ def topology_svg(topo: Any, highlight: dict[str, str], *, ranks: Any = (), max_h
             hosts.append(h)
 
     for dev in highlight:
-        kind, n = dev.split(":", 1)[0], _num_id(dev)
-        if kind in ("gpu", "nic") and n is not None and n < topo.num_gpus:
+        kind, n = kinds.kind_of(dev), _num_id(dev)
+        if kinds.rank_of(dev) is not None and n < topo.num_gpus:
             add_host(topo.host_of(n))
-        elif kind in ("host", "nvswitch"):
+        elif kind in kinds.KINDS and kinds.KINDS[kind].per == "host":
             add_host(n)
         elif kind == "link":
-            for end in dev[5:].split("|"):
-                if end.startswith("nic:") and _num_id(end) is not None:
-                    add_host(topo.host_of(_num_id(end)))
+            for end in kinds.link_ends(dev):
+                if kinds.rank_of(end) is not None and kinds.is_kind(end, "nic"):
+                    add_host(topo.host_of(kinds.number(end)))
     for r in ranks:
         if 0 <= int(r) < topo.num_gpus:
             add_host(topo.host_of(int(r)))
@@ -88,9 +87,9 @@ def topology_svg(topo: Any, highlight: dict[str, str], *, ranks: Any = (), max_h
     g = topo.graph
     leaves_used = {g_ for h in hosts for r in range(h * gph, min((h + 1) * gph, topo.num_gpus))
                    for g_ in [_leaf(topo, r)] if g_}
-    hi_links = {d for d in highlight if d.startswith("link:")}
-    hi_sw = {d for d in highlight if d.startswith("switch:")} | {e for d in hi_links for e in d[5:].split("|")
-                                                                if e.startswith("switch:")}
+    hi_links = {d for d in highlight if kinds.is_kind(d, "link")}
+    hi_sw = {d for d in highlight if kinds.is_kind(d, "switch")} | {e for d in hi_links for e in kinds.link_ends(d)
+                                                                    if kinds.is_kind(e, "switch")}
     one_host = topo.num_hosts == 1
     by_tier: dict[int, list[str]] = {}
     for s in topo.switches:
@@ -141,29 +140,29 @@ def topology_svg(topo: Any, highlight: dict[str, str], *, ranks: Any = (), max_h
             leaf = _leaf(topo, r)
             if leaf not in xy:
                 continue
-            lid = g.edges[f"nic:{r}", leaf].get("id", "")
+            lid = g.edges[kinds.nic(r), leaf].get("id", "")
             gx = host_x[h] - host_w / 2 + 7 + 12 * (r - h * gph) + 5
-            cls = "cable named" if lid in hi_links or f"nic:{r}" in highlight else "cable nic"
+            cls = "cable named" if lid in hi_links or kinds.nic(r) in highlight else "cable nic"
             p.append(el("line", raw=el("title", lid), x1=gx, y1=hy, x2=xy[leaf][0], y2=xy[leaf][1] + 11, cls=cls,
                         data_device=lid))
     for s, (x, y) in xy.items():
         mark = highlight.get(s)
         p.append(el("rect", raw=el("title", s + (f" ({mark})" if mark else "")), x=x - sw_w / 2, y=y - 11,
                     width=sw_w, height=22, rx=4.0, cls="switch" + (f" {mark}" if mark else ""), data_device=s))
-        p.append(el("text", s.split(":", 1)[1], x=x, y=y + 4, cls="sw-label", text_anchor="middle"))
+        p.append(el("text", kinds.name_of(s), x=x, y=y + 4, cls="sw-label", text_anchor="middle"))
     for k, t in enumerate(levels):
         if hidden[t]:
             p.append(el("text", f"+{hidden[t]} more", x=widest + 30, y=30 + k * row_h + 4, cls="tick"))
     for h in hosts:
         x0 = host_x[h] - host_w / 2
-        mark = highlight.get(f"host:{h}") or highlight.get(f"nvswitch:{h}")
-        p.append(el("rect", raw=el("title", f"host:{h}" + (f" ({mark})" if mark else "")), x=x0, y=hy, width=host_w,
-                    height=34, rx=4.0, cls="host" + (f" {mark}" if mark else ""), data_device=f"host:{h}"))
+        mark = highlight.get(kinds.host(h)) or highlight.get(kinds.nvswitch(h))
+        p.append(el("rect", raw=el("title", kinds.host(h) + (f" ({mark})" if mark else "")), x=x0, y=hy, width=host_w,
+                    height=34, rx=4.0, cls="host" + (f" {mark}" if mark else ""), data_device=kinds.host(h)))
         for r in range(h * gph, min((h + 1) * gph, topo.num_gpus)):
-            gm = highlight.get(f"gpu:{r}") or highlight.get(f"nic:{r}")
-            p.append(el("rect", raw=el("title", f"gpu:{r}" + (f" ({gm})" if gm else "")),
+            gm = highlight.get(kinds.gpu(r)) or highlight.get(kinds.nic(r))
+            p.append(el("rect", raw=el("title", kinds.gpu(r) + (f" ({gm})" if gm else "")),
                         x=x0 + 7 + 12 * (r - h * gph), y=hy + 5, width=10, height=10,
-                        cls="gpu" + (f" {gm}" if gm else ""), data_device=f"gpu:{r}"))
+                        cls="gpu" + (f" {gm}" if gm else ""), data_device=kinds.gpu(r)))
         p.append(el("text", f"host {h}", x=host_x[h], y=hy + 30, cls="sw-label", text_anchor="middle"))
     if hidden_hosts:
         p.append(el("text", f"+{hidden_hosts} more hosts", x=widest + 30, y=hy + 20, cls="tick"))

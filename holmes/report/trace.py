@@ -37,6 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from holmes.errors import HolmesError
+from holmes.topology import kinds
 
 __all__ = ["chrome_trace", "write_trace", "trace_ranks"]
 
@@ -47,13 +48,7 @@ def _named_ranks(report: Any, gpus_per_host: int, world: int) -> dict[int, list[
     """rank -> the named (else candidate) device ids on it: gpu/nic by rank, host/nvswitch by host."""
     out: dict[int, list[str]] = {}
     for d in list(report.devices) or list(report.candidates):
-        kind, _, n = d.id.partition(":")
-        if not n.isdigit():
-            continue
-        k = int(n)
-        ranks = [k] if kind in ("gpu", "nic") else \
-            range(k * gpus_per_host, min((k + 1) * gpus_per_host, world)) if kind in ("host", "nvswitch") else []
-        for r in ranks:
+        for r in kinds.ranks_of(d.id, gpus_per_host, world):
             if 0 <= r < world:
                 out.setdefault(int(r), []).append(d.id)
     return out

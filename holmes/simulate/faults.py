@@ -51,13 +51,14 @@ import numpy as np
 
 from holmes._ranges import parse_int_ranges
 from holmes.errors import ConfigError
+from holmes.topology import kinds
 
 __all__ = ["FaultSpec", "split_fault_spec", "PATTERNS", "COMPUTE_KINDS", "NETWORK_KINDS", "active_factors", "parse_faults",
            "check_devices"]
 
 PATTERNS = ("spike", "fluctuation", "persistent")
-COMPUTE_KINDS = ("gpu", "host")
-NETWORK_KINDS = ("nic", "link", "nvswitch", "switch")
+COMPUTE_KINDS = tuple(k.name for k in kinds.KINDS.values() if k.compute)
+NETWORK_KINDS = tuple(k.name for k in kinds.KINDS.values() if not k.compute)
 
 _SPEC = re.compile(r"^(?P<dev>[a-z][a-z0-9]*:[^@*]+)@(?P<pat>[a-z]+)(?::(?P<it>[0-9,\- ]+))?\*(?P<fac>[^*@]+)$")
 
@@ -127,7 +128,7 @@ class FaultSpec:
     iterations: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
-        kind = self.device.split(":", 1)[0] if isinstance(self.device, str) else ""
+        kind = kinds.kind_of(self.device) if isinstance(self.device, str) else ""
         if kind not in COMPUTE_KINDS + NETWORK_KINDS or ":" not in self.device:
             raise ConfigError(f"fault device {self.device!r}: kind must be one of "
                               f"{', '.join(COMPUTE_KINDS + NETWORK_KINDS)} (e.g. gpu:5)")
@@ -141,7 +142,7 @@ class FaultSpec:
     @property
     def kind(self) -> str:
         """Device kind: gpu, host, nic, link, nvswitch or switch."""
-        return self.device.split(":", 1)[0]
+        return kinds.kind_of(self.device)
 
     @property
     def is_compute(self) -> bool:
@@ -208,9 +209,9 @@ def check_devices(faults: Sequence[FaultSpec], topology, world_size: int) -> Non
     from holmes.errors import TopologyError
 
     for f in faults:
-        if f.kind in ("gpu", "nic"):
+        if kinds.KINDS[f.kind].per == "rank":
             try:
-                n = int(f.device.split(":", 1)[1])
+                n = kinds.number(f.device)
             except ValueError:
                 n = -1
             if not 0 <= n < world_size:
@@ -220,8 +221,8 @@ def check_devices(faults: Sequence[FaultSpec], topology, world_size: int) -> Non
             topology.kind_of(f.device)
         except TopologyError:
             raise ConfigError(f"fault {f}: unknown device {f.device} in topology {topology.name!r}") from None
-        if f.kind in ("host", "nvswitch"):
-            h = int(f.device.split(":", 1)[1])
+        if kinds.KINDS[f.kind].per == "host":
+            h = kinds.number(f.device)
             if h * topology.gpus_per_host >= world_size:
                 raise ConfigError(f"fault {f}: {f.device} holds no rank of this {world_size}-rank job")
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from holmes.simulate.faults import FaultSpec
 from holmes.simulate.program import AR, SEND, RECV, Program
+from holmes.topology import kinds
 
 __all__ = ["NetworkModel", "build_network"]
 
@@ -117,7 +118,7 @@ def build_network(prog: Program, topology, faults: list[FaultSpec], *, nvlink_gb
     for fi, f in enumerate(faults):
         if f.is_compute:
             continue
-        kind, name = f.kind, f.device.split(":", 1)[1]
+        kind, name = f.kind, kinds.name_of(f.device)
         if kind == "nic":
             g = int(name)
             hit = inter & ((ha == g) | (hb == g))
@@ -131,12 +132,12 @@ def build_network(prog: Program, topology, faults: list[FaultSpec], *, nvlink_gb
             cand = inter.copy()
             if leaf_kinds:
                 # leaves (switches NICs hang off) are never transit hops in these topologies
-                ends = [f.device] if kind == "switch" else f.device[5:].split("|")
+                ends = [f.device] if kind == "switch" else kinds.link_ends(f.device)
                 leaf_ranks = set()
                 for e in ends:
-                    if e.startswith("nic:"):
-                        leaf_ranks.add(int(e[4:]))
-                leaves = [e for e in ends if e.startswith("switch:")]
+                    if kinds.is_kind(e, "nic"):
+                        leaf_ranks.add(kinds.number(e))
+                leaves = [e for e in ends if kinds.is_kind(e, "switch")]
                 nic_leaf = {e: [] for e in leaves}
                 if leaves:
                     leaf_of = _leaf_array(topology)

@@ -39,7 +39,6 @@ import json
 import logging
 import math
 import os
-import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Literal
 
@@ -47,37 +46,25 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 from holmes.errors import ConfigError, TopologyError
+from holmes.topology import kinds
+from holmes.topology.kinds import DEVICE_KINDS, KINDS, DeviceKind
 
 if TYPE_CHECKING:  # networkx is imported when a graph is asked for (it costs ~1 s to import)
     import networkx as nx
 
 __all__ = [
-    "DEVICE_KINDS",
     "TOPOLOGY_SCHEMA",
     "ClusterTopology",
     "decay_factor",
-    "link_id",
     "load_topology",
 ]
 
 logger = logging.getLogger(__name__)
 
-#: Device kinds, in the order :meth:`ClusterTopology.devices` lists them.
-DEVICE_KINDS = ("gpu", "nic", "host", "nvswitch", "switch", "link")
 #: Schema tag of topology.json.
 TOPOLOGY_SCHEMA = "holmes.topology/1"
 _TOPOLOGY_KINDS = ("rail-optimized", "fat-tree", "custom")
-_NUMBERED = re.compile(r"(gpu|nic|host|nvswitch):(0|[1-9][0-9]*)")
 _MASK64 = (1 << 64) - 1
-
-
-def link_id(a: str, b: str) -> str:
-    """Id of the cable between devices ``a`` and ``b`` (ends sorted as strings).
-
-    >>> link_id("switch:leaf-0", "nic:3")
-    'link:nic:3|switch:leaf-0'
-    """
-    return f"link:{a}|{b}" if a <= b else f"link:{b}|{a}"
 
 
 def _mix64(lo: int, hi: int, hop: int) -> int:
@@ -202,7 +189,7 @@ class ClusterTopology:
 
         sw_ids = sorted(set(switches))
         for s in sw_ids:
-            if not isinstance(s, str) or not s.startswith("switch:") or len(s) == 7 or "|" in s:
+            if not isinstance(s, str) or not kinds.is_kind(s, "switch") or len(s) == 7 or "|" in s:
                 raise TopologyError(f"bad switch id {s!r}: expected 'switch:<name>' without '|'")
         self._sw_ids: list[str] = sw_ids
         self._sw_index = {s: i for i, s in enumerate(sw_ids)}
@@ -224,13 +211,13 @@ class ClusterTopology:
                 raise TopologyError(f"link {a!r}-{b!r} connects two NICs; NICs attach to switches")
             key = (a, b) if a <= b else (b, a)
             if key in seen:
-                raise TopologyError(f"duplicate link {link_id(a, b)!r}")
+                raise TopologyError(f"duplicate link {kinds.link(a, b)!r}")
             seen.add(key)
             ends.append(key)
             if na >= 0 or nb >= 0:
                 r, sw = (na, b) if na >= 0 else (nb, a)
                 if nic_leaf[r] >= 0:
-                    raise TopologyError(f"nic:{r} has more than one link (to {self._sw_ids[nic_leaf[r]]} and {sw})")
+                    raise TopologyError(f"{kinds.nic(r)} has more than one link (to {self._sw_ids[nic_leaf[r]]} and {sw})")
                 nic_leaf[r] = sw_index[sw]
             else:
                 sw_edges.append((sw_index[a], sw_index[b]))
@@ -238,7 +225,7 @@ class ClusterTopology:
             missing = np.flatnonzero(nic_leaf < 0)
             if missing.size:
                 raise TopologyError(
-                    f"nic:{int(missing[0])} has no link to a switch ({missing.size} NICs unconnected)"
+                    f"{kinds.nic(int(missing[0]))} has no link to a switch ({missing.size} NICs unconnected)"
                 )
         self._links = ends
         self._link_set = seen
@@ -260,9 +247,9 @@ class ClusterTopology:
             import networkx as nx
 
             g = nx.Graph(name=self.name)
-            g.add_nodes_from((f"nic:{r}" for r in range(self.num_gpus)), kind="nic")
+            g.add_nodes_from((kinds.nic(r) for r in range(self.num_gpus)), kind="nic")
             g.add_nodes_from(self._sw_ids, kind="switch")
-            g.add_edges_from((a, b, {"id": f"link:{a}|{b}"}) for a, b in self._links)
+            g.add_edges_from((a, b, {"id": kinds.link(a, b)}) for a, b in self._links)
             self._graph = g
         return self._graph
 
@@ -272,8 +259,8 @@ class ClusterTopology:
         if isinstance(dev, str):
             if dev in self._sw_index:
                 return -1
-            if dev.startswith("nic:"):
-                n = dev[4:]
+            if kinds.is_kind(dev, "nic"):
+                n = kinds.name_of(dev)
                 if n.isascii() and n.isdigit() and (n == "0" or n[0] != "0") and int(n) < self.num_gpus:
                     return int(n)
         raise TopologyError(
@@ -290,16 +277,16 @@ class ClusterTopology:
         'switch'
         """
         if isinstance(device_id, str):
-            m = _NUMBERED.fullmatch(device_id)
+            m = kinds.numbered(device_id)
             if m:
-                kind, n = m.group(1), int(m.group(2))
-                limit = self.num_hosts if kind in ("host", "nvswitch") else self.num_gpus
+                kind, n = m
+                limit = self.num_hosts if KINDS[kind].per == "host" else self.num_gpus
                 if n < limit:
                     return kind
             elif device_id in self._sw_index:
                 return "switch"
-            elif device_id.startswith("link:"):
-                ends = device_id[5:].split("|")
+            elif kinds.is_kind(device_id, "link"):
+                ends = kinds.link_ends(device_id)
                 if len(ends) == 2 and (ends[0], ends[1]) in self._link_set:
                     return "link"
         raise TopologyError(f"unknown device {device_id!r} in topology {self.name!r}")
@@ -329,7 +316,7 @@ class ClusterTopology:
 
     def nic_of(self, rank: int) -> str:
         """NIC id of GPU ``rank`` (``nic:<rank>``)."""
-        return f"nic:{self._rank(rank)}"
+        return kinds.nic(self._rank(rank))
 
     def leaf_of(self, rank: int) -> str:
         """Id of the switch GPU ``rank``'s NIC is cabled to.
@@ -340,7 +327,7 @@ class ClusterTopology:
         """
         i = int(self._nic_leaf[self._rank(rank)])
         if i < 0:
-            raise TopologyError(f"nic:{rank} is not connected to any switch in {self.name!r}")
+            raise TopologyError(f"{kinds.nic(rank)} is not connected to any switch in {self.name!r}")
         return self._sw_ids[i]
 
     @property
@@ -358,21 +345,20 @@ class ClusterTopology:
         if kind is not None and kind not in DEVICE_KINDS:
             raise ConfigError(f"unknown device kind {kind!r}; expected one of {', '.join(DEVICE_KINDS)}")
         if self._devices is None:
-            out = [f"gpu:{r}" for r in range(self.num_gpus)]
-            out += [f"nic:{r}" for r in range(self.num_gpus)]
-            out += [f"host:{h}" for h in range(self.num_hosts)]
-            out += [f"nvswitch:{h}" for h in range(self.num_hosts)]
-            out += self._sw_ids
-            out += sorted(f"link:{a}|{b}" for a, b in self._links)
-            self._devices = out
+            self._devices = [d for k in KINDS.values() for d in self._members(k)]
         if kind is None:
             return list(self._devices)
-        if kind == "switch":
+        return self._members(KINDS[kind])
+
+    def _members(self, kind: DeviceKind) -> list[str]:
+        """The ids of one kind's members, numbered by rank, by host, by name or by cable."""
+        if kind.per == "rank":
+            return [kind.id(r) for r in range(self.num_gpus)]
+        if kind.per == "host":
+            return [kind.id(h) for h in range(self.num_hosts)]
+        if kind.per == "name":
             return list(self._sw_ids)
-        if kind == "link":
-            return [d for d in self._devices if d.startswith("link:")]
-        prefix = kind + ":"
-        return [d for d in self._devices if d.startswith(prefix)]
+        return sorted(kinds.link(a, b) for a, b in self._links)
 
     # ------------------------------------------------------------------ routing
     def _switch_graph(self) -> None:
@@ -436,21 +422,21 @@ class ClusterTopology:
     def _compute_path(self, lo: int, hi: int) -> tuple[str, ...]:
         g = self.gpus_per_host
         if lo // g == hi // g:
-            return (f"nvswitch:{lo // g}",)
+            return (kinds.nvswitch(lo // g),)
         sl, sh = int(self._nic_leaf[lo]), int(self._nic_leaf[hi])
         for r, s in ((lo, sl), (hi, sh)):
             if s < 0:
-                raise TopologyError(f"nic:{r} is not connected to any switch in {self.name!r}")
+                raise TopologyError(f"{kinds.nic(r)} is not connected to any switch in {self.name!r}")
         ids = self._sw_ids
-        na, nb = f"nic:{lo}", f"nic:{hi}"
-        out = [na, link_id(na, ids[sl])]
+        na, nb = kinds.nic(lo), kinds.nic(hi)
+        out = [na, kinds.link(na, ids[sl])]
         prev = None
         for i in self._route(sl, sh, lo, hi):
             if prev is not None:
-                out.append(link_id(ids[prev], ids[i]))
+                out.append(kinds.link(ids[prev], ids[i]))
             out.append(ids[i])
             prev = i
-        out += [link_id(ids[sh], nb), nb]
+        out += [kinds.link(ids[sh], nb), nb]
         return tuple(out)
 
     def path(self, a: int, b: int) -> tuple[str, ...]:
@@ -520,16 +506,16 @@ class ClusterTopology:
         [1, 4, 64, 8]
         """
         kind = self.kind_of(device_id)
-        if kind in ("gpu", "nic"):
+        if KINDS[kind].per == "rank":
             return 1
-        if kind in ("host", "nvswitch"):
-            h = int(device_id.split(":")[1])
+        if KINDS[kind].per == "host":
+            h = kinds.number(device_id)
             return min(self.gpus_per_host, self.num_gpus - h * self.gpus_per_host)
         counts = self._downstream_counts()
         if kind == "switch":
             return int(counts[self._sw_index[device_id]])
-        a, b = device_id[5:].split("|")
-        return min(1 if x.startswith("nic:") else int(counts[self._sw_index[x]]) for x in (a, b))
+        return min(1 if kinds.is_kind(x, "nic") else int(counts[self._sw_index[x]])
+                   for x in kinds.link_ends(device_id))
 
     def decay(self, device_id: str, eps: float = 1e-6) -> float:
         """The topology decay H(d) in (0, 1]; see :func:`decay_factor` for the rule.
@@ -595,7 +581,7 @@ class ClusterTopology:
         >>> ClusterTopology.from_graph(g, 2, 1).path(0, 1)[2]
         'switch:s'
         """
-        switches = [n for n in graph.nodes if isinstance(n, str) and n.startswith("switch:")]
+        switches = [n for n in graph.nodes if isinstance(n, str) and kinds.is_kind(n, "switch")]
         return cls(num_gpus, gpus_per_host, switches, list(graph.edges()), name=name, kind="custom")
 
     def save(self, path: str | os.PathLike[str]) -> None:
@@ -608,9 +594,9 @@ class ClusterTopology:
     def load(cls, path: str | os.PathLike[str]) -> ClusterTopology:
         """Read a topology.json; any problem raises :class:`TopologyError` naming the file.
 
-        Read through :func:`holmes.io.limits.read_json_capped`: a regular file only (a FIFO or
+        Read through :func:`holmes.limits.read_json_capped`: a regular file only (a FIFO or
         ``/dev/zero`` is refused, not read forever), at most ``HOLMES_MAX_JSON_BYTES``."""
-        from holmes.io.limits import read_json_capped
+        from holmes.limits import read_json_capped
 
         data = read_json_capped(path, error=TopologyError, what="topology file")
         topo = cls.from_dict(data, source=str(path))

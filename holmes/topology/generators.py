@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 
 from holmes.errors import ConfigError
+from holmes.topology import kinds
 from holmes.topology.cluster import ClusterTopology
 
 __all__ = ["rail_optimized", "fat_tree", "default_topology"]
@@ -75,9 +76,9 @@ def rail_optimized(
         raise ConfigError(f"num_gpus={n} is not a multiple of gpus_per_host={g}")
     hosts = n // g
     pods = -(-hosts // p)
-    leaves = [f"switch:leaf-{i}" for i in range(pods * g)]
-    spines = [f"switch:spine-{j}" for j in range(s)]
-    links = [(f"nic:{r}", leaves[(r // g // p) * g + r % g]) for r in range(n)]
+    leaves = [kinds.switch(f"leaf-{i}") for i in range(pods * g)]
+    spines = [kinds.switch(f"spine-{j}") for j in range(s)]
+    links = [(kinds.nic(r), leaves[(r // g // p) * g + r % g]) for r in range(n)]
     links += [(leaf, spine) for leaf in leaves for spine in spines]
     topo = ClusterTopology(
         n, g, leaves + spines, links, name=name or f"rail-optimized-{n}", kind="rail-optimized"
@@ -140,10 +141,10 @@ def fat_tree(
     h = k // 2
     tors = -(-n // h)
     pods = -(-tors // h)
-    tor_ids = [f"switch:tor-{t}" for t in range(tors)]
-    agg_ids = [f"switch:agg-{a}" for a in range(pods * h)]
-    core_ids = [f"switch:core-{c}" for c in range(h * h)] if pods > 1 else []
-    links = [(f"nic:{r}", tor_ids[r // h]) for r in range(n)]
+    tor_ids = [kinds.switch(f"tor-{t}") for t in range(tors)]
+    agg_ids = [kinds.switch(f"agg-{a}") for a in range(pods * h)]
+    core_ids = [kinds.switch(f"core-{c}") for c in range(h * h)] if pods > 1 else []
+    links = [(kinds.nic(r), tor_ids[r // h]) for r in range(n)]
     links += [(tor_ids[t], agg_ids[(t // h) * h + j]) for t in range(tors) for j in range(h)]
     for pod in range(pods if core_ids else 0):
         for j in range(h):
