@@ -34,7 +34,7 @@ import numpy as np
 
 from holmes._jit import njit
 
-__all__ = ["MAD_SIGMA", "NORMAL_Q25_Q05", "HEALTHY_SPREAD_QS", "MEDIAN_SE", "TIE_RTOL", "P_FLOOR", "PROB_FLOOR", "SHAPE_EPS", "RATIO_FLOOR", "robust_sigma", "group_order", "group_quantiles", "group_medians",
+__all__ = ["MAD_SIGMA", "NORMAL_Q25_Q05", "HEALTHY_SPREAD_QS", "MEDIAN_SE", "TIE_RTOL", "P_FLOOR", "PROB_FLOOR", "SHAPE_EPS", "RATIO_FLOOR", "BELOW_ONE", "low_spread", "pooled_low_spread", "row_spread", "robust_sigma", "group_order", "group_quantiles", "group_medians",
            "median_by_group",
            "healthy_low", "excess_over_low", "quantile_sorted", "nan_quiet"]
 
@@ -51,13 +51,17 @@ MEDIAN_SE = 1.2533
 """``sqrt(pi / 2)``: the standard error of a median of ``n`` normal samples is ``MEDIAN_SE * sigma / sqrt(n)``."""
 
 TIE_RTOL = 1e-9
-"""Relative tolerance under which two sums of floating-point weights count as equal (ties)."""
+"""Tolerance under which two sums of floating-point weights count as equal (ties): relative, or
+absolute on sums of weights of order 1."""
 
 P_FLOOR = 1e-300
 """The smallest p-value kept finite under a logarithm."""
 
 PROB_FLOOR = 1e-12
 """The smallest chance level a binomial tail is computed with."""
+
+BELOW_ONE = float(np.nextafter(1.0, 0.0))
+"""The largest float below 1: a probability kept under 1 inside ``log1p(-p)``."""
 
 RATIO_FLOOR = 1e-9
 """The smallest ratio a value is divided by (a ratio of durations that is 0 or less)."""
@@ -218,3 +222,47 @@ def excess_over_low(values: np.ndarray, groups: np.ndarray, quantile: float) -> 
     ref = np.empty(n, dtype=values.dtype)
     ref[order] = ref_sorted
     return np.maximum(values - ref, 0).astype(np.int64)
+
+
+#: ``z(0.5) - z(0.1)`` and ``z(0.4) - z(0.1)`` of the standard normal: the lower-part spreads' denominators
+_Q10_Q50, _Q10_Q40 = 1.2816, 1.0283
+
+
+def low_spread(x: np.ndarray) -> np.ndarray:
+    """Per row, a normal's sigma from its lower half, ``(q50 - q10) / 1.2816``: a slowdown of
+    up to half of the iterations (which only adds to the upper half) leaves it on the healthy
+    level. NaN for a row without a cell.
+
+    >>> low_spread(np.array([[1.0, 2.0, 3.0, 4.0, 5.0]])).round(3).tolist()
+    [1.248]
+    """
+    if x.ndim != 2 or not x.size:
+        return np.full(x.shape[0] if x.ndim else 0, np.nan)
+    with np.errstate(all="ignore"):
+        q10, q50 = np.nanquantile(x, [0.10, 0.50], axis=1)
+    return (q50 - q10) / _Q10_Q50
+
+
+def pooled_low_spread(x: np.ndarray) -> float:
+    """A normal's sigma from the lower part of every finite value of ``x`` together, ``(q40 -
+    q10) / 1.0283``: faults only add to the upper part, and up to half of the cells may be slowed
+    (0 with under four values)."""
+    v = x[np.isfinite(x)]
+    if v.size < 4:
+        return 0.0
+    q10, q40 = np.quantile(v, [0.10, 0.40])
+    return float(q40 - q10) / _Q10_Q40
+
+
+def row_spread(x: np.ndarray) -> np.ndarray:
+    """Per row, the smaller of two noise estimates that a slowdown inflates differently: the
+    lower half's (:func:`low_spread`, a slowdown of under half of the iterations leaves it
+    alone) and the successive differences' (a slowdown from some iteration to the end -- one
+    step -- leaves it alone): ``MAD(diff) / sqrt(2)`` (with three columns or more)."""
+    low = low_spread(x)
+    if x.shape[1] < 3:
+        return low
+    with np.errstate(all="ignore"):
+        d = np.diff(x, axis=1)
+        dm = MAD_SIGMA * np.nanmedian(np.abs(d - np.nanmedian(d, axis=1, keepdims=True)), axis=1) / np.sqrt(2.0)
+    return np.fmin(low, dm)

@@ -15,8 +15,6 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 import holmes
 
 #: structural values a module may write as literals
@@ -62,7 +60,6 @@ def literal_thresholds(root: Path = LOCALIZE) -> list[str]:
     return found
 
 
-@pytest.mark.xfail(strict=True, reason="literals still being moved (#36)")
 def test_no_numeric_literal_thresholds_in_localize():
     found = literal_thresholds()
     assert not found, ("numeric literals in holmes/localize/ (move thresholds to holmes/calibration/thresholds.json, "

@@ -101,3 +101,28 @@ def test_localize_params_keeps_at_most_20_knobs_and_routes_thresholds(tmp_path):
         LocalizeParams(stretch_z="high")
     with pytest.raises(ConfigError, match="unknown parameter 'stretchz'"):
         LocalizeParams(stretchz=6)
+
+
+def _hang_log(r: int, states: list[str]) -> object:
+    from holmes.io.schema import ops_table
+
+    n = len(states)
+    return ops_table(rank=[r] * n, iteration=list(range(n)), op_index=[0] * n, comm_id=["dp-0"] * n,
+                     seq=list(range(n)), op=["all_reduce"] * n, peer=[None] * n, nbytes=[8] * n,
+                     start_ns=[10 * i for i in range(n)],
+                     end_ns=[10 * i + 5 if s == "completed" else None for i, s in enumerate(states)], state=states)
+
+
+def test_an_override_reaches_the_analysis():
+    # rank 2 left no log while 0 and 1 wait in the all-reduce: its confidence is the threshold hang_conf_no_log
+    import holmes
+    from holmes.io import MemoryJob
+
+    meta = {"world_size": 3, "communicators": {"dp-0": {"kind": "dp", "ranks": [0, 1, 2]}}}
+    c, s = "completed", "started"
+    job = MemoryJob(meta, {0: _hang_log(0, [c, s]), 1: _hang_log(1, [c, s])})
+    shipped = holmes.localize(job, analysis="hang").all_devices[0]
+    moved = holmes.localize(job, analysis="hang", thresholds={"hang_conf_no_log": 0.8}).all_devices[0]
+    assert shipped.id == moved.id == "gpu:2"
+    assert shipped.confidence == pytest.approx(load_thresholds().hang_conf_no_log)
+    assert moved.confidence == pytest.approx(0.8)

@@ -38,7 +38,7 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -398,6 +398,39 @@ class Thresholds(BaseModel):
     network_candidate_share: Frac = _doc(
         "Network devices scoring at least this share of the best device's score are persistent suspects.")
 
+    # ---- Algorithm 1: the window (holmes.localize.irregular) ---------------------------------------------
+    rate_min_iterations: PosCount = _doc(
+        "A window of fewer iterations than this is analysed with an assumption: its irregularity rates "
+        "are unreliable.")
+
+    # ---- jobs read whole: the cells (holmes.localize.cells) ----------------------------------------------
+    cell_common_q: Frac = _doc(
+        "Jobs read whole: the common mode of an iteration's compute is this quantile over the ranks (a "
+        "loaded machine slows everyone; a low quantile, so a slow host of half the job does not enter "
+        "it).")
+    cell_transfer_common_q: Frac = _doc(
+        "Jobs read whole: the common mode of an iteration's transfer z-scores is this quantile over the "
+        "channels.")
+    cell_min_noise: NonNeg = _doc(
+        "Jobs read whole: the pooled compute spread is at least this share of the median rank's usual "
+        "compute.")
+    cell_min_transfer_spread: NonNeg = _doc(
+        "Jobs read whole: a channel's spread is at least this share of its usual transfer (of its "
+        "operators' usual slowdown ratio, with cell_per_op).")
+    cell_join_ratio: Frac = _doc(
+        "Jobs read whole: significant cells within this ratio of the strongest one's z join its event "
+        "(the other ranks of a slow host, the other channels of a slow NIC).")
+    cell_hot_z: NonNeg = _doc(
+        "Jobs read whole: a channel crossing a candidate device counts as slower than usual in the "
+        "iteration at this z; candidates are ordered by the share of such channels.")
+    transient_min_ops: PosCount = _doc(
+        "A one-off stall is told from a slower device by how the device's other operators grew; with "
+        "fewer operators than this it cannot be told (NaN).")
+
+    # ---- Algorithm 1: the search's bound (holmes.localize.search) ----------------------------------------
+    search_max_steps: PosCount = _doc(
+        "Safety bound on the operators one search visits (holmes.localize.search.GraphSearch).")
+
     @field_validator("*", mode="before")
     @classmethod
     def _plain(cls, v: Any) -> Any:
@@ -509,11 +542,22 @@ def _build(values: dict[str, Any], source: str) -> Thresholds:
         raise ThresholdsError(f"thresholds {source}: " + "; ".join(parts)) from None
 
 
+def _kind(annotation: Any) -> str:
+    """A value kind in words: ``float``, ``int``, ``bool``, ``int or null``, ``"a" or "b"``."""
+    args = get_args(annotation)
+    if get_origin(annotation) is Literal:
+        return " or ".join(f'"{a}"' for a in args)
+    if args and type(None) in args:
+        return " or ".join("null" if a is type(None) else _kind(a) for a in args)
+    if args:  # Annotated[float, ...]
+        return _kind(args[0])
+    return getattr(annotation, "__name__", str(annotation))
+
+
 def docs_markdown() -> str:
     """The reference table of ``docs/thresholds.md``: every name, its type and meaning."""
     rows = ["| name | type | meaning |", "|---|---|---|"]
     for k, f in Thresholds.model_fields.items():
-        kind = getattr(f.annotation, "__name__", None) or str(f.annotation).replace("typing.", "")
-        rows.append(f"| `{k}` | {kind} | {(f.description or '').replace('|', '/')} |")
+        rows.append(f"| `{k}` | {_kind(f.annotation)} | {(f.description or '').replace('|', '/')} |")
     return "\n".join(rows) + "\n"
 

@@ -160,7 +160,7 @@ class Localizer:
         topo = _topology(p.topology, src, world, assumptions)
         det = resolve_detector(p.detector, delta=p.delta)
         search = GraphSearch(src, det, late_ratio=p.t.late_ratio, scan_reads=p.scan_reads,
-                             follow_waits=p.t.follow_waits)
+                             follow_waits=p.t.follow_waits, max_steps=p.t.search_max_steps)
         return Run(p, src, topo, det, search, assumptions)
 
     def analyses(self) -> list[Analysis]:

@@ -44,7 +44,9 @@ from typing import Any
 
 import numpy as np
 
+from holmes.calibration.thresholds import or_shipped
 from holmes.cog.graph import RECV, SEND, CommOpGraph, RankOps
+from holmes.display import EVIDENCE_DEVICES
 from holmes.errors import ConfigError
 
 __all__ = ["COMPUTE", "NETWORK", "RootCause", "GraphSearch"]
@@ -103,7 +105,7 @@ class RootCause:
         if self.note:
             d["note"] = self.note
         if self.devices is not None:
-            d["devices"] = list(self.devices[:32])
+            d["devices"] = list(self.devices[:EVIDENCE_DEVICES])
         return d
 
 
@@ -126,12 +128,12 @@ class GraphSearch:
     detector : object with ``predict_ops(table) -> bool array``
     graph : CommOpGraph, optional
         Built from ``source.communicators`` when omitted.
-    max_steps : int, default 100000
-        Safety bound on operators visited per search.
-    late_ratio : float, default 0.5
+    max_steps : int, optional
+        Safety bound on operators visited per search (default the threshold ``search_max_steps``).
+    late_ratio : float, optional
         A member's copy lasting at most this fraction of the searched operator's duration marks
         that member as the late arriver even when the detector flagged the copy; 0 trusts the
-        detector's labels alone (the paper's rule).
+        detector's labels alone (the paper's rule). Default the threshold ``late_ratio``.
     scan_reads : int or None, default None
         Members the scans of one collective group may read (fetch anew) over the whole search
         before a branch scanning it is set aside (resumed in full only if the iteration's other
@@ -149,8 +151,10 @@ class GraphSearch:
     """
 
     def __init__(self, source: Any, detector: Any, graph: CommOpGraph | None = None, *,
-                 max_steps: int = 100_000, late_ratio: float = 0.5, scan_reads: int | None = None,
+                 max_steps: int | None = None, late_ratio: float | None = None, scan_reads: int | None = None,
                  follow_waits: bool = True) -> None:
+        max_steps = or_shipped(max_steps, "search_max_steps")
+        late_ratio = or_shipped(late_ratio, "late_ratio")
         if not 0.0 <= late_ratio < 1.0:
             raise ConfigError(f"late_ratio={late_ratio} must lie in [0, 1)")
         if scan_reads is not None and (isinstance(scan_reads, bool) or int(scan_reads) != scan_reads

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from holmes.detect.monitor import IrregularityRule
+from holmes.display import SHOWN_RANKS, SHOWN_TRANSIENTS
 from holmes.errors import JobError
 from holmes.localize.evidence.confidence import confidences, iteration_weights, network_opportunity, weighted_hits
 from holmes.localize.evidence.ranking import DeviceRanking, irregularity_rate, narrow_by_coverage
@@ -41,7 +42,9 @@ from holmes.localize.irregular.iteration_rules import flag_iterations
 from holmes.localize.irregular.probe import NetworkProbe
 from holmes.localize.irregular.transfer import TransferTimes
 from holmes.localize.report import DeviceScore
+from holmes.stats import P_FLOOR, TIE_RTOL
 from holmes.topology import kinds
+from holmes.units import NS_PER_MS
 
 __all__ = ["IrregularAnalysis", "PivotSearch", "WholeJobComparison", "Selection", "Evidence"]
 
@@ -199,7 +202,7 @@ class IrregularAnalysis:
         return [DeviceScore(d, kinds.kind_of(d), s, index.get(d, 0.0), ranking.counts.get(d, 0),
                             confidence=conf.get(d), evidence=(self.name,),
                             coverage=hits.get(d, 0.0) / n if n > 0 else None) for d, s in ranking.ranked()
-                if hits.get(d, 0.0) >= sel.min_hits - 1e-9 or d in ev.proven]
+                if hits.get(d, 0.0) >= sel.min_hits - TIE_RTOL or d in ev.proven]
 
     @staticmethod
     def confidence(run: Any, ev: Evidence, hits: dict[str, float], n: float) -> dict[str, float]:
@@ -244,7 +247,7 @@ class PivotSearch(IrregularAnalysis):
         irregular = its[mask]
         w = iteration_weights(z[mask], p.t.noise_z)
         weights = {int(i): float(x) for i, x in zip(irregular, w)}
-        if len(its) < 5:
+        if len(its) < p.t.rate_min_iterations:
             run.assume(f"only {len(its)} iteration(s) in the window: irregularity rates are unreliable")
         chosen = irregular[w > 0]
         if len(chosen) < len(irregular):
@@ -325,9 +328,9 @@ class WholeJobComparison(PivotSearch):
         transfers = TransferTimes(search.graph.ranks, search.graph.members)
         cells = None if run.source.missing else \
             CellEvidence(search.graph.ranks, search.graph.members, topo.host_of, transfers,
-                         usual_q=p.t.cell_usual_q, tail=p.t.cell_tail, per_op=p.t.cell_per_op)
+                         usual_q=p.t.cell_usual_q, tail=p.t.cell_tail, per_op=p.t.cell_per_op, thresholds=p.t)
         if cells is not None and cells.absent:
-            shown = cells.absent[:8] + (["..."] if len(cells.absent) > 8 else [])
+            shown = cells.absent[:SHOWN_RANKS] + (["..."] if len(cells.absent) > SHOWN_RANKS else [])
             run.assume(f"{len(cells.absent)} rank(s) hold no operator in the iterations their peers share "
                        f"({', '.join(map(str, shown))}): their cells are not compared")
         if cells is not None and cells.noise <= p.t.cell_noise:
@@ -389,14 +392,14 @@ def cell_min_cost(p: Any, durations: np.ndarray) -> float:
     rule = IrregularityRule(p.delta)
     ref = rule.reference(durations)
     cost = p.t.cell_cost * (p.delta - 1.0) * ref
-    if p.t.cell_cost_z > 0 and durations.size >= 5:
+    if p.t.cell_cost_z > 0 and durations.size >= p.t.stretch_min_iterations:
         quiet = max(p.t.cell_cost_z * rule.sigma(durations, mad_floor=True), p.t.min_stretch * ref)
         cost = min(cost, quiet)
     return float(cost)
 
 
-def _gather_cells(run: Any, cells: CellEvidence, min_cost_ns: float = 0.0, irregular: Any = (),
-                  min_pvalue: float = 0.01, transient: float = 0.0) -> Evidence:
+def _gather_cells(run: Any, cells: CellEvidence, min_cost_ns: float, irregular: Any, min_pvalue: float,
+                  transient: float) -> Evidence:
     """A job read whole: the devices whose cells stood out of the job's noise
     (:class:`~holmes.localize.irregular.cells.CellEvidence`) by at least ``min_cost_ns``, one root cause per
     event; one-off stalls of one operator (``transient``) are said, not counted."""
@@ -404,9 +407,9 @@ def _gather_cells(run: Any, cells: CellEvidence, min_cost_ns: float = 0.0, irreg
     events = cells.events(topo, min_cost_ns=min_cost_ns, irregular=irregular, min_pvalue=min_pvalue,
                           transient=transient)
     if cells.transients:
-        said = ", ".join(f"{e.devices[0]} in iteration {e.iteration} (+{e.excess_ns / 1e6:.1f} ms)"
-                         for e in sorted(cells.transients, key=lambda e: -e.excess_ns)[:3])
-        more = f" and {len(cells.transients) - 3} more" if len(cells.transients) > 3 else ""
+        said = ", ".join(f"{e.devices[0]} in iteration {e.iteration} (+{e.excess_ns / NS_PER_MS:.1f} ms)"
+                         for e in sorted(cells.transients, key=lambda e: -e.excess_ns)[:SHOWN_TRANSIENTS])
+        more = f" and {len(cells.transients) - SHOWN_TRANSIENTS} more" if len(cells.transients) > SHOWN_TRANSIENTS else ""
         run.assume(f"{len(cells.transients)} one-off stall(s) of a single operator (on a host: one per rank) while "
                    f"the device's other work ran as usual, not counted as a device fault: {said}{more}")
     ev = Evidence(cells=cells, events=events)
@@ -438,7 +441,7 @@ def _event_cause(search: GraphSearch, transfers: TransferTimes, e: Event) -> Roo
     step["z"] = round(e.z, 2)
     step["pvalue"] = float(e.pvalue)
     what = "compute" if cause == COMPUTE else "transfers"
-    note = (f"its {what} took {e.excess_ns / 1e6:.1f} ms longer than usual, {e.z:.1f} sigmas of the "
+    note = (f"its {what} took {e.excess_ns / NS_PER_MS:.1f} ms longer than usual, {e.z:.1f} sigmas of the "
             f"job's noise (family-wise p={e.pvalue:.1e})")
     c = RootCause(e.iteration, cause, tuple(e.ranks), rank, row, step, [step], note, devices=list(e.devices))
     c.rate = 1.0 - float(e.pvalue)
@@ -475,8 +478,8 @@ def rank_cells(ev: Evidence, calibration: float, name: str = "irregular",
             causes[d] = causes.get(d, 0) + 1
     total = sum(score.values()) or 1.0
 
-    def strength(d: str) -> float:  # -log10 p, p = 0 (underflow) as 1e-300
-        return -math.log10(max(pv[d], 1e-300))
+    def strength(d: str) -> float:  # -log10 p, p = 0 (underflow) as P_FLOOR
+        return -math.log10(max(pv[d], P_FLOOR))
 
     # how often chance would blame each device
     chance = {d: (point_calibration if point_calibration is not None and kinds.is_point(d) else calibration) * pv[d]

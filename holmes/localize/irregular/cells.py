@@ -36,9 +36,13 @@ from typing import Any
 
 import numpy as np
 
+from holmes.calibration.thresholds import Thresholds, load_thresholds, or_shipped
 from holmes.localize.irregular.tails import familywise, tail_pvalue
 from holmes.localize.irregular.transfer import TransferTimes
-from holmes.stats import MAD_SIGMA, nan_quiet
+from holmes.stats import BELOW_ONE, nan_quiet
+from holmes.stats import low_spread as _low_spread
+from holmes.stats import pooled_low_spread as _pooled_spread
+from holmes.stats import row_spread as _row_spread
 from holmes.topology import kinds
 
 __all__ = ["Event", "CellEvidence", "device_pvalues"]
@@ -80,7 +84,7 @@ def device_pvalues(events: list["Event"], rows: Mapping[str, int], iterations: i
             if own is not None:
                 cell = own
             else:
-                cell = -np.expm1(np.log1p(-min(fw, 1.0 - 1e-16)) / n) if fw > 0 else 0.0
+                cell = -np.expm1(np.log1p(-min(fw, BELOW_ONE)) / n) if fw > 0 else 0.0
             if cell <= 0:
                 best = 0.0
                 break
@@ -156,8 +160,16 @@ class CellEvidence:
     """
 
     def __init__(self, ranks: Mapping[int, Any], members: Any, host_of: Callable[[int], int],
-                 transfers: TransferTimes | None = None, *, usual_q: float = 0.25,
-                 common_q: float = 0.25, tail: str = "exponential", per_op: bool = False) -> None:
+                 transfers: TransferTimes | None = None, *, usual_q: float | None = None,
+                 common_q: float | None = None, tail: str = "exponential", per_op: bool = False,
+                 thresholds: Thresholds | None = None) -> None:
+        th = thresholds or load_thresholds()
+        self.t = th
+        usual_q = th.cell_usual_q if usual_q is None else usual_q
+        common_q = th.cell_common_q if common_q is None else common_q
+        #: the keywords of the null cells' tail fit (:func:`~holmes.localize.tails.tail_pvalue`)
+        self._fit = {"lo": th.tail_q, "hi": th.tail_body_q, "min_cells": th.tail_min_cells, "min_scale": th.tail_min_scale,
+                     "max_shape": th.gpd_max_shape, "min_excesses": th.gpd_min_excesses}
         self.rank_ids = sorted(ranks)
         self._ranks = ranks
         #: events the last :meth:`events` judged one-off stalls of one operator
@@ -188,7 +200,7 @@ class CellEvidence:
         # a low quantile over the ranks, so a slow host of half the job does not enter it)
         self.compute_excess = raw - _common(raw, self.common_q)
         scale = max(float(np.nanmedian(base)) if base.size else 1.0, 1.0)
-        spread = max(_pooled_spread(self.compute_excess), 1e-3 * scale, 1.0)
+        spread = max(_pooled_spread(self.compute_excess), th.cell_min_noise * scale, 1.0)
         #: the job's compute noise: the pooled spread over the median rank's usual compute
         self.noise = spread / scale
         self.compute_z = self.compute_excess / spread
@@ -207,11 +219,11 @@ class CellEvidence:
             if per_op and t.size:
                 # the median operator's slowdown: a one-off stall of one transfer does not move it
                 r = tt.ratio_table(its, self.usual_q)
-                tz = r / np.maximum(_row_spread(r), 0.02)[:, None]
+                tz = r / np.maximum(_row_spread(r), th.cell_min_transfer_spread)[:, None]
             else:
-                tz = tx / np.maximum(_row_spread(t)[:, None], np.maximum(0.02 * tbase, 1.0))
+                tz = tx / np.maximum(_row_spread(t)[:, None], np.maximum(th.cell_min_transfer_spread * tbase, 1.0))
             if tz.size:
-                tz = tz - np.maximum(_common(tz, 0.5), 0.0)
+                tz = tz - np.maximum(_common(tz, th.cell_transfer_common_q), 0.0)
         self.transfer_excess = tx
         self.transfer_z = tz
 
@@ -226,11 +238,11 @@ class CellEvidence:
         hosts = self._hosts
         if np.unique(hosts).size == 1:
             for j in range(len(self.rank_ids)):
-                out[j, skip:] = tail_pvalue(np.delete(z, j, axis=0), z[j], n=n, model=self.tail)
+                out[j, skip:] = tail_pvalue(np.delete(z, j, axis=0), z[j], n=n, model=self.tail, **self._fit)
             return out
         for h in np.unique(hosts):
             mine = hosts == h
-            out[mine, skip:] = tail_pvalue(z[~mine], z[mine], n=n, model=self.tail)
+            out[mine, skip:] = tail_pvalue(z[~mine], z[mine], n=n, model=self.tail, **self._fit)
         return out
 
     def host_pvalues(self, skip: int = 1) -> np.ndarray:
@@ -259,7 +271,7 @@ class CellEvidence:
         z = low[:, skip:]
         for j in range(uh.size):
             null = np.delete(z, j, axis=0)
-            out[j, skip:] = tail_pvalue(null, z[j], n=1, model=self.tail)
+            out[j, skip:] = tail_pvalue(null, z[j], n=1, model=self.tail, **self._fit)
         return out
 
     def transfer_pvalues(self, skip: int = 1, n: int | None = None) -> np.ndarray:
@@ -278,26 +290,28 @@ class CellEvidence:
             other = np.array([not (mine & o) for o in sets])
             same = other & (p2p == p2p[c])
             null = z[same] if same.sum() >= 2 else (z[other] if other.sum() >= 2 else np.delete(z, c, axis=0))
-            out[c, skip:] = tail_pvalue(null, z[c], n=n, model=self.tail)
+            out[c, skip:] = tail_pvalue(null, z[c], n=n, model=self.tail, **self._fit)
         return out
 
-    def events(self, topology: Any, *, min_pvalue: float = 0.01, min_cost_ns: float = 0.0,
-               ratio: float = 0.5, skip: int = 1, irregular: Any = (), transient: float = 0.0) -> list[Event]:
+    def events(self, topology: Any, *, min_pvalue: float | None = None, min_cost_ns: float = 0.0,
+               ratio: float | None = None, skip: int = 1, irregular: Any = (), transient: float = 0.0) -> list[Event]:
         """The cells beyond the job's noise, at most one event per iteration and kind (no
         network event in an iteration whose compute event cost more).
 
         Parameters
         ----------
         topology : ClusterTopology
-        min_pvalue : float, default 0.01
-            A cell's family-wise p-value must be below it.
+        min_pvalue : float, optional
+            A cell's p-value times the rows of its kind must be below it (default the threshold
+            ``cell_event_p``).
         min_cost_ns : float, default 0
             The strongest cell's excess (ns) must reach it (a device costing nothing is no
             culprit), except in the ``irregular`` iterations.
         irregular : iterable of int
             Iterations known to be irregular (the pivot's): any significant cell may explain them.
-        ratio : float, default 0.5
-            Cells beyond the noise within ``ratio`` of the strongest one's z join its event:
+        ratio : float, optional
+            Cells beyond the noise within ``ratio`` of the strongest one's z join its event (default
+            the threshold ``cell_join_ratio``):
             the other ranks of a slow host, the other channels of a slow NIC.
         skip : int, default 1
             Leading iterations left out (warm-up).
@@ -305,6 +319,8 @@ class CellEvidence:
             An event whose :meth:`spread_ratio` is under it is a one-off stall of one operator,
             not a slower device: kept in :attr:`transients`, not returned.
         """
+        min_pvalue = self.t.cell_event_p if min_pvalue is None else min_pvalue
+        ratio = self.t.cell_join_ratio if ratio is None else ratio
         out: list[Event] = []
         self.transients = []
 
@@ -379,7 +395,7 @@ class CellEvidence:
           (the largest ratio over them: an NVSwitch whose other transfers ran as usual did not
           stall one all-reduce).
 
-        NaN with under three operators.
+        NaN with under ``transient_min_ops`` operators.
         """
         if e.kind in ("gpu", "host"):
             ratios = [self._compute_spread(r, e.iteration) for r in e.ranks]
@@ -387,10 +403,10 @@ class CellEvidence:
             return float(np.median(ratios)) if ratios else float("nan")
         ex, usual = self.transfers.op_times(e.channels, e.iteration, self.usual_q)
         if ex.size != 1:
-            return _rest_over_top(ex, usual)
+            return _rest_over_top(ex, usual, self.t.transient_min_ops)
         best = e.devices[:e.best] if e.best else e.devices
-        ratios = [_rest_over_top(*self.transfers.op_times(self._crossing.get(d, []), e.iteration, self.usual_q))
-                  for d in best]
+        ratios = [_rest_over_top(*self.transfers.op_times(self._crossing.get(d, []), e.iteration, self.usual_q),
+                                 self.t.transient_min_ops) for d in best]
         ratios = [r for r in ratios if np.isfinite(r)]
         return max(ratios) if len(ratios) == len(best) and ratios else float("nan")
 
@@ -399,16 +415,16 @@ class CellEvidence:
         ro = self._ranks[rank]
         lo, hi = ro.iteration_rows(iteration)
         ex = ro.excess(self.usual_q)[0][lo:hi].astype(float)
-        return _rest_over_top(ex, ro.gap[lo:hi].astype(float) - ex)
+        return _rest_over_top(ex, ro.gap[lo:hi].astype(float) - ex, self.t.transient_min_ops)
 
-    def _network_devices(self, topology: Any, k: int, slow: list[int],
-                         low: float = 3.0) -> tuple[list[str], int]:
+    def _network_devices(self, topology: Any, k: int, slow: list[int]) -> tuple[list[str], int]:
         """The devices the slow channels of iteration ``k`` implicate, best first, and how many of
         them lead equally (same share and number of slow channels: a NIC and its cable).
 
         Candidates are the devices every slow channel crosses (else the strongest one's). A
         faulty device slows every channel crossing it: candidates are ordered by the share of
-        the channels crossing them that were slower than usual (z >= ``low``) in the iteration
+        the channels crossing them that were slower than usual (z at least the threshold
+        ``cell_hot_z``) in the iteration
         (a device on every path, a leaf or an NVSwitch, does not win by the volume it carries),
         then by how many those are (a slow switch covers more than each NIC under it), then
         NICs and their cables first.
@@ -418,6 +434,7 @@ class CellEvidence:
         cand = [d for d in sets[0] if all(d in s for s in sets[1:])] or list(sets[0])
         col = np.nan_to_num(self.transfer_z[:, k], nan=0.0)
         crossing = self._crossing
+        low = self.t.cell_hot_z
 
         def key(d: str) -> tuple[float, int, int]:
             cs = crossing.get(d, [])
@@ -469,29 +486,18 @@ def _shared_iterations(per: list[np.ndarray]) -> np.ndarray:
     return vals[counts == counts.max()]
 
 
-def _rest_over_top(excess: np.ndarray, usual: np.ndarray) -> float:
+def _rest_over_top(excess: np.ndarray, usual: np.ndarray, min_ops: int) -> float:
     """The rate at which the operators other than the most grown one grew (summed excess over
-    summed usual length), over that one's rate (NaN under three operators or nothing grown)."""
+    summed usual length), over that one's rate (NaN under ``min_ops`` operators or nothing grown)."""
     ok = np.isfinite(excess) & np.isfinite(usual)
     ex, us = np.maximum(excess[ok], 0.0), np.maximum(usual[ok], 0.0)
-    if ex.size < 3:
+    if ex.size < min_ops:
         return float("nan")
     t = int(np.argmax(ex))
     rest = float(us.sum() - us[t])
     if ex[t] <= 0 or us[t] <= 0 or rest <= 0:
         return float("nan")
     return float((ex.sum() - ex[t]) / rest) / float(ex[t] / us[t])
-
-
-def _low_spread(x: np.ndarray) -> np.ndarray:
-    """Per row, a normal's sigma from its lower half, ``(q50 - q10) / 1.2816``: a slowdown of
-    up to half of the iterations (which only adds to the upper half) leaves it on the healthy
-    level. NaN for a row without a cell."""
-    if x.ndim != 2 or not x.size:
-        return np.full(x.shape[0] if x.ndim else 0, np.nan)
-    with np.errstate(all="ignore"):
-        q10, q50 = np.nanquantile(x, [0.10, 0.50], axis=1)
-    return (q50 - q10) / 1.2816
 
 
 def _common(x: np.ndarray, q: float) -> np.ndarray:
@@ -503,34 +509,8 @@ def _common(x: np.ndarray, q: float) -> np.ndarray:
     return np.nan_to_num(cm, nan=0.0)
 
 
-def _pooled_spread(x: np.ndarray) -> float:
-    """A normal's sigma from the lower part of every cell of ``x`` together, ``(q40 - q10) /
-    1.0283``: faults only add to the upper part, and up to half of the cells may be slowed."""
-    v = x[np.isfinite(x)]
-    if v.size < 4:
-        return 0.0
-    q10, q40 = np.quantile(v, [0.10, 0.40])
-    return float(q40 - q10) / 1.0283
-
-
-def _row_spread(x: np.ndarray) -> np.ndarray:
-    """Per row, the smaller of two noise estimates that a slowdown inflates differently: the
-    lower half's (:func:`_low_spread`, a slowdown of under half of the iterations leaves it
-    alone) and the successive differences' (a slowdown from some iteration to the end -- one
-    step -- leaves it alone): ``MAD(diff) / sqrt(2)``."""
-    low = _low_spread(x)
-    if x.shape[1] < 3:
-        return low
-    with np.errstate(all="ignore"):
-        d = np.diff(x, axis=1)
-        dm = MAD_SIGMA * np.nanmedian(np.abs(d - np.nanmedian(d, axis=1, keepdims=True)), axis=1) / np.sqrt(2.0)
-    return np.fmin(low, dm)
-
-
 def _usual(x: np.ndarray, q: float) -> np.ndarray:
     """Per row, its usual level: the ``q`` quantile over the iterations (a slowdown covering up
     to ``1 - q`` of them leaves it on the healthy level)."""
     with np.errstate(all="ignore"):
         return np.nanquantile(x, q, axis=1, keepdims=True)
-
-

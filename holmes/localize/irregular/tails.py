@@ -29,12 +29,9 @@ from typing import Any
 import numpy as np
 
 from holmes.calibration.thresholds import or_shipped
-from holmes.stats import SHAPE_EPS
+from holmes.stats import BELOW_ONE, SHAPE_EPS
 
 __all__ = ["tail_fit", "gpd_fit", "tail_pvalue", "familywise"]
-
-#: the largest float below 1: ``1 - p`` of a p-value kept above 0 under a logarithm
-_BELOW_ONE = float(np.nextafter(1.0, 0.0))
 
 
 def familywise(p: Any, n: int) -> Any:
@@ -45,7 +42,7 @@ def familywise(p: Any, n: int) -> Any:
     0.0956
     """
     with np.errstate(all="ignore"):
-        fw = -np.expm1(n * np.log1p(-np.minimum(np.asarray(p, dtype=np.float64), _BELOW_ONE)))
+        fw = -np.expm1(n * np.log1p(-np.minimum(np.asarray(p, dtype=np.float64), BELOW_ONE)))
     return float(fw) if np.ndim(fw) == 0 else fw
 
 
