@@ -114,7 +114,8 @@ def _hang_log(r: int, states: list[str]) -> object:
 
 
 def test_an_override_reaches_the_analysis():
-    # rank 2 left no log while 0 and 1 wait in the all-reduce: its confidence is the threshold hang_conf_no_log
+    # rank 2 left no log while 0 and 1 wait in the all-reduce: its evidence score (the confidence
+    # before calibration) is the threshold hang_conf_no_log
     import holmes
     from holmes.io import MemoryJob
 
@@ -124,5 +125,5 @@ def test_an_override_reaches_the_analysis():
     shipped = holmes.localize(job, analysis="hang").all_devices[0]
     moved = holmes.localize(job, analysis="hang", thresholds={"hang_conf_no_log": 0.8}).all_devices[0]
     assert shipped.id == moved.id == "gpu:2"
-    assert shipped.confidence == pytest.approx(load_thresholds().hang_conf_no_log)
-    assert moved.confidence == pytest.approx(0.8)
+    assert shipped.evidence_score == pytest.approx(load_thresholds().hang_conf_no_log)
+    assert moved.evidence_score == pytest.approx(0.8)
