@@ -102,8 +102,7 @@ def run(args: argparse.Namespace) -> int:
         if not 0.0 <= args.threshold <= 1.0:
             raise ConfigError(f"--threshold {args.threshold} must lie in [0, 1]")
         det.threshold = float(args.threshold)
-    if getattr(args, "absolute", False):
-        det.relative = False
+    det.relative = not getattr(args, "absolute", False)
     ranks = parse_ranks(args.ranks, job.world_size)
     if ranks is None:
         ranks = job.available_ranks()
