@@ -9,6 +9,7 @@ import pytest
 from holmes.cli.main import main
 from holmes.detect import OperatorDetector, load_default_detector
 from holmes.cli.detect_cmd import parse_ranks
+from holmes.detect.relative import relative_flags
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,13 @@ def test_train_then_detect_with_that_model(sim_job, tmp_path, capsys):
     assert t.schema.field("score").type == "double" and t.schema.field("flagged").type == "bool"
     s = t.column("score").to_numpy()
     f = t.column("flagged").to_numpy(zero_copy_only=False)
-    assert np.array_equal(f, s >= OperatorDetector.load(model).threshold)
+    thr = OperatorDetector.load(model).threshold
+    rk = t.column("rank").to_numpy()
+    for r in (2, 6):  # flagged: above the model's threshold and out of the rank's own scores
+        assert np.array_equal(f[rk == r], relative_flags(s[rk == r], thr))
+    out_abs = tmp_path / "flags-abs.parquet"
+    assert main(["detect", str(sim_job), "--ranks", "2,6", "--model", str(model), "--absolute", "--out", str(out_abs)]) == 0
+    assert np.array_equal(pq.read_table(out_abs).column("flagged").to_numpy(zero_copy_only=False), s >= thr)
     # --detector (the name holmes localize uses) is the same option as --model
     out2 = tmp_path / "flags2.parquet"
     assert main(["detect", str(sim_job), "--ranks", "2,6", "--detector", str(model), "--out", str(out2)]) == 0

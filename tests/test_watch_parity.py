@@ -41,7 +41,11 @@ def test_offline_culprit_is_an_event_naming_the_same_device(root, name, tmp_path
     assert p.caught, (p.offline_device, p.events)
 
 
-@pytest.mark.parametrize("root,name", [(REAL, "r061-healthy-tp2-pp2-dp3-do"), (REAL, "r067-healthy-tp2-pp2-dp4")])
+@pytest.mark.parametrize("root,name", [
+    (REAL, "r061-healthy-tp2-pp2-dp3-do"), (REAL, "r067-healthy-tp2-pp2-dp4"),
+    (LOADED, "r061-healthy-tp2-pp2-dp3-do"),  # before the warm-up rule: irregular 5 culprit switch:leaf-0, leaf-2
+    (LOADED, "r072-healthy-tp2-pp2-dp4"),     # before the warm-up rule: irregular 7 culprit host:3
+])
 def test_healthy_run_gets_no_culprit_event(root, name, tmp_path):
     p = watch_parity(_run(root, name), tmp_path, per_part=5)
     assert p.offline_verdict == "healthy"

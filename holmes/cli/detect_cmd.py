@@ -3,7 +3,8 @@
 ``--model M`` is the same option under its older name.
 
 Writes the ops of the chosen ranks (all ranks by default) with two added columns, ``score``
-(float64, P(abnormal)) and ``flagged`` (bool, ``score >= threshold``). When the model uses the
+(float64, P(abnormal)) and ``flagged`` (bool: ``score >= threshold`` and, unless ``--absolute``, standing out
+of the scores of the rank's other rows, :func:`holmes.detect.relative.relative_flags`). When the model uses the
 cross-rank context features (the shipped one does), every available rank is read once first to build
 the job's :class:`~holmes.detect.JobContext`, also when ``--ranks`` scores only a few.
 """
@@ -72,6 +73,9 @@ def add_parser(p: argparse.ArgumentParser) -> None:
                    help="detector model (NAME, NAME.json, as written by holmes train); default: the shipped model. "
                         "--detector as in holmes localize; --model is the same option's older name")
     p.add_argument("--threshold", type=float, help="flag ops with score >= this (default: the model's)")
+    p.add_argument("--absolute", action="store_true",
+                   help="flag every op with score >= threshold (the paper's rule); default: only those that also "
+                        "stand out of the scores of the rank's other ops (the threshold follows the job)")
     p.add_argument("--out", required=True, metavar="FILE.parquet",
                    help="output parquet file (never inside JOB; an existing file needs --overwrite)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
@@ -98,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
         if not 0.0 <= args.threshold <= 1.0:
             raise ConfigError(f"--threshold {args.threshold} must lie in [0, 1]")
         det.threshold = float(args.threshold)
+    det.relative = not getattr(args, "absolute", False)
     ranks = parse_ranks(args.ranks, job.world_size)
     if ranks is None:
         ranks = job.available_ranks()
@@ -111,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
     for r in track(ranks, bars, desc="detect: scoring", unit="rank"):
         ops = job.ops(r)
         score = det.predict_proba_ops(ops, iteration_times=job.iteration_times(r), context=context)
-        flagged = score >= det.threshold
+        flagged = det.flag_scores(ops, score)
         n_flag += int(flagged.sum())
         tables.append(ops.append_column("score", pa.array(score, pa.float64()))
                       .append_column("flagged", pa.array(flagged, pa.bool_())))

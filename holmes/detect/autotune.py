@@ -5,6 +5,13 @@ drift-prone features with a :class:`~holmes.detect.drift.DriftMonitor`, and ever
 updates (or on demand with :meth:`~AutoTuner.retune_now`) replaces the detector by one whose split
 thresholds are moved by the drift (:meth:`~holmes.detect.OperatorDetector.retune_shifts`), keeping a
 record of each retune.
+
+Retuning follows a *drift* of the raw millisecond features; it does not bound how much of a job the
+model flags when the job is unlike its training data from the start (a real job for the
+simulated-trained shipped model: 47.5% of a healthy real job flagged, 34-37% after retuning against
+the model's reference, no change against the job's own first ranks). For that the flags follow the
+job's own score distribution (``OperatorDetector(relative=True)``, what ``holmes detect`` uses:
+:func:`holmes.detect.relative.relative_flags`); retuned detectors keep that setting.
 """
 
 from __future__ import annotations

@@ -47,7 +47,8 @@ def _score_task(ranks: list[int], source: Any, detector: Any, context: JobContex
         ops = job.ops(r)
         score = detector.predict_proba_ops(ops, iteration_times=job.iteration_times(r), context=context)
         out.append(ops.append_column("score", pa.array(score, pa.float64()))
-                   .append_column("flagged", pa.array(score >= detector.threshold, pa.bool_())))
+                   .append_column("flagged", pa.array(detector.flag_scores(ops, score) if hasattr(detector, "flag_scores")
+                                                 else score >= detector.threshold, pa.bool_())))
     return out, (job.consistency.assumptions() if isinstance(source, str) else [])
 
 

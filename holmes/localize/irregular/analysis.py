@@ -32,8 +32,9 @@ from holmes.errors import JobError
 from holmes.localize.evidence.confidence import confidences, iteration_weights, network_opportunity, weighted_hits
 from holmes.localize.evidence.ranking import DeviceRanking, irregularity_rate, narrow_by_coverage
 from holmes.localize.evidence.search import COMPUTE, NETWORK, GraphSearch, RootCause
-from holmes.localize.irregular.cause_filter import (computed_longer, drop_diffuse, drop_minor, drop_unproven,
-                                                    drop_usual_compute, explains, proven_devices)
+from holmes.localize.irregular.cause_filter import (computed_longer, drop_diffuse, drop_minor, drop_stalls,
+                                                    drop_unproven, drop_usual_compute, explains, one_off_stall,
+                                                    proven_devices)
 from holmes.localize.irregular.cells import CellEvidence, Event, device_pvalues
 from holmes.localize.irregular.explain import explain_iteration, implicated_devices
 from holmes.localize.irregular.healthy import HealthyPaths
@@ -49,6 +50,7 @@ from holmes.units import NS_PER_MS
 __all__ = ["IrregularAnalysis", "PivotSearch", "WholeJobComparison", "Selection", "Evidence"]
 
 log = logging.getLogger(__name__)
+
 
 
 @dataclass
@@ -67,6 +69,8 @@ class Selection:
     #: irregular iterations only a few sigmas out (``candidate_z``): their causes must stand out
     #: of their own rank's noise, and unexplained they are noise
     candidates: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    #: leading window iterations that are the job's warm-up (the threshold ``warmup_iterations``)
+    warmup: int = 0
 
     @property
     def usual(self) -> np.ndarray:
@@ -169,7 +173,9 @@ class IrregularAnalysis:
             found = [c for c in found or () if explains(search.graph.ranks[c.rank], c, excess.get(it, 0.0),
                                                          p.t.cause_share, usual, min_usual=p.t.cause_min_iterations)
                      and computed_longer(search.graph.ranks[c.rank], c, p.t.compute_z, usual,
-                                         min_usual=p.t.cause_min_iterations)]
+                                         min_usual=p.t.cause_min_iterations)
+                     and not one_off_stall(search.graph.ranks, c, p.t.cell_transient, p.t.cell_usual_q,
+                                           p.t.transient_min_ops)]
             if not found:
                 continue
             devs: set[str] = set()
@@ -250,8 +256,13 @@ class PivotSearch(IrregularAnalysis):
         if len(its) < p.t.rate_min_iterations:
             run.assume(f"only {len(its)} iteration(s) in the window: irregularity rates are unreliable")
         chosen = irregular[w > 0]
-        if len(chosen) < len(irregular):
-            run.assume(f"{len(irregular) - len(chosen)} of {len(irregular)} irregular iteration(s) lie within the "
+        warm = its[its < int(it_all[0]) + p.t.warmup_iterations]
+        if np.isin(chosen, warm).any():
+            run.assume(f"irregular iteration(s) {', '.join(map(str, chosen[np.isin(chosen, warm)].tolist()))} are the "
+                       f"job's warm-up (its first {p.t.warmup_iterations} iterations): not searched")
+            chosen = chosen[~np.isin(chosen, warm)]
+        if (w <= 0).any():
+            run.assume(f"{int((w <= 0).sum())} of {len(irregular)} irregular iteration(s) lie within the "
                        f"job's own noise (under {p.t.noise_z - 1:g} healthy sigmas): not searched")
         if p.max_iterations is not None and len(chosen) > p.max_iterations:
             sev = durs[np.isin(its, chosen)]
@@ -259,7 +270,8 @@ class PivotSearch(IrregularAnalysis):
             run.assume(f"searched the {p.max_iterations} most irregular of {len(irregular)} irregular iterations")
         if not len(irregular):
             run.assume(f"no irregular iteration (delta={p.delta}) on pivot rank {p.pivot}: nothing to localize")
-        return Selection(its, durs, irregular, chosen, weights, z, flags.min_hits, its[flags.candidates])
+        return Selection(its, durs, irregular, chosen, weights, z, flags.min_hits, its[flags.candidates],
+                         warmup=int(warm.size))
 
     def gather(self, run: Any, sel: Selection) -> Evidence:
         """Root causes of the chosen iterations (Algorithm 1) and the devices each implicates."""
@@ -293,6 +305,12 @@ class PivotSearch(IrregularAnalysis):
                                                     speedup=p.t.exonerate_speedup))
         mu = p.t.cause_min_iterations
         drop_usual_compute(ev, search.graph.ranks, p.t.compute_z, sel.usual, min_usual=mu)
+        stalls = drop_stalls(ev, search.graph.ranks, p.t.cell_transient, p.t.cell_usual_q, p.t.transient_min_ops)
+        if stalls:
+            run.assume(f"{len(stalls)} one-off compute stall(s) (one compute gap grew while the rank's other compute "
+                       "of the iteration ran as usual), not counted as a device fault: " +
+                       ", ".join(f"rank {c.rank} in iteration {c.iteration}" for c in stalls[:SHOWN_TRANSIENTS]) +
+                       (f" and {len(stalls) - SHOWN_TRANSIENTS} more" if len(stalls) > SHOWN_TRANSIENTS else ""))
         if p.t.straggler_share > 0:
             drop_diffuse(ev, search.graph.ranks, topo.host_of, p.t.diffuse_dominance, min_usual=mu)
         drop_minor(ev, search.graph.ranks, excess, p.t.cause_share, sel.usual, min_usual=mu)
@@ -341,7 +359,7 @@ class WholeJobComparison(PivotSearch):
             # what the cells' own cost rule judges)
             delta_irregular = sel.window[sel.durations > p.delta * float(ref)]
             return _gather_cells(run, cells, cell_min_cost(p, sel.durations), delta_irregular, p.t.cell_event_p,
-                                 p.t.cell_transient)
+                                 p.t.cell_transient, warmup=sel.window[:sel.warmup])
         run.assume(f"{len(run.source.missing)} rank(s) unreadable: the job is not compared cell by cell"
                    if cells is None else f"the job's compute noise ({100 * cells.noise:.1f}% of its compute) is "
                    f"beyond cell_noise={p.t.cell_noise:g}: not compared cell by cell; Algorithm 1 from the pivot")
@@ -399,13 +417,17 @@ def cell_min_cost(p: Any, durations: np.ndarray) -> float:
 
 
 def _gather_cells(run: Any, cells: CellEvidence, min_cost_ns: float, irregular: Any, min_pvalue: float,
-                  transient: float) -> Evidence:
+                  transient: float, warmup: Any = ()) -> Evidence:
     """A job read whole: the devices whose cells stood out of the job's noise
     (:class:`~holmes.localize.irregular.cells.CellEvidence`) by at least ``min_cost_ns``, one root cause per
-    event; one-off stalls of one operator (``transient``) are said, not counted."""
+    event; one-off stalls of one operator (``transient``) are said, not counted; an event in the
+    ``warmup`` iterations (the job's first, threshold ``warmup_iterations``) is no evidence (their
+    cells stay in the job's noise: leaving them out of it moved the tails enough to lose r052's host)."""
     search, topo, transfers = run.search, run.topology, cells.transfers
     events = cells.events(topo, min_cost_ns=min_cost_ns, irregular=irregular, min_pvalue=min_pvalue,
                           transient=transient)
+    warm = {int(i) for i in np.asarray(warmup).tolist()}
+    events = [e for e in events if e.iteration not in warm]
     if cells.transients:
         said = ", ".join(f"{e.devices[0]} in iteration {e.iteration} (+{e.excess_ns / NS_PER_MS:.1f} ms)"
                          for e in sorted(cells.transients, key=lambda e: -e.excess_ns)[:SHOWN_TRANSIENTS])

@@ -13,7 +13,10 @@ rules keep such causes from counting as evidence:
 * :func:`drop_unproven` -- in an iteration stretched a few sigmas only (a *candidate*), a cause
   counts only when its rank's own work stood out of that rank's noise (:func:`cause_z`);
 * :func:`drop_usual_compute` -- in any iteration, a compute cause counts only when its rank
-  computed longer than its own noise allows (:func:`computed_longer`).
+  computed longer than its own noise allows (:func:`computed_longer`);
+* :func:`drop_stalls` -- a compute cause whose rank's extra compute was one gap while its other
+  compute of the iteration ran as usual is a one-off stall (:func:`one_off_stall`), the rule the
+  whole-job comparison applies to its events (``cell_transient``).
 
 The first two weigh a cause by :func:`cause_cost` (what it cost its rank in its iteration), the
 last two by :func:`cause_z` (how far that stood out of the rank's own noise).
@@ -31,8 +34,8 @@ from holmes.localize.evidence.search import COMPUTE, RootCause
 from holmes.stats import MAD_SIGMA
 from holmes.topology import kinds
 
-__all__ = ["cause_cost", "cause_z", "components", "computed_longer", "drop_diffuse", "drop_minor", "drop_unproven",
-           "drop_usual_compute", "explains", "proven_devices"]
+__all__ = ["cause_cost", "cause_z", "components", "computed_longer", "drop_diffuse", "drop_minor", "drop_stalls",
+           "drop_unproven", "drop_usual_compute", "explains", "one_off_stall", "proven_devices"]
 
 
 def components(involved: list[set[Any]]) -> list[list[int]]:
@@ -234,6 +237,40 @@ def drop_usual_compute(ev: Any, ranks: Mapping[int, Any], compute_z: float, usua
     if compute_z <= 0 or not ev.causes:
         return
     _drop_unless(ev, lambda c: computed_longer(ranks[c.rank], c, compute_z, usual, min_usual=min_usual))
+
+
+def one_off_stall(ranks: Mapping[int, Any], c: RootCause, min_spread: float, quantile: float, min_ops: int) -> bool:
+    """Whether a compute cause is a one-off stall: on its rank(s), the compute gaps of its
+    iteration other than the most grown one grew at under ``min_spread`` of that one's rate
+    (their excess over the usual length, :meth:`~holmes.cog.RankOps.excess` at ``quantile``;
+    median over the cause's read ranks). A slower GPU or host stretches all its compute alike
+    (near 1); the operating system, a heavy-tailed kernel or the simulator's compute hiccup stalls
+    one gap (near 0). Unmeasurable (under ``min_ops`` gaps, nothing grown): not a stall."""
+    from holmes.localize.irregular.cells import _rest_over_top  # the whole-job comparison's own measure
+
+    if c.cause != COMPUTE or min_spread <= 0:
+        return False
+    ratios = []
+    for r in c.ranks:
+        ro = ranks.get(r)
+        if ro is None:
+            continue
+        lo, hi = ro.iteration_rows(c.iteration)
+        ex = ro.excess(quantile)[0][lo:hi].astype(float)
+        ratios.append(_rest_over_top(ex, ro.gap[lo:hi].astype(float) - ex, min_ops))
+    ratios = [x for x in ratios if np.isfinite(x)]
+    return bool(ratios) and float(np.median(ratios)) < min_spread
+
+
+def drop_stalls(ev: Any, ranks: Mapping[int, Any], min_spread: float, quantile: float, min_ops: int) -> list[RootCause]:
+    """Drop the compute causes of ``ev`` that are one-off stalls (:func:`one_off_stall`); returns
+    them. An iteration left without a cause joins ``ev.without_cause``."""
+    if min_spread <= 0 or not ev.causes:
+        return []
+    stalls = [c for c in ev.causes if one_off_stall(ranks, c, min_spread, quantile, min_ops)]
+    if stalls:
+        _drop_unless(ev, lambda c: not any(c is s for s in stalls))
+    return stalls
 
 
 def _iterations(candidates: Any) -> set[int]:
