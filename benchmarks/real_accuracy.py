@@ -41,35 +41,13 @@ import sys
 import time
 from pathlib import Path
 
+from holmes.eval.calibration_data import indistinguishable
+
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _pct(hits: list[bool]) -> str:
     return f"{100.0 * sum(hits) / len(hits):.1f}" if hits else "nan"
-
-
-def indistinguishable(job_dir: Path, device: str) -> set[str]:
-    """The devices crossed by exactly the transfers that cross ``device`` in this job (P2P between
-    adjacent members of each ``pp`` communicator, both ways; ring hops of every collective, as the
-    harness's wire model runs them): no log of the job can tell them apart from ``device``."""
-    from holmes.topology import ClusterTopology
-
-    topo = ClusterTopology.load(job_dir / "topology.json")
-    comms = json.loads((job_dir / "job.json").read_text()).get("communicators") or {}
-    hops: set[tuple[int, int]] = set()
-    for c in comms.values():
-        ranks = [int(r) for r in c["ranks"]]
-        if c.get("kind") == "pp":
-            hops |= {(a, b) for a, b in zip(ranks, ranks[1:])} | {(b, a) for a, b in zip(ranks, ranks[1:])}
-        elif len(ranks) > 1:
-            rs = sorted(ranks)
-            hops |= {(rs[i], rs[(i + 1) % len(rs)]) for i in range(len(rs))}
-    crossing: dict[str, set[tuple[int, int]]] = {}
-    for h in hops:
-        for d in topo.path(*h):
-            crossing.setdefault(d, set()).add(h)
-    mine = crossing.get(device)
-    return {d for d, hs in crossing.items() if hs == mine} if mine else {device}
 
 
 def score(truth: dict, ids: list[str], job_dir: Path | None = None) -> tuple[str, bool | None]:
