@@ -10,8 +10,8 @@ in it, a send and its recv together) until nothing moves, so every other rank is
 real job leaves it: in a ``send`` to a stage that never posts the recv, a ``recv`` from a stage
 that never sends, a tp all_reduce its stuck peer never enters, or the dp all_reduce its replica
 never reaches. The logs are what :meth:`holmes.logger.CommOpsRecorder.dump` writes (completed
-rows, then the in-flight row with a null ``end_ns``), written once as a job directory and cached
-under ``--cache``.
+rows, then the in-flight row with a null ``end_ns``; the logger's parquet options, through
+:func:`holmes.io.write_job`), written once as a job directory and cached under ``--cache``.
 
 ``hang_s`` is what a user waits for: ``holmes.localize(<job dir>, analysis="hang")`` on a freshly
 opened job, end to end (job.json, every rank's log read with its schema check and consistency
@@ -170,7 +170,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     world = args.tp * args.dp * args.pp
     culprit = random.Random(args.seed).randrange(world)
-    d = Path(args.cache) / f"hang-pp{world}_tp{args.tp}_pp{args.pp}_it{args.iterations}_s{args.seed}"
+    # "_lz4": written with the logger's parquet options (holmes.io.writer.rank_parquet_options);
+    # older caches (zstd, pyarrow's defaults: 5x the read cost per file) are not reused
+    d = Path(args.cache) / f"hang-pp{world}_tp{args.tp}_pp{args.pp}_it{args.iterations}_s{args.seed}_lz4"
     t = time.perf_counter()
     if not (d / "job.json").is_file():
         meta, tables = synthetic_hang(args.tp, args.dp, args.pp, args.iterations, culprit)

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
@@ -115,15 +116,16 @@ def read_rank_file(path: Any, rank: int, columns: Sequence[str] | None = None) -
     MissingRankError, ParseError
     """
     try:
-        size = path.stat().st_size
+        st = os.stat(path)
     except FileNotFoundError:
         raise MissingRankError(f"{path}: log of rank {rank} is missing") from None
     except OSError as exc:
         raise ParseError(f"{path}: cannot read the log of rank {rank}: {exc}") from None
+    size = st.st_size
     if size == 0:
         raise ParseError(f"{path}: empty file (rank {rank})")
     try:
-        t = read_parquet_capped(path, columns=columns)
+        t = read_parquet_capped(path, columns=columns, stat_result=st)
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
         raise ParseError(f"{path}: not a readable parquet file, truncated or corrupt (rank {rank}): {exc}") from None
     return t, size
@@ -134,19 +136,29 @@ def iter_batches(job: Any, ranks: Sequence[int], *, columns: Sequence[str] | Non
     """Read ``ranks`` of ``job`` ``batch_size`` at a time; see :meth:`holmes.io.Job.iter_batches`.
 
     ``threads`` files are read at once (the parquet reader releases the GIL); 1 reads one by one.
+    With threads, the next batch's files are read while this one is checked and handed out.
     """
     need = None if columns is None else sorted(set(columns) | set(CHECK_COLUMNS))
     rs = list(dict.fromkeys(int(r) for r in ranks))   # each rank once, in the order asked
-    with ThreadPoolExecutor(threads) if threads > 1 and len(rs) > 1 else contextlib.nullcontext() as pool:
-        for a in range(0, len(rs), batch_size):
-            yield _read_batch(job, rs[a:a + batch_size], need, columns, pool, threads)
+    parts = [rs[a:a + batch_size] for a in range(0, len(rs), batch_size)]
+    pool = ThreadPoolExecutor(threads) if threads > 1 and len(rs) > 1 else None
+    try:
+        pending = job._load_many_later(parts[0], need, pool, threads) if parts else None
+        for i, part in enumerate(parts):
+            assert pending is not None
+            loaded = pending()
+            pending = job._load_many_later(parts[i + 1], need, pool, threads) if i + 1 < len(parts) else None
+            yield _read_batch(job, part, loaded, columns)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _read_batch(job: Any, ranks: list[int], need: list[str] | None, columns: Sequence[str] | None,
-                pool: ThreadPoolExecutor | None, threads: int) -> RankBatch:
+def _read_batch(job: Any, ranks: list[int], loaded: dict[int, pa.Table | HolmesError],
+                columns: Sequence[str] | None) -> RankBatch:
     errors: dict[int, HolmesError] = {}
     raw: dict[int, pa.Table] = {}
-    for r, got in job._load_many(ranks, need, pool, threads).items():
+    for r, got in loaded.items():
         if isinstance(got, pa.Table):
             raw[r] = got
         else:

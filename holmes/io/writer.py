@@ -20,7 +20,36 @@ from holmes.io.models import JobMeta, TruthModel
 from holmes.io.outputs import replace_file_text
 from holmes.io.schema import validate_compute, validate_iterations, validate_ops
 
-__all__ = ["JobWriter", "write_job", "rank_filename"]
+__all__ = ["JobWriter", "write_job", "rank_filename", "rank_parquet_options"]
+
+#: integer columns of a rank log that only grow (within a rank): delta-encoded
+_DELTA_COLUMNS = ("iteration", "op_index", "seq", "start_ns", "end_ns")
+#: string columns of a rank log with few distinct values: dictionary-encoded
+_DICT_COLUMNS = ("comm_id", "op", "state")
+
+
+def rank_parquet_options(table: pa.Table, compression: str = "lz4") -> dict[str, Any]:
+    """Keyword arguments of :func:`pyarrow.parquet.write_table` for one rank's log ``table``: those
+    the logger and the simulator write with -- dictionaries only for the string columns, the
+    monotone integers delta-encoded, no statistics, ``compression`` (lz4 by default).
+
+    A rank log is small (tens to thousands of rows) and an analysis may read every rank, so what
+    a file costs to open and decode matters more than its size: zstd, pyarrow's defaults before,
+    cost 5x more per file to read (2.4 vs 0.45 ms for a 25-row log, 2 cores at load 10) for
+    files 1.6x larger.
+
+    >>> from holmes.io.schema import ops_table
+    >>> t = ops_table(rank=[0], iteration=[0], op_index=[0], comm_id=["dp-0"], seq=[0], op=["all_reduce"],
+    ...               peer=[None], nbytes=[4], start_ns=[0], end_ns=[9])
+    >>> sorted(rank_parquet_options(t)["column_encoding"])
+    ['end_ns', 'iteration', 'op_index', 'seq', 'start_ns']
+    """
+    names = set(table.column_names)
+    delta = {c: "DELTA_BINARY_PACKED" for c in _DELTA_COLUMNS
+             if c in names and pa.types.is_integer(table.schema.field(c).type)}
+    strings = [c for c in _DICT_COLUMNS if c in names]
+    return {"compression": compression, "use_dictionary": strings, "write_statistics": False,
+            "column_encoding": delta}
 
 
 def rank_filename(rank: int) -> str:
@@ -53,7 +82,8 @@ class JobWriter:
         The contents of ``job.json``.
     overwrite : bool, default False
         Replace an existing job directory.
-    compression : str, default "zstd"
+    compression : str, default "lz4"
+        Parquet codec of the files; rank logs are written with :func:`rank_parquet_options`.
     inputs : iterable of path-like, optional
         What the caller reads; ``path`` may not lie inside (or contain) one of them.
 
@@ -72,7 +102,7 @@ class JobWriter:
     """
 
     def __init__(self, path: str | os.PathLike[str], meta: JobMeta | Mapping[str, Any], *,
-                 overwrite: bool = False, compression: str = "zstd",
+                 overwrite: bool = False, compression: str = "lz4",
                  inputs: Iterable[str | os.PathLike[str]] = ()) -> None:
         from holmes.io.outputs import OutputError, _tmp_prefix, check_output, make_temp_dir
 
@@ -139,7 +169,7 @@ class JobWriter:
         r = self._check_rank(rank)
         t = validate_ops(table, f"rank {r}", world_size=self.meta.world_size, rank=r, comm_ids=self._comm_ids)
         p = self.staged_path("ranks", rank_filename(r))
-        pq.write_table(t, p, compression=self.compression)
+        pq.write_table(t, p, **rank_parquet_options(t, self.compression))
         self.ranks_written.add(r)
         return p
 
