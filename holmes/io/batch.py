@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
@@ -77,11 +77,12 @@ class RankBatch:
         rank -> why its log is unusable (missing, unreadable, bad schema).
     """
 
-    def __init__(self, ranks: list[int], tables: dict[int, pa.Table], errors: dict[int, HolmesError]) -> None:
+    def __init__(self, ranks: list[int], tables: Mapping[int, pa.Table], errors: dict[int, HolmesError],
+                 table: pa.Table | None = None) -> None:
         self.ranks = ranks
         self.tables = tables
         self.errors = errors
-        self._table: pa.Table | None = None
+        self._table: pa.Table | None = table   # given: the usable ranks' rows, in the order of ``ranks``
 
     def __repr__(self) -> str:
         return f"RankBatch(ranks={len(self.ranks)}, usable={len(self.tables)}, errors={len(self.errors)})"
@@ -98,11 +99,38 @@ class RankBatch:
     @property
     def offsets(self) -> np.ndarray:
         """:attr:`table` rows ``offsets[i]:offsets[i + 1]`` belong to ``ranks[i]``."""
-        return np.r_[0, np.cumsum([self.tables[r].num_rows if r in self.tables else 0 for r in self.ranks])]
+        t = self.tables
+        rows = t.rows if isinstance(t, _Slices) else (lambda r: t[r].num_rows)
+        return np.r_[0, np.cumsum([rows(r) if r in t else 0 for r in self.ranks])]
 
     def rank_table(self, i: int) -> pa.Table:
         """The rows of ``ranks[i]``."""
         return self.tables[self.ranks[i]]
+
+
+class _Slices(Mapping):
+    """rank -> its rows of one checked table (a slice, made when asked for: most callers of a
+    batch read :attr:`RankBatch.table` whole)."""
+
+    def __init__(self, whole: pa.Table, spans: dict[int, tuple[int, int]]) -> None:
+        self.whole = whole
+        self.spans = spans
+
+    def __getitem__(self, r: int) -> pa.Table:
+        a, n = self.spans[r]
+        return self.whole.slice(a, n)
+
+    def __contains__(self, r: object) -> bool:
+        return r in self.spans
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.spans)
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    def rows(self, r: int) -> int:
+        return self.spans[r][1]
 
 
 def read_rank_file(path: Any, rank: int, columns: Sequence[str] | None = None) -> tuple[pa.Table, int]:
@@ -163,19 +191,23 @@ def _read_batch(job: Any, ranks: list[int], loaded: dict[int, pa.Table | HolmesE
             raw[r] = got
         else:
             errors[r] = got
-    groups: list[tuple[pa.Schema, list[int]]] = []   # (hashing a schema costs more than comparing it)
-    for r in ranks:
-        if r in raw:
-            sch = raw[r].schema
-            g = next((g for g in reversed(groups) if g[0] is sch or g[0].equals(sch)), None)
-            if g is None:
-                groups.append((sch, [r]))
-            else:
-                g[1].append(r)
+    usable = [r for r in ranks if r in raw]
+    try:   # one schema (the usual case): one concatenation, no grouping
+        groups: list[tuple[list[int], pa.Table | None]] = [(usable, pa.concat_tables([raw[r] for r in usable]))]
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        groups = [(g, None) for g in _schema_groups(usable, raw)]
     checked: dict[int, pa.Table] = {}
-    for _, rs in groups:
-        checked.update(_check_group(job, rs, raw, errors, columns))
+    whole = None
+    for rs, big in groups:
+        got = _check_group(job, rs, raw, errors, columns, big)
+        if len(groups) == 1 and isinstance(got, _Slices) and len(got) == len(usable):
+            whole = got   # every usable rank, in order, as one table
+        else:
+            checked.update(got)
     del raw
+    if whole is not None:
+        job.stats.ranks_read.update(whole.spans)
+        return RankBatch(list(ranks), whole, errors, table=whole.whole)
     tables = {}
     for r in ranks:
         t = checked.get(r)
@@ -185,16 +217,31 @@ def _read_batch(job: Any, ranks: list[int], loaded: dict[int, pa.Table | HolmesE
     return RankBatch(list(ranks), tables, errors)
 
 
+def _schema_groups(ranks: list[int], raw: dict[int, pa.Table]) -> list[list[int]]:
+    """``ranks`` grouped by the schema of their tables, in order."""
+    groups: list[tuple[pa.Schema, list[int]]] = []   # (hashing a schema costs more than comparing it)
+    for r in ranks:
+        sch = raw[r].schema
+        g = next((g for g in reversed(groups) if g[0] is sch or g[0].equals(sch)), None)
+        if g is None:
+            groups.append((sch, [r]))
+        else:
+            g[1].append(r)
+    return [rs for _, rs in groups]
+
+
 def _check_group(job: Any, ranks: list[int], raw: dict[int, pa.Table], errors: dict[int, HolmesError],
-                 columns: Sequence[str] | None = None) -> dict[int, pa.Table]:
-    """Validate and check the tables of ``ranks`` (one schema) as one table, then split it by rank
-    (projected on ``columns``); a failing batch is redone rank by rank (the error then names the file)."""
-    tables = [raw[r] for r in ranks]
-    lens = np.array([t.num_rows for t in tables], dtype=np.int64)
+                 columns: Sequence[str] | None = None, joined: pa.Table | None = None) -> Mapping[int, pa.Table]:
+    """Validate and check the tables of ``ranks`` (one schema; ``joined``: them concatenated) as one
+    table, then split it by rank (projected on ``columns``); a failing batch is redone rank by rank
+    (the error then names the file)."""
+    if not ranks:
+        return {}
+    lens = np.array([raw[r].num_rows for r in ranks], dtype=np.int64)
     row_rank = np.repeat(np.asarray(ranks, dtype=np.int64), lens)
     try:
-        big = validate_ops(pa.concat_tables(tables), None, world_size=job.world_size, comm_ids=job.communicators,
-                           strict=False)
+        big = validate_ops(pa.concat_tables([raw[r] for r in ranks]) if joined is None else joined, None,
+                           world_size=job.world_size, comm_ids=job.communicators, strict=False)
         if len(row_rank) and not np.array_equal(big.column("rank").to_numpy().astype(np.int64), row_rank):
             raise SchemaError("rank column differs from the file's rank")
     except (SchemaError, pa.ArrowException):
@@ -219,7 +266,7 @@ def _check_group(job: Any, ranks: list[int], raw: dict[int, pa.Table], errors: d
                 if r in job._iter_unverified:   # an iteration file read before, awaiting its rank's ops
                     job._verify_iterations(r, kept.slice(int(starts[i]), int(counts[i])))
             kept = _project(kept, columns)
-            return {r: kept.slice(int(starts[i]), int(counts[i])) for i, r in enumerate(ranks)}
+            return _Slices(kept, dict(zip(ranks, zip(starts.tolist(), counts.tolist()))))
     out = {r: sort_ops(kept.slice(int(starts[i]), int(counts[i]))) for i, r in enumerate(ranks)}
     for r, t in out.items():
         job._verify_iterations(r, t)
