@@ -32,7 +32,6 @@ import contextlib
 import os
 import stat
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -45,11 +44,11 @@ from holmes.io.limits import LimitError, max_rank_bytes, max_rows_per_rank, max_
 __all__ = ["read_parquet_capped", "parquet_rows"]
 
 
-def _at(p: Path, where: str | None) -> str:
+def _at(p: str, where: str | None) -> str:
     return f"{where}: {p}" if where else str(p)
 
 
-def _not_regular(p: Path, where: str | None, mode: int, error: type[HolmesError]) -> HolmesError | None:
+def _not_regular(p: str, where: str | None, mode: int, error: type[HolmesError]) -> HolmesError | None:
     """The error for a file of ``mode`` (:func:`os.stat`) that is not a regular file, else None."""
     if stat.S_ISDIR(mode):
         return error(f"{_at(p, where)}: is a directory, expected a parquet file")
@@ -58,7 +57,7 @@ def _not_regular(p: Path, where: str | None, mode: int, error: type[HolmesError]
     return None
 
 
-def _regular(p: Path, where: str | None, error: type[HolmesError]) -> int:
+def _regular(p: str, where: str | None, error: type[HolmesError]) -> int:
     """The size of ``p`` when it is a regular file, else ``error``."""
     st = os.stat(p)  # FileNotFoundError / OSError: the caller's to name
     bad = _not_regular(p, where, st.st_mode, error)
@@ -85,7 +84,7 @@ def _is_string(t: pa.DataType) -> bool:
 def parquet_rows(path: str | os.PathLike[str], *, where: str | None = None,
                  error: type[HolmesError] = ParseError) -> int:
     """The row count in a parquet file's footer (the file is not read)."""
-    p = Path(path)
+    p = os.fspath(path)
     _regular(p, where, error)
     return int(pq.read_metadata(p).num_rows)
 
@@ -120,7 +119,7 @@ def read_parquet_capped(path: str | os.PathLike[str], *, where: str | None = Non
     FileNotFoundError, OSError, pyarrow.ArrowException
         Left to the caller (each names missing, truncated and corrupt files its own way).
     """
-    p = path if isinstance(path, Path) else Path(path)
+    p = os.fspath(path)   # a str: messages and opening need no Path
     if stat_result is None:
         size = _regular(p, where, error)
     else:
@@ -194,7 +193,7 @@ def _may_exceed(md: pq.FileMetaData, names: list[str], scap: int, bcap: int) -> 
     return [n for n in names if n in risky]
 
 
-def _decode_checked(t: pa.Table, names: list[str], schema: pa.Schema, where: str | None, p: Path,
+def _decode_checked(t: pa.Table, names: list[str], schema: pa.Schema, where: str | None, p: str,
                     scap: int) -> pa.Table:
     total = 0
     bcap = max_rank_bytes()

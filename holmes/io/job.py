@@ -393,11 +393,11 @@ class Job(_JobBase):
 
     def _load_many_later(self, ranks: Sequence[int], columns: Sequence[str] | None, pool: Any = None,
                          threads: int = 1) -> Callable[[], dict[int, pa.Table | HolmesError]]:
-        ranks_dir = self.path / "ranks"
+        ranks_dir = os.path.join(self.path, "ranks")   # str paths: no Path object per file
 
         def one(r: int) -> Any:
             try:
-                return read_rank_file(ranks_dir / rank_filename(r), r, columns)
+                return read_rank_file(os.path.join(ranks_dir, rank_filename(r)), r, columns)
             except (MissingRankError, ParseError) as exc:
                 return exc
 
