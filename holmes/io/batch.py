@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
+import os
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, NamedTuple
 
@@ -78,11 +79,12 @@ class RankBatch:
         rank -> why its log is unusable (missing, unreadable, bad schema).
     """
 
-    def __init__(self, ranks: list[int], tables: dict[int, pa.Table], errors: dict[int, HolmesError]) -> None:
+    def __init__(self, ranks: list[int], tables: Mapping[int, pa.Table], errors: dict[int, HolmesError],
+                 table: pa.Table | None = None) -> None:
         self.ranks = ranks
         self.tables = tables
         self.errors = errors
-        self._table: pa.Table | None = None
+        self._table: pa.Table | None = table   # given: the usable ranks' rows, in the order of ``ranks``
 
     def __repr__(self) -> str:
         return f"RankBatch(ranks={len(self.ranks)}, usable={len(self.tables)}, errors={len(self.errors)})"
@@ -99,11 +101,38 @@ class RankBatch:
     @property
     def offsets(self) -> np.ndarray:
         """:attr:`table` rows ``offsets[i]:offsets[i + 1]`` belong to ``ranks[i]``."""
-        return np.r_[0, np.cumsum([self.tables[r].num_rows if r in self.tables else 0 for r in self.ranks])]
+        t = self.tables
+        rows = t.rows if isinstance(t, _Slices) else (lambda r: t[r].num_rows)
+        return np.r_[0, np.cumsum([rows(r) if r in t else 0 for r in self.ranks])]
 
     def rank_table(self, i: int) -> pa.Table:
         """The rows of ``ranks[i]``."""
         return self.tables[self.ranks[i]]
+
+
+class _Slices(Mapping):
+    """rank -> its rows of one checked table (a slice, made when asked for: most callers of a
+    batch read :attr:`RankBatch.table` whole)."""
+
+    def __init__(self, whole: pa.Table, spans: dict[int, tuple[int, int]]) -> None:
+        self.whole = whole
+        self.spans = spans
+
+    def __getitem__(self, r: int) -> pa.Table:
+        a, n = self.spans[r]
+        return self.whole.slice(a, n)
+
+    def __contains__(self, r: object) -> bool:
+        return r in self.spans
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.spans)
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+    def rows(self, r: int) -> int:
+        return self.spans[r][1]
 
 
 def read_rank_file(path: Any, rank: int, columns: Sequence[str] | None = None) -> tuple[pa.Table, int]:
@@ -117,15 +146,16 @@ def read_rank_file(path: Any, rank: int, columns: Sequence[str] | None = None) -
     MissingRankError, ParseError
     """
     try:
-        size = path.stat().st_size
+        st = os.stat(path)
     except FileNotFoundError:
         raise MissingRankError(f"{path}: log of rank {rank} is missing") from None
     except OSError as exc:
         raise ParseError(f"{path}: cannot read the log of rank {rank}: {exc}") from None
+    size = st.st_size
     if size == 0:
         raise ParseError(f"{path}: empty file (rank {rank})")
     try:
-        t = read_parquet_capped(path, columns=columns)
+        t = read_parquet_capped(path, columns=columns, stat_result=st)
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
         raise ParseError(f"{path}: not a readable parquet file, truncated or corrupt (rank {rank}): {exc}") from None
     return t, size
@@ -136,36 +166,50 @@ def iter_batches(job: Any, ranks: Sequence[int], *, columns: Sequence[str] | Non
     """Read ``ranks`` of ``job`` ``batch_size`` at a time; see :meth:`holmes.io.Job.iter_batches`.
 
     ``threads`` files are read at once (the parquet reader releases the GIL); 1 reads one by one.
+    With threads, the next batch's files are read while this one is checked and handed out.
     """
     need = None if columns is None else sorted(set(columns) | set(CHECK_COLUMNS))
     rs = list(dict.fromkeys(int(r) for r in ranks))   # each rank once, in the order asked
-    with ThreadPoolExecutor(threads) if threads > 1 and len(rs) > 1 else contextlib.nullcontext() as pool:
-        for a in range(0, len(rs), batch_size):
-            yield _read_batch(job, rs[a:a + batch_size], need, columns, pool, threads)
+    parts = [rs[a:a + batch_size] for a in range(0, len(rs), batch_size)]
+    pool = ThreadPoolExecutor(threads) if threads > 1 and len(rs) > 1 else None
+    try:
+        pending = job._load_many_later(parts[0], need, pool, threads) if parts else None
+        for i, part in enumerate(parts):
+            assert pending is not None
+            loaded = pending()
+            pending = job._load_many_later(parts[i + 1], need, pool, threads) if i + 1 < len(parts) else None
+            yield _read_batch(job, part, loaded, columns)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _read_batch(job: Any, ranks: list[int], need: list[str] | None, columns: Sequence[str] | None,
-                pool: ThreadPoolExecutor | None, threads: int) -> RankBatch:
+def _read_batch(job: Any, ranks: list[int], loaded: dict[int, pa.Table | HolmesError],
+                columns: Sequence[str] | None) -> RankBatch:
     errors: dict[int, HolmesError] = {}
     raw: dict[int, pa.Table] = {}
-    for r, got in job._load_many(ranks, need, pool, threads).items():
+    for r, got in loaded.items():
         if isinstance(got, pa.Table):
             raw[r] = got
         else:
             errors[r] = got
-    groups: list[tuple[pa.Schema, list[int]]] = []   # (hashing a schema costs more than comparing it)
-    for r in ranks:
-        if r in raw:
-            sch = raw[r].schema
-            g = next((g for g in reversed(groups) if g[0] is sch or g[0].equals(sch)), None)
-            if g is None:
-                groups.append((sch, [r]))
-            else:
-                g[1].append(r)
+    usable = [r for r in ranks if r in raw]
+    try:   # one schema (the usual case): one concatenation, no grouping
+        groups: list[tuple[list[int], pa.Table | None]] = [(usable, pa.concat_tables([raw[r] for r in usable]))]
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        groups = [(g, None) for g in _schema_groups(usable, raw)]
     checked: dict[int, pa.Table] = {}
-    for _, rs in groups:
-        checked.update(_check_group(job, rs, raw, errors, columns))
+    whole = None
+    for rs, big in groups:
+        got = _check_group(job, rs, raw, errors, columns, big)
+        if len(groups) == 1 and isinstance(got, _Slices) and len(got) == len(usable):
+            whole = got   # every usable rank, in order, as one table
+        else:
+            checked.update(got)
     del raw
+    if whole is not None:
+        job.stats.ranks_read.update(whole.spans)
+        return RankBatch(list(ranks), whole, errors, table=whole.whole)
     tables = {}
     for r in ranks:
         t = checked.get(r)
@@ -175,16 +219,31 @@ def _read_batch(job: Any, ranks: list[int], need: list[str] | None, columns: Seq
     return RankBatch(list(ranks), tables, errors)
 
 
+def _schema_groups(ranks: list[int], raw: dict[int, pa.Table]) -> list[list[int]]:
+    """``ranks`` grouped by the schema of their tables, in order."""
+    groups: list[tuple[pa.Schema, list[int]]] = []   # (hashing a schema costs more than comparing it)
+    for r in ranks:
+        sch = raw[r].schema
+        g = next((g for g in reversed(groups) if g[0] is sch or g[0].equals(sch)), None)
+        if g is None:
+            groups.append((sch, [r]))
+        else:
+            g[1].append(r)
+    return [rs for _, rs in groups]
+
+
 def _check_group(job: Any, ranks: list[int], raw: dict[int, pa.Table], errors: dict[int, HolmesError],
-                 columns: Sequence[str] | None = None) -> dict[int, pa.Table]:
-    """Validate and check the tables of ``ranks`` (one schema) as one table, then split it by rank
-    (projected on ``columns``); a failing batch is redone rank by rank (the error then names the file)."""
-    tables = [raw[r] for r in ranks]
-    lens = np.array([t.num_rows for t in tables], dtype=np.int64)
+                 columns: Sequence[str] | None = None, joined: pa.Table | None = None) -> Mapping[int, pa.Table]:
+    """Validate and check the tables of ``ranks`` (one schema; ``joined``: them concatenated) as one
+    table, then split it by rank (projected on ``columns``); a failing batch is redone rank by rank
+    (the error then names the file)."""
+    if not ranks:
+        return {}
+    lens = np.array([raw[r].num_rows for r in ranks], dtype=np.int64)
     row_rank = np.repeat(np.asarray(ranks, dtype=np.int64), lens)
     try:
-        big = validate_ops(pa.concat_tables(tables), None, world_size=job.world_size, comm_ids=job.communicators,
-                           strict=False)
+        big = validate_ops(pa.concat_tables([raw[r] for r in ranks]) if joined is None else joined, None,
+                           world_size=job.world_size, comm_ids=job.communicators, strict=False)
         if len(row_rank) and not np.array_equal(big.column("rank").to_numpy().astype(np.int64), row_rank):
             raise SchemaError("rank column differs from the file's rank")
     except (SchemaError, pa.ArrowException):
@@ -209,7 +268,7 @@ def _check_group(job: Any, ranks: list[int], raw: dict[int, pa.Table], errors: d
                 if r in job._iter_unverified:   # an iteration file read before, awaiting its rank's ops
                     job._verify_iterations(r, kept.slice(int(starts[i]), int(counts[i])))
             kept = _project(kept, columns)
-            return {r: kept.slice(int(starts[i]), int(counts[i])) for i, r in enumerate(ranks)}
+            return _Slices(kept, dict(zip(ranks, zip(starts.tolist(), counts.tolist()))))
     out = {r: sort_ops(kept.slice(int(starts[i]), int(counts[i]))) for i, r in enumerate(ranks)}
     for r, t in out.items():
         job._verify_iterations(r, t)

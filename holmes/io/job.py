@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -206,6 +206,12 @@ class _JobBase:
                 out[r] = exc
         return out
 
+    def _load_many_later(self, ranks: Sequence[int], columns: Sequence[str] | None, pool: Any = None,
+                         threads: int = 1) -> Callable[[], dict[int, pa.Table | HolmesError]]:
+        """Start reading ``ranks`` (in ``pool``'s threads, where the storage allows) and return
+        the function that waits for them and gives what :meth:`_load_many` gives."""
+        return lambda: self._load_many(ranks, columns, pool, threads)
+
     def iter_batches(self, ranks: Sequence[int] | None = None, *, columns: Sequence[str] | None = None,
                      batch_size: int = 256, threads: int = 2) -> Iterator[RankBatch]:
         """Read many ranks cheaply, ``batch_size`` at a time, as :class:`RankBatch` tables.
@@ -383,30 +389,39 @@ class Job(_JobBase):
 
     def _load_many(self, ranks: Sequence[int], columns: Sequence[str] | None, pool: Any = None,
                    threads: int = 1) -> dict[int, pa.Table | HolmesError]:
-        ranks_dir = self.path / "ranks"
+        return self._load_many_later(ranks, columns, pool, threads)()
+
+    def _load_many_later(self, ranks: Sequence[int], columns: Sequence[str] | None, pool: Any = None,
+                         threads: int = 1) -> Callable[[], dict[int, pa.Table | HolmesError]]:
+        ranks_dir = os.path.join(self.path, "ranks")   # str paths: no Path object per file
 
         def one(r: int) -> Any:
             try:
-                return read_rank_file(ranks_dir / rank_filename(r), r, columns)
+                return read_rank_file(os.path.join(ranks_dir, rank_filename(r)), r, columns)
             except (MissingRankError, ParseError) as exc:
                 return exc
+
         def chunk(rs: Sequence[int]) -> list[Any]:
             return [one(r) for r in rs]
+
         k = max(1, int(threads)) if pool is not None and len(ranks) > 1 else 1
         step = -(-len(ranks) // k)  # one contiguous chunk per thread (a task per file costs more than its read)
-        got = [x for part in (pool.map(chunk, [ranks[i:i + step] for i in range(0, len(ranks), step)])
-                              if k > 1 else [chunk(ranks)]) for x in part]
-        out: dict[int, pa.Table | HolmesError] = {}
-        for r, x in zip(ranks, got):
-            if isinstance(x, MissingRankError):   # a live job's parts directory, or really missing
-                out.update(super()._load_many([r], columns))
-            elif isinstance(x, HolmesError):
-                out[r] = x
-            else:
-                self.stats.bytes_read += x[1]
-                self.stats.files_read += 1
-                out[r] = x[0]
-        return out
+        futures = [pool.submit(chunk, ranks[i:i + step]) for i in range(0, len(ranks), step)] if k > 1 else []
+
+        def collect() -> dict[int, pa.Table | HolmesError]:
+            got = [x for f in futures for x in f.result()] if futures else chunk(ranks)
+            out: dict[int, pa.Table | HolmesError] = {}
+            for r, x in zip(ranks, got):
+                if isinstance(x, MissingRankError):   # a live job's parts directory, or really missing
+                    out.update(super(Job, self)._load_many([r], columns))
+                elif isinstance(x, HolmesError):
+                    out[r] = x
+                else:
+                    self.stats.bytes_read += x[1]
+                    self.stats.files_read += 1
+                    out[r] = x[0]
+            return out
+        return collect
 
     def _read_parquet(self, p: Path, rank: int) -> pa.Table:
         try:

@@ -35,25 +35,26 @@ Examples
 from __future__ import annotations
 
 import functools
-import json
 import logging
-import math
 import os
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError
 
 from holmes.errors import ConfigError, TopologyError
 from holmes.topology import kinds
+from holmes.topology.decay import decay_factor
 from holmes.topology.kinds import DEVICE_KINDS, KINDS, DeviceKind
+from holmes.topology.topology_file import (COMPACT_FROM_GPUS, TOPOLOGY_SCHEMA, add_compact, parse_topology, topology_dict,
+                                           topology_text)
 
 if TYPE_CHECKING:  # networkx is imported when a graph is asked for (it costs ~1 s to import)
     import networkx as nx
 
 __all__ = [
     "TOPOLOGY_SCHEMA",
+    "COMPACT_FROM_GPUS",
     "ClusterTopology",
     "decay_factor",
     "load_topology",
@@ -61,8 +62,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Schema tag of topology.json.
-TOPOLOGY_SCHEMA = "holmes.topology/1"
 _TOPOLOGY_KINDS = ("rail-optimized", "fat-tree", "custom")
 _MASK64 = (1 << 64) - 1
 
@@ -73,62 +72,6 @@ def _mix64(lo: int, hi: int, hop: int) -> int:
     z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
     z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
     return z ^ (z >> 31)
-
-
-def decay_factor(c: float, eps: float = 1e-6) -> float:
-    """Topology decay H for a device with ``c`` NICs below it.
-
-    The paper (Holmes, NSDI'25, Appendix D) defines ``f(C) = ln(C + eps - 1) / C``. As printed
-    it is negative for C < 2 and not monotone (it rises from C = 3 to C ~ 4.6, then falls), so
-    it cannot be used raw. Holmes uses:
-
-    * ``H = 1`` for ``C <= 3`` -- GPUs, NICs and NIC cables (C = 1), small hosts: a device that
-      serves one NIC is not an aggregation point and is not discounted;
-    * ``H = min(1, f(C) / f(3))`` for ``C > 3`` -- aggregation devices (leaves, spines, uplinks,
-      NVSwitches) are discounted by the paper's factor, normalised to the smallest aggregation
-      device (C = 3) and clipped at 1 where f still rises.
-
-    The result lies in (0, 1] and is monotone non-increasing in C: the more NICs a device
-    aggregates, the more irregularities it sees by mere position, the more they are discounted.
-    It equals 1 up to C = 8 (an 8-GPU NVSwitch is not discounted) and is about 0.46 for a
-    32-NIC leaf and 2.6e-3 for a spine over 16,384 NICs.
-
-    Examples
-    --------
-    >>> decay_factor(1), decay_factor(8), round(decay_factor(32), 3)
-    (1.0, 1.0, 0.464)
-    """
-    if c <= 3:
-        return 1.0
-    f3 = math.log(2.0 + eps) / 3.0
-    return min(1.0, math.log(c - 1.0 + eps) / c / f3)
-
-
-class _TopologyFile(BaseModel):
-    """topology.json, schema holmes.topology/1."""
-
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
-
-    schema_: Literal["holmes.topology/1"] = Field(alias="schema")
-    name: StrictStr = "cluster"
-    kind: Literal["rail-optimized", "fat-tree", "custom"] = "custom"
-    gpus_per_host: StrictInt = Field(8, ge=1)
-    num_gpus: StrictInt = Field(ge=1)
-    switches: list[StrictStr]
-    links: list[tuple[StrictStr, StrictStr]]
-
-
-def _validation_message(exc: ValidationError) -> str:
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(x) for x in err["loc"]) or "<root>"
-        if err["type"] == "extra_forbidden":
-            parts.append(f"unknown key {loc!r}")
-        elif err["type"] == "missing":
-            parts.append(f"missing key {loc!r}")
-        else:
-            parts.append(f"key {loc!r}: {err['msg']}")
-    return "; ".join(parts)
 
 
 class ClusterTopology:
@@ -149,6 +92,12 @@ class ClusterTopology:
         Free-form name.
     kind : str
         "rail-optimized", "fat-tree" or "custom".
+    nic_switch : sequence of int, optional
+        The compact form of the NIC cables (topology.json of a large cluster): NIC ``g`` is cabled
+        to ``switches[nic_switch[g]]`` (in the order ``switches`` is given; -1: no cable), one
+        entry per GPU. Checked as a whole (numpy), not cable by cable.
+    switch_links : sequence of (int, int), optional
+        The compact form of the switch-switch cables: pairs of indices into ``switches``.
 
     Raises
     ------
@@ -175,6 +124,8 @@ class ClusterTopology:
         *,
         name: str = "cluster",
         kind: str = "custom",
+        nic_switch: Sequence[int] | np.ndarray | None = None,
+        switch_links: Sequence[Sequence[int]] | np.ndarray | None = None,
     ) -> None:
         for label, v in (("num_gpus", num_gpus), ("gpus_per_host", gpus_per_host)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
@@ -187,6 +138,7 @@ class ClusterTopology:
         self.kind = kind
         self.num_hosts = -(-self.num_gpus // self.gpus_per_host)
 
+        switches = list(switches)
         sw_ids = sorted(set(switches))
         for s in sw_ids:
             if not isinstance(s, str) or not kinds.is_kind(s, "switch") or len(s) == 7 or "|" in s:
@@ -221,14 +173,19 @@ class ClusterTopology:
                 nic_leaf[r] = sw_index[sw]
             else:
                 sw_edges.append((sw_index[a], sw_index[b]))
+        compact = nic_switch is not None or switch_links is not None
+        if compact:
+            add_compact(self, switches, nic_leaf, sw_edges, nic_switch, switch_links)
         if self.num_hosts > 1:
             missing = np.flatnonzero(nic_leaf < 0)
             if missing.size:
                 raise TopologyError(
                     f"{kinds.nic(int(missing[0]))} has no link to a switch ({missing.size} NICs unconnected)"
                 )
-        self._links = ends
-        self._link_set = seen
+        # the cables as sorted id pairs: built on first use where the compact form gave them
+        self._links_l: list[tuple[str, str]] | None = None if compact else ends
+        self._link_set_s: set[tuple[str, str]] | None = None if compact else seen
+        self._sw_pairs: set[tuple[int, int]] | None = None
         self._graph: nx.Graph | None = None
         self._nic_leaf = nic_leaf
         self._sw_edges = sw_edges
@@ -238,6 +195,53 @@ class ClusterTopology:
         self._sw_nics: np.ndarray | None = None
         self._devices: list[str] | None = None
         self._path_cached = functools.lru_cache(maxsize=1 << 18)(self._compute_path)
+
+    def _build_links(self) -> None:
+        sw = self._sw_ids
+        ends: list[tuple[str, str]] = []
+        nics = np.flatnonzero(self._nic_leaf >= 0)
+        for g, i in zip(nics.tolist(), self._nic_leaf[nics].tolist()):
+            a, b = kinds.nic(g), sw[i]
+            ends.append((a, b) if a <= b else (b, a))
+        for i, j in self._sw_edges:
+            a, b = sw[i], sw[j]
+            ends.append((a, b) if a <= b else (b, a))
+        self._links_l, self._link_set_s = ends, set(ends)
+
+    @property
+    def _links(self) -> list[tuple[str, str]]:
+        """Every cable as its two end ids sorted as strings."""
+        if self._links_l is None:
+            self._build_links()
+        assert self._links_l is not None
+        return self._links_l
+
+    @property
+    def _link_set(self) -> set[tuple[str, str]]:
+        if self._link_set_s is None:
+            self._build_links()
+        assert self._link_set_s is not None
+        return self._link_set_s
+
+    def _has_link(self, a: str, b: str) -> bool:
+        """Whether a cable joins ``a`` and ``b`` (ends sorted as strings), without listing every cable."""
+        if self._link_set_s is not None:
+            return (a, b) in self._link_set_s
+        sa, sb = self._sw_index.get(a), self._sw_index.get(b)
+        if sa is not None and sb is not None:
+            if self._sw_pairs is None:
+                self._sw_pairs = {(min(i, j), max(i, j)) for i, j in self._sw_edges}
+            return (min(sa, sb), max(sa, sb)) in self._sw_pairs
+        nic, sw = (a, sb) if sb is not None else (b, sa)
+        got = kinds.numbered(nic)
+        if sw is None or got is None or got[0] != "nic" or got[1] >= self.num_gpus:
+            return False
+        return int(self._nic_leaf[got[1]]) == sw
+
+    @property
+    def num_links(self) -> int:
+        """The number of cables."""
+        return int((self._nic_leaf >= 0).sum()) + len(self._sw_edges)
 
     @property
     def graph(self) -> nx.Graph:
@@ -287,7 +291,7 @@ class ClusterTopology:
                 return "switch"
             elif kinds.is_kind(device_id, "link"):
                 ends = kinds.link_ends(device_id)
-                if len(ends) == 2 and (ends[0], ends[1]) in self._link_set:
+                if len(ends) == 2 and self._has_link(ends[0], ends[1]):
                     return "link"
         raise TopologyError(f"unknown device {device_id!r} in topology {self.name!r}")
 
@@ -528,18 +532,21 @@ class ClusterTopology:
         return decay_factor(self.downstream_nics(device_id), eps)
 
     # ------------------------------------------------------------------ files
-    def to_dict(self) -> dict:
-        """The topology.json object (schema holmes.topology/1)."""
-        links = sorted(self._links)
-        return {
-            "schema": TOPOLOGY_SCHEMA,
-            "name": self.name,
-            "kind": self.kind,
-            "gpus_per_host": self.gpus_per_host,
-            "num_gpus": self.num_gpus,
-            "switches": list(self._sw_ids),
-            "links": [list(link) for link in links],
-        }
+    def to_dict(self, compact: bool = False) -> dict:
+        """The topology.json object (schema holmes.topology/1).
+
+        ``compact``: the NIC cables as one switch index per GPU (``nic_switch``) and the
+        switch-switch cables as index pairs (``switch_links``) instead of one id pair per cable
+        (``links``) -- for large clusters: a 131,072-GPU rail-optimized cluster reads in a tenth
+        of the time. Holmes reads both forms.
+
+        >>> from holmes.topology import rail_optimized
+        >>> t = rail_optimized(16)
+        >>> d = t.to_dict(compact=True)
+        >>> d["nic_switch"][:3], len(d["switch_links"]), ClusterTopology.from_dict(d) == t
+        ([0, 1, 2], 64, True)
+        """
+        return topology_dict(self, compact)
 
     @classmethod
     def from_dict(cls, data: object, source: str = "<dict>") -> ClusterTopology:
@@ -550,24 +557,7 @@ class ClusterTopology:
         >>> ClusterTopology.from_dict(t.to_dict()) == t
         True
         """
-        if not isinstance(data, dict):
-            raise TopologyError(f"{source}: topology must be a JSON object, got {type(data).__name__}")
-        try:
-            spec = _TopologyFile.model_validate(data)
-        except ValidationError as exc:
-            raise TopologyError(f"{source}: invalid topology: {_validation_message(exc)}") from None
-        dup = len(spec.switches) != len(set(spec.switches))
-        if dup:
-            seen: set[str] = set()
-            first = next(s for s in spec.switches if s in seen or seen.add(s))  # type: ignore[func-returns-value]
-            raise TopologyError(f"{source}: key 'switches': duplicate switch {first!r}")
-        try:
-            return cls(
-                spec.num_gpus, spec.gpus_per_host, spec.switches, spec.links,
-                name=spec.name, kind=spec.kind,
-            )
-        except TopologyError as exc:
-            raise TopologyError(f"{source}: {exc}") from None
+        return parse_topology(cls, data, source)
 
     @classmethod
     def from_graph(
@@ -584,11 +574,15 @@ class ClusterTopology:
         switches = [n for n in graph.nodes if isinstance(n, str) and kinds.is_kind(n, "switch")]
         return cls(num_gpus, gpus_per_host, switches, list(graph.edges()), name=name, kind="custom")
 
-    def save(self, path: str | os.PathLike[str]) -> None:
-        """Write topology.json."""
+    def save(self, path: str | os.PathLike[str], compact: bool | None = None) -> None:
+        """Write topology.json; ``compact`` (default: from :data:`COMPACT_FROM_GPUS` GPUs on) in
+        the compact form of :meth:`to_dict`, on one line."""
         with open(path, "w", encoding="utf-8") as fh:
-            json.dump(self.to_dict(), fh, indent=1)
-            fh.write("\n")
+            fh.write(self.to_json(compact))
+
+    def to_json(self, compact: bool | None = None) -> str:
+        """The text of topology.json (see :meth:`save`)."""
+        return topology_text(self, compact)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str]) -> ClusterTopology:
@@ -605,13 +599,17 @@ class ClusterTopology:
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
-        for key in ("_path_cached", "_csr", "_nbrs", "_dist_rows", "_sw_nics", "_devices", "_graph"):
+        for key in ("_path_cached", "_csr", "_nbrs", "_dist_rows", "_sw_nics", "_devices", "_graph", "_sw_pairs"):
             state.pop(key, None)
         return state
 
     def __setstate__(self, state: dict) -> None:
+        for old, new in (("_links", "_links_l"), ("_link_set", "_link_set_s")):  # pickled before the compact form
+            if old in state:
+                state[new] = state.pop(old)
         self.__dict__.update(state)
         self._nbrs, self._csr, self._sw_nics, self._devices, self._graph = None, None, None, None, None
+        self._sw_pairs = None
         self._dist_rows = {}
         self._path_cached = functools.lru_cache(maxsize=1 << 18)(self._compute_path)
 
@@ -626,7 +624,7 @@ class ClusterTopology:
         return (
             f"ClusterTopology(name={self.name!r}, kind={self.kind!r}, num_gpus={self.num_gpus}, "
             f"gpus_per_host={self.gpus_per_host}, switches={len(self._sw_ids)}, "
-            f"links={len(self._links)})"
+            f"links={self.num_links})"
         )
 
 

@@ -148,9 +148,12 @@ class JobSource:
         for r in bad:
             self.missing[r] = f"rank {r} is outside world_size {self.world_size}"
         rs = [r for r in rs if 0 <= r < self.world_size]
-        for a in range(0, len(rs), batch_size):
+        batches = iter(self.job.iter_batches(rs, columns=columns, batch_size=batch_size)) if rs else iter(())
+        while True:   # one iterator: the next batch is read while this one is used
             before = self._job_bytes()
-            b = next(iter(self.job.iter_batches(rs[a:a + batch_size], columns=columns, batch_size=batch_size)))
+            b = next(batches, None)
+            if b is None:
+                return
             after = self._job_bytes()
             self._bytes += (after - before) if after is not None and before is not None else \
                 sum(t.nbytes for t in b.tables.values())
