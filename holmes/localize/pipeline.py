@@ -183,9 +183,12 @@ class Localizer:
                     continue
                 if getattr(a, "reads_every_rank", False) and self._analyses is None and \
                         self.params.analysis == "all" and run.source.world_size > self.params.full_read and \
-                        named_devices(self._calibrated(run, findings), self.params.min_confidence):
-                    # it reads every rank: by default only when the analyses before it named no device
-                    # (or the job is small enough to be read whole anyway, ``full_read``)
+                        named_devices(merge_devices([f.devices for f in findings]), self.params.min_confidence):
+                    # it reads every rank: by default only when the analyses before it found no device
+                    # on their own evidence scores (or the job is small enough to be read whole anyway,
+                    # ``full_read``); not on the calibrated confidences, so that what a large job reads
+                    # does not depend on the calibration (a spike at 0.77 calibrated would read all
+                    # 131,072 ranks) and the calibration's dataset sees the runs the pipeline makes
                     run.assume(f"{a.name} analysis skipped: the irregular analysis named a device "
                                f"(analysis='{a.name}' runs it anyway)")
                     continue
