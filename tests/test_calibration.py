@@ -150,3 +150,12 @@ def test_a_later_device_is_never_more_probable_than_the_one_before_it():
     out = cal.apply(devs, world_size=16, whole_job=False)
     assert [d.id for d in out] == ["gpu:1", "nic:2"] and out[1].confidence <= out[0].confidence
     assert out[1].evidence_score == 0.999999
+
+
+def test_a_fifo_given_as_calibration_is_refused_not_read(tmp_path):
+    import os
+
+    fifo = tmp_path / "c.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ConfigError, match="unreadable confidence calibration"):
+        ConfidenceCalibration.load(fifo)

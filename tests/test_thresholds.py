@@ -127,3 +127,12 @@ def test_an_override_reaches_the_analysis():
     assert shipped.id == moved.id == "gpu:2"
     assert shipped.evidence_score == pytest.approx(load_thresholds().hang_conf_no_log)
     assert moved.evidence_score == pytest.approx(0.8)
+
+
+def test_a_fifo_given_as_thresholds_is_refused_not_read(tmp_path):
+    import os
+
+    fifo = tmp_path / "t.json"
+    os.mkfifo(fifo)
+    with pytest.raises(ThresholdsError, match="t.json"):
+        load_thresholds(fifo)

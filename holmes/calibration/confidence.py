@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from holmes.errors import ConfigError
+from holmes.limits import read_json_capped
 
 __all__ = ["FEATURES", "KINDS", "SCHEMA", "DEFAULT_PATH", "device_features", "segment_of", "ConfidenceCalibration"]
 
@@ -280,10 +281,10 @@ class ConfidenceCalibration:
     def load(cls, path: str | Path | None = None) -> "ConfidenceCalibration":
         """Read a calibration file (default: the shipped :data:`DEFAULT_PATH`)."""
         p = Path(path) if path is not None else DEFAULT_PATH
-        try:
-            doc = json.loads(p.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"{p}: no confidence calibration file") from None
-        except (OSError, ValueError) as exc:
+        if not p.exists():
+            raise ConfigError(f"{p}: no confidence calibration file")
+        try:  # the capped reader: a FIFO or /dev/zero is refused, not read forever
+            doc = read_json_capped(p, error=ConfigError, what="confidence calibration")
+        except ConfigError as exc:
             raise ConfigError(f"{p}: unreadable confidence calibration: {exc}") from None
         return cls.from_json(doc, source=str(p))

@@ -34,7 +34,6 @@ holmes.errors.ThresholdsError: thresholds (overrides): unknown threshold 'strech
 from __future__ import annotations
 
 import functools
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -44,6 +43,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from holmes.errors import ThresholdsError
+from holmes.limits import read_json_capped
 
 __all__ = ["SCHEMA", "DEFAULT_PATH", "Thresholds", "load_thresholds", "or_shipped", "threshold_names", "docs_markdown"]
 
@@ -512,10 +512,9 @@ def load_thresholds(path: str | os.PathLike[str] | None = None, **overrides: Any
 @functools.lru_cache(maxsize=16)
 def _load(path: str, mtime_ns: int, size: int) -> Thresholds:
     """The parsed file (keyed by its version too: a file ``scripts/tune.py`` rewrote is read again)."""
-    try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+    try:  # the capped reader: a FIFO or /dev/zero is refused, not read forever
+        doc = read_json_capped(path, error=ThresholdsError, what="thresholds file")
+    except ThresholdsError as exc:
         raise ThresholdsError(f"thresholds {path}: not a readable JSON file ({exc})") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
         got = doc.get("schema") if isinstance(doc, dict) else type(doc).__name__

@@ -61,28 +61,12 @@ def _validation_message(exc: ValidationError) -> str:
 
 def topology_dict(topo: Any, compact: bool = False) -> dict:
     """The topology.json object of ``topo`` (:meth:`ClusterTopology.to_dict`)."""
+    head = {"schema": TOPOLOGY_SCHEMA, "name": topo.name, "kind": topo.kind, "gpus_per_host": topo.gpus_per_host,
+            "num_gpus": topo.num_gpus, "switches": list(topo._sw_ids)}
     if compact:
         pairs = sorted((min(i, j), max(i, j)) for i, j in topo._sw_edges)
-        return {
-            "schema": TOPOLOGY_SCHEMA,
-            "name": topo.name,
-            "kind": topo.kind,
-            "gpus_per_host": topo.gpus_per_host,
-            "num_gpus": topo.num_gpus,
-            "switches": list(topo._sw_ids),
-            "nic_switch": topo._nic_leaf.tolist(),
-            "switch_links": [list(p) for p in pairs],
-        }
-    links = sorted(topo._links)
-    return {
-        "schema": TOPOLOGY_SCHEMA,
-        "name": topo.name,
-        "kind": topo.kind,
-        "gpus_per_host": topo.gpus_per_host,
-        "num_gpus": topo.num_gpus,
-        "switches": list(topo._sw_ids),
-        "links": [list(link) for link in links],
-    }
+        return {**head, "nic_switch": topo._nic_leaf.tolist(), "switch_links": [list(p) for p in pairs]}
+    return {**head, "links": [list(link) for link in sorted(topo._links)]}
 
 
 def topology_text(topo: Any, compact: bool | None = None) -> str:
