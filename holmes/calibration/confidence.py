@@ -45,7 +45,7 @@ import numpy as np
 from holmes.errors import ConfigError
 from holmes.limits import read_json_capped
 
-__all__ = ["FEATURES", "KINDS", "SCHEMA", "DEFAULT_PATH", "device_features", "segment_of", "ConfidenceCalibration"]
+__all__ = ["FEATURES", "KINDS", "SCHEMA", "DEFAULT_PATH", "alike_groups", "device_features", "segment_of", "ConfidenceCalibration"]
 
 #: the file format of :meth:`ConfidenceCalibration.to_json`
 SCHEMA = "holmes.confidence-calibration/1"
@@ -89,15 +89,17 @@ def device_features(devices: Sequence[Any], *, world_size: int, whole_job: bool)
     X = np.zeros((n, len(FEATURES)), dtype=np.float64)
     col = {f: i for i, f in enumerate(FEATURES)}
     raw = [d.confidence for d in devices]
+    group = alike_groups(devices)
     for i, d in enumerate(devices):
         row = X[i]
         c = raw[i]
         if c is not None and math.isfinite(c):
             row[col["logit_evidence"]] = _logit(c)
             row[col["has_evidence"]] = 1.0
-            nxt = next((r for r in raw[i + 1:] if r is not None and math.isfinite(r)), 0.0)
+            nxt = next((r for j, r in enumerate(raw[i + 1:], i + 1)
+                        if r is not None and math.isfinite(r) and group[j] != group[i]), 0.0)
             row[col["gap_next"]] = float(c) - float(nxt)
-        row[col["rank"]] = float(min(i, 5))
+        row[col["rank"]] = float(min(group[i], 5))
         row[col["score"]] = float(d.score) if math.isfinite(d.score) else 0.0
         row[col["coverage"]] = float(d.coverage) if d.coverage is not None and math.isfinite(d.coverage) else 0.0
         if d.impact_pct is not None and math.isfinite(d.impact_pct):
@@ -113,6 +115,31 @@ def device_features(devices: Sequence[Any], *, world_size: int, whole_job: bool)
         if kind in KINDS:
             row[col[f"kind_{kind}"]] = 1.0
     return X
+
+
+def alike_groups(devices: Sequence[Any]) -> list[int]:
+    """The place of each device's suspicion in a ranked list: devices that name each other as
+    ``alike`` (the evidence cannot tell them apart) share one place, the first member's; the
+    others count places as usual. A device is one suspicion with its group, so the second member
+    of a group is not "the second device" of the report.
+
+    >>> from holmes.localize.report import DeviceScore
+    >>> alike_groups([DeviceScore("nic:7", "nic", 0.3, alike=("nic:9",)), DeviceScore("nic:9", "nic", 0.3, alike=("nic:7",)),
+    ...               DeviceScore("gpu:1", "gpu", 0.1)])
+    [0, 0, 1]
+    """
+    out: list[int] = []
+    seen: dict[str, int] = {}      # device id -> the group place it was listed under
+    place = 0
+    for d in devices:
+        here = seen.get(d.id)
+        if here is None:
+            here = place
+            place += 1
+        out.append(here)
+        for a in getattr(d, "alike", ()) or ():
+            seen.setdefault(a, here)
+    return out
 
 
 def segment_of(X: np.ndarray, *, rank_buckets: int = 3, by_path: bool = True) -> list[str]:

@@ -294,7 +294,8 @@ def merge_devices(lists: list[list[DeviceScore]]) -> list[DeviceScore]:
                                          confidence=_max(old.confidence, d.confidence),
                                          impact_pct=keep.impact_pct if keep.impact_pct is not None
                                          else (old.impact_pct if old.impact_pct is not None else d.impact_pct),
-                                         evidence=ev, coverage=_max(old.coverage, d.coverage))
+                                         evidence=ev, coverage=_max(old.coverage, d.coverage),
+                                         alike=tuple(dict.fromkeys(old.alike + d.alike)))
     return sorted(best.values(), key=device_order)
 
 

@@ -51,6 +51,10 @@ class DeviceScore:
     evidence_score : float or None
         The analyses' raw confidence (how far the evidence stands out of the job's noise) when
         ``confidence`` is the calibrated probability (:mod:`holmes.calibration.confidence`).
+    alike : tuple of str
+        Devices the evidence cannot tell this one apart from (a slow NIC and the NIC at the other
+        end of the only transfers both carry, and their cables): one suspicion, listed as its
+        members, each with the group's confidence (the probability that the fault is one of them).
     """
 
     id: str
@@ -63,12 +67,13 @@ class DeviceScore:
     evidence: tuple[str, ...] = ()
     coverage: float | None = None
     evidence_score: float | None = None
+    alike: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "kind": self.kind, "score": _num(self.score), "index": _num(self.index),
                 "causes": self.causes, "confidence": _num(self.confidence), "impact_pct": _num(self.impact_pct),
                 "evidence": list(self.evidence), "coverage": _num(self.coverage),
-                "evidence_score": _num(self.evidence_score)}
+                "evidence_score": _num(self.evidence_score), "alike": list(self.alike)}
 
 
 def _num(x: float | None) -> float | None:

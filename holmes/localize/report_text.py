@@ -68,6 +68,15 @@ def device_figures(d: Any) -> str:
     return "  ".join(parts)
 
 
+def _alike_line(d: Any, before: list[Any]) -> list[str]:
+    """Once per group of devices the evidence cannot tell apart (``DeviceScore.alike``): which
+    they are, and that the confidence is the group's."""
+    if not d.alike or any(b.id in d.alike for b in before):
+        return []
+    return [f"     the logs cannot tell {d.id} apart from {', '.join(d.alike)}: the confidence is that the fault "
+            f"is one of these {len(d.alike) + 1}"]
+
+
 def render_text(r: Any, max_causes: int = SHOWN_CAUSES, show_all: bool = False) -> str:
     """The text report of ``r`` (a :class:`~holmes.localize.report.Report`).
 
@@ -101,6 +110,7 @@ def render_text(r: Any, max_causes: int = SHOWN_CAUSES, show_all: bool = False) 
         for i, d in enumerate(r.devices, 1):
             lines.append(f"  {i}. {d.id:<28} {device_figures(d)}  ({d.causes} cause(s))")
             lines += _cost_line(r, d, usual)
+            lines += _alike_line(d, r.devices[:i - 1])
         if show_all:
             rest = [d for d in r.all_devices if d.id not in {x.id for x in r.devices}]
             for d in rest:

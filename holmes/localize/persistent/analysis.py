@@ -40,7 +40,7 @@ True
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -341,10 +341,9 @@ class PersistentAnalysis:
             rel = share / best_share if best_share > 0 else 0.0
             out.append(DeviceScore(d, kinds.kind_of(d), s.excess, causes=s.hits,
                                    confidence=device_confidence(hits, T, pn) * min(1.0, rel),
-                                   impact_pct=ev.impact.get(d), evidence=(self.name,)))
+                                   impact_pct=ev.impact.get(d), evidence=(self.name,), alike=tuple(s.alike)))
         total = sum(max(d.score, 0.0) for d in out) or 1.0
-        out = [DeviceScore(d.id, d.kind, max(d.score, 0.0) / total, d.index, d.causes, confidence=d.confidence,
-                           impact_pct=d.impact_pct, evidence=d.evidence) for d in out]
+        out = [replace(d, score=max(d.score, 0.0) / total) for d in out]
         out.sort(key=lambda d: (-round(d.confidence or 0.0, 2), -d.score))
         self._non_device(run, ev, named=any((d.confidence or 0) >= p.min_confidence for d in out))
         return out

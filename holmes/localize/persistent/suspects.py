@@ -34,9 +34,10 @@ import numpy as np
 
 from holmes.calibration.thresholds import Thresholds, load_thresholds, or_shipped
 from holmes.display import SHOWN_CANDIDATES
-from holmes.localize.evidence.ranking import network_devices
+from holmes.localize.evidence.ranking import default_prior, network_devices
 from holmes.localize.persistent.peers import Roles, faster_half_mean
 from holmes.stats import MAD_SIGMA, MEDIAN_SE
+from holmes.topology import kinds
 
 __all__ = ["Suspect", "ComputeOutliers", "NetworkOutliers", "compute_suspects", "network_suspects", "slot_classes",
            "StageHost", "stage_hosts"]
@@ -54,6 +55,7 @@ class Suspect:
     excess: float                   # mean excess over the peers' median (ns per iteration), or a share
     devices: list[str] = field(default_factory=list)
     slots: list[int] = field(default_factory=list)   # network: the slow slots crossing the device
+    alike: list[str] = field(default_factory=list)   # network: devices crossed by exactly the same slots
 
 
 @dataclass
@@ -347,14 +349,22 @@ def network_suspects(slot_info: list[tuple], X: np.ndarray, classes: list[np.nda
         best.append((share * cover, d))
         per_it = flags[np.asarray(cross)].mean(axis=0)
         out.device_hits[d] = (float((per_it >= th.network_hit_share).sum()), share)
-    # devices crossed by exactly the same slots (a NIC and its cable) cannot be told apart: adjacent
-    best.sort(key=lambda zd: (-round(zd[0], 9), tuple(crossing[zd[1]]), zd[1]))
+    # devices crossed by exactly the same slots (a NIC, its cable, the NIC at the other end of the
+    # only transfers it carries) cannot be told apart: adjacent, the kind more often at fault first
+    # (the ranking's prior), and each names the others as alike
+    prior = default_prior(th)
+    best.sort(key=lambda zd: (-round(zd[0], 9), tuple(crossing[zd[1]]),
+                              -prior.get(kinds.prior_kind(zd[1]), 0.0), zd[1]))
     top = best[0][0] if best else 0.0
-    for sc, d in best:
-        if sc < th.network_candidate_share * top:
-            break
+    kept = [(sc, d) for sc, d in best if sc >= th.network_candidate_share * top]
+    groups: dict[tuple[int, ...], list[str]] = {}
+    for _, d in kept:
+        groups.setdefault(tuple(crossing[d]), []).append(d)
+    for sc, d in kept:
         ss = [s for s in crossing[d] if s in slow_set]
         ranks = sorted({r for s in ss for r in slot_info[s][2]})
-        out.suspects.append(Suspect("network", ranks, int(out.device_hits[d][0]), sc, devices=[d], slots=ss))
+        alike = [a for a in groups[tuple(crossing[d])] if a != d]
+        out.suspects.append(Suspect("network", ranks, int(out.device_hits[d][0]), sc, devices=[d], slots=ss,
+                                    alike=alike))
     log.info("persistent: %d slow slot(s); network candidates %s", slow.size, [d for _, d in best[:SHOWN_CANDIDATES]])
     return out
