@@ -147,11 +147,34 @@ def test_healthy_always_corpus_run_names_nothing(run):
     assert r.devices == [], [(d.id, d.confidence) for d in r.all_devices[:4]]
 
 
-def test_a_host_that_is_one_stage_is_a_candidate_with_the_reason():
+def test_a_host_that_is_the_first_stage_is_named_when_the_stages_hold_equal_layers():
+    # host:0 is every GPU of stage 0; every stage reduces the same gradient volume (equal layers), so
+    # "the first stage is heavier by design" (an embedding would show as a larger volume) is ruled out
     r = localize(_run("a1033-host-wire-tp2-pp4-dp2"))
-    assert r.verdict == "inconclusive" and r.devices == []
-    assert r.candidates and r.candidates[0].id == "host:0"
-    assert any("cannot be told apart" in a and "host:0" in a for a in r.assumptions)
+    assert r.verdict == "culprit" and [d.id for d in r.devices][:1] == ["host:0"]
+    assert any("exactly host:0's GPUs" in a for a in r.assumptions)
+    assert not any("cannot be told apart" in a for a in r.assumptions)
+
+
+def _stage0_slow(volume):
+    from holmes.localize.persistent.peers import Roles
+    from holmes.localize.persistent.suspects import stage_hosts
+
+    roles = Roles.from_communicators({"pp0": ("pp", [0, 4]), "pp1": ("pp", [1, 5]), "pp2": ("pp", [2, 6]),
+                                      "pp3": ("pp", [3, 7]), "dp0": ("dp", [0, 1, 2, 3]),
+                                      "dp1": ("dp", [4, 5, 6, 7])}, 8)
+    work = 100.0 * np.exp(np.random.default_rng(3).normal(0, 0.01, (8, 20)))
+    work[:4] *= 1.4                                    # host 0 = ranks 0-3 = all of stage 0
+    out = stage_hosts(roles, work, lambda r: r // 4, z=4.0, fraction=0.6, min_effect=0.08, volume=volume)
+    assert [(h.host, h.stages) for h in out] == [(0, [0])]
+    return out[0].ambiguous
+
+
+def test_an_edge_stage_host_is_ambiguous_unless_the_volumes_say_equal_layers():
+    assert _stage0_slow(None)                                            # volumes unknown
+    assert _stage0_slow(np.array([1.5e6, 1e6]))                          # stage 0 holds more (embedding)
+    assert not _stage0_slow(np.array([1.01e6, 1e6]))                     # equal layers
+    assert _stage0_slow(np.array([np.nan, 1e6]))
 
 
 def test_unexplained_slowdown_is_inconclusive_not_healthy():

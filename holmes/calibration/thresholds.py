@@ -363,6 +363,10 @@ class Thresholds(BaseModel):
     persistent_ambiguous_conf: Frac = _doc(
         "A host that is exactly one heavier pipeline stage's GPUs (a slow host and a heavier stage "
         "cannot be told apart) has at most this confidence.")
+    stage_volume_tolerance: Frac = _doc(
+        "The first or last pipeline stage is heavier by design only when its gradient reduction volume "
+        "(its layers' parameters) differs from the other stages' by more than this share; with equal "
+        "volumes a host that is exactly that stage's GPUs is named, not called ambiguous.")
     imbalance_stage_share: Frac = _doc(
         "A pipeline-stage imbalance is named when the slowest stage alone accounts for at least this "
         "share of the job's what-if slowdown (and is slowest on every replica, by at least imbalance_pct "

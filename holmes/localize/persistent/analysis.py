@@ -53,7 +53,8 @@ from holmes.localize.persistent.compute_source import row_compute
 from holmes.localize.persistent.peers import Roles
 from holmes.localize.persistent.rank import PersistentSummary, persistent_summaries, persistent_window
 from holmes.localize.persistent.suspects import (ComputeOutliers, NetworkOutliers, StageHost, Suspect,
-                                                 compute_suspects, network_suspects, slot_classes, stage_hosts)
+                                                 compute_suspects, network_suspects, slot_classes, stage_hosts,
+                                                 stage_volumes)
 from holmes.localize.persistent.wait import Folded, fold
 from holmes.localize.persistent.whatif import ideal_gaps, swap_compute
 from holmes.localize.persistent.whatif import replay as _replay
@@ -168,7 +169,8 @@ class PersistentAnalysis:
         if not co.suspects:
             ev.stage_hosts = stage_hosts(roles, f.compute, run.topology.host_of, z=p.t.persistent_z,
                                          fraction=p.t.persistent_fraction, min_effect=p.t.persistent_min_effect,
-                                         present=f.present, thresholds=p.t)
+                                         present=f.present, thresholds=p.t,
+                                         volume=stage_volumes(f.slot_info, f.NB, roles, src.communicators))
         classes = slot_classes(f.slot_info, roles.stage, f.NB, f.CNT, host_of=run.topology.host_of,
                                communicators=src.communicators, bins_per_octave=p.t.slot_bins_per_octave)
         no: NetworkOutliers = network_suspects(f.slot_info, f.X, classes, run.topology, z=p.t.persistent_z,

@@ -40,7 +40,7 @@ from holmes.stats import MAD_SIGMA, MEDIAN_SE
 from holmes.topology import kinds
 
 __all__ = ["Suspect", "ComputeOutliers", "NetworkOutliers", "compute_suspects", "network_suspects", "slot_classes",
-           "StageHost", "stage_hosts"]
+           "StageHost", "stage_hosts", "stage_volumes"]
 
 log = logging.getLogger(__name__)
 
@@ -189,9 +189,43 @@ class StageHost:
     ambiguous: bool                 # the first or last stage alone: a slow host and a heavier stage look the same
 
 
+def stage_volumes(slot_info: list[tuple], NB: np.ndarray, roles: Roles, communicators: Any) -> np.ndarray:
+    """Each pipeline stage's gradient reduction volume: the bytes its data-parallel collectives
+    (communicator kind ``dp``, every member in the stage) moved over the window, per data-parallel
+    group of the stage (NaN for a stage with none). Megatron-style stages of equal layers reduce
+    equal volumes; the embedding or the output layer shows as a larger one.
+
+    >>> from holmes.localize.persistent.peers import Roles
+    >>> roles = Roles.from_communicators({"pp0": ("pp", [0, 2]), "pp1": ("pp", [1, 3]),
+    ...                                   "dp0": ("dp", [0, 1]), "dp1": ("dp", [2, 3])}, 4)
+    >>> info = [("c", "all_reduce", [0, 1], "dp0"), ("c", "all_reduce", [2, 3], "dp1"), ("p", "send", [0, 2], "pp0")]
+    >>> stage_volumes(info, np.array([100.0, 300.0, 7.0]), roles, {"dp0": ("dp", [0, 1]), "dp1": ("dp", [2, 3])}).tolist()
+    [100.0, 300.0]
+    """
+    S = roles.num_stages
+    per_group: dict[tuple[int, str], float] = {}
+    for s, info in enumerate(slot_info):
+        if info[0] != "c":
+            continue
+        c = communicators.get(info[-1]) if communicators is not None else None
+        kind = (c.kind if hasattr(c, "kind") else c[0]) if c is not None else None
+        members = [int(r) for r in info[2]]
+        stages = {int(roles.stage[r]) for r in members}
+        if kind != "dp" or len(stages) != 1:
+            continue
+        key = (stages.pop(), str(info[-1]))
+        per_group[key] = per_group.get(key, 0.0) + float(NB[s])
+    out = np.full(S, np.nan)
+    for st in range(S):
+        v = [b for (g, _), b in per_group.items() if g == st]
+        if v:
+            out[st] = float(np.median(v))
+    return out
+
+
 def stage_hosts(roles: Roles, compute: np.ndarray, host_of: Any, *, z: float, fraction: float,
                 min_effect: float, present: np.ndarray | None = None,
-                thresholds: Thresholds | None = None) -> list[StageHost]:
+                thresholds: Thresholds | None = None, volume: np.ndarray | None = None) -> list[StageHost]:
     """Hosts that make up whole slow pipeline stages (where no work peer is on another host).
 
     When a host holds every rank of a stage (every TP position of every replica), the stage's
@@ -202,7 +236,9 @@ def stage_hosts(roles: Roles, compute: np.ndarray, host_of: Any, *, z: float, fr
     implicates those hosts; a host holding two or more of the slow stages is the simpler story (two
     stages equally heavier by chance, exactly on one host), and so is a middle stage (built like its
     neighbours); the first or the last stage alone is ``ambiguous``: it is heavier by design in many
-    models (the embedding; the output layer and the loss), which looks the same.
+    models (the embedding; the output layer and the loss), which looks the same -- unless
+    ``volume`` (:func:`stage_volumes`) shows it holds no other layers than the rest: its gradient
+    volume within ``stage_volume_tolerance`` of the other stages' median.
 
     >>> from holmes.localize.persistent.peers import Roles
     >>> roles = Roles.from_communicators({"pp0": ("pp", [0, 2, 4, 6]), "pp1": ("pp", [1, 3, 5, 7]),
@@ -254,7 +290,7 @@ def stage_hosts(roles: Roles, compute: np.ndarray, host_of: Any, *, z: float, fr
         hits = int((d[np.isin(have, sts)] > min_log / 2).all(axis=0).sum())
         # one stage alone is ambiguous when it is the first or the last (embedding, output layer and
         # loss make those heavier by design); a middle stage is built like its neighbours
-        edge = len(sts) < 2 and sts[0] in (int(have[0]), int(have[-1]))
+        edge = len(sts) < 2 and sts[0] in (int(have[0]), int(have[-1])) and not _like_others(volume, sts[0], th)
         out.append(StageHost(h, sts, hits, float(np.expm1(np.median(med[np.isin(have, sts)]))), edge))
     return out
 
@@ -368,3 +404,16 @@ def network_suspects(slot_info: list[tuple], X: np.ndarray, classes: list[np.nda
                                     alike=alike))
     log.info("persistent: %d slow slot(s); network candidates %s", slow.size, [d for _, d in best[:SHOWN_CANDIDATES]])
     return out
+
+
+def _like_others(volume: np.ndarray | None, stage: int, th: Thresholds) -> bool:
+    """The stage reduces the same gradient volume as the other stages (within the tolerance):
+    it holds layers like theirs. False where a volume is unknown."""
+    if volume is None or len(volume) < 2 or not np.isfinite(volume[stage]):
+        return False
+    rest = np.delete(volume, stage)
+    rest = rest[np.isfinite(rest)]
+    if not rest.size:
+        return False
+    ref = float(np.median(rest))
+    return ref > 0 and abs(float(volume[stage]) - ref) <= th.stage_volume_tolerance * ref
