@@ -48,7 +48,7 @@ from holmes.eval.calibration_data import job_outcomes, load_or_build  # noqa: E4
 
 DATASET = REPO / "fixtures" / "calibration" / "evidence-dev.parquet"
 #: the segmentations tried: (rank_buckets, by_path)
-GRID = ((1, False), (2, False), (3, False), (1, True), (2, True), (3, True))
+GRID = tuple((rb, bp, ba) for ba in (False, True) for bp in (False, True) for rb in (1, 2, 3))
 #: the regularization of the logistic family
 C_GRID = (0.01, 0.03, 0.1, 0.3, 1.0)
 FOLDS = 5
@@ -114,18 +114,19 @@ def _isotonic(x: np.ndarray, y: np.ndarray) -> tuple[tuple[float, ...], tuple[fl
     return tuple(map(float, iso.X_thresholds_)), tuple(map(float, iso.y_thresholds_))
 
 
-def fit_segments(X: np.ndarray, y: np.ndarray, rank_buckets: int, by_path: bool, meta=None) -> ConfidenceCalibration:
+def fit_segments(X: np.ndarray, y: np.ndarray, rank_buckets: int, by_path: bool, by_analysis: bool = False,
+                 meta=None) -> ConfidenceCalibration:
     """One isotonic map of the evidence logit per segment with at least ``MIN_ROWS`` rows, and ``all``."""
     ev = X[:, FEATURES.index("logit_evidence")]
     has = X[:, FEATURES.index("has_evidence")] > 0
-    segs = np.asarray(segment_of(X, rank_buckets=rank_buckets, by_path=by_path))
+    segs = np.asarray(segment_of(X, rank_buckets=rank_buckets, by_path=by_path, by_analysis=by_analysis))
     out = {"all": _isotonic(ev[has], y[has])}
     for sname in sorted(set(segs.tolist())):
         m = (segs == sname) & has
         if m.sum() >= MIN_ROWS:
             out[sname] = _isotonic(ev[m], y[m])
     return ConfidenceCalibration(features=FEATURES, segments=out, rank_buckets=rank_buckets, by_path=by_path,
-                                 meta=meta or {})
+                                 by_analysis=by_analysis, meta=meta or {})
 
 
 def ece(p: np.ndarray, y: np.ndarray, bins: int = 10) -> float:
@@ -181,13 +182,14 @@ def fit(table, *, wrong_cost: float = 10.0, min_conf: float = 0.9, family: str =
         f"right={raw[1]} wrong_confident={raw[2]} utility={raw[0]:g}")
     log(f"{'model':36} {'utility':>8} {'right':>6} {'wrong_conf':>10} {'ece_cv':>7}")
     best = None
-    cands = [(f"isotonic rank_buckets={rb} by_path={bp}", ("segments", rb, bp)) for rb, bp in GRID]
+    cands = [(f"isotonic rank_buckets={rb} by_path={bp}" + (" by_analysis=True" if ba else ""), ("segments", rb, bp, ba))
+             for rb, bp, ba in GRID]
     cands += [(f"logistic+isotonic C={C:g}", ("logistic", C)) for C in C_GRID]
     for name, spec in cands:
         if family != "all" and spec[0] != family:
             continue
         if spec[0] == "segments":
-            pred = lambda Xt, yt, gt, spec=spec: fit_segments(Xt, yt, spec[1], spec[2]).predict_proba  # noqa: E731
+            pred = lambda Xt, yt, gt, spec=spec: fit_segments(Xt, yt, spec[1], spec[2], spec[3]).predict_proba  # noqa: E731
         else:
             pred = lambda Xt, yt, gt, spec=spec: fit_logistic(Xt, yt, gt, spec[1]).predict_proba  # noqa: E731
         q = _oof(X, y, groups, folds_of, reports, pred)
@@ -206,7 +208,7 @@ def fit(table, *, wrong_cost: float = 10.0, min_conf: float = 0.9, family: str =
     meta["model"] = name
     log(f"# chosen {name}: cross-validated right={right} wrong_confident={wrong} ece={e:.4f}")
     if spec[0] == "segments":
-        return fit_segments(X, y, spec[1], spec[2], meta)
+        return fit_segments(X, y, spec[1], spec[2], spec[3], meta)
     return fit_logistic(X, y, groups, spec[1], meta)
 
 

@@ -142,7 +142,7 @@ def alike_groups(devices: Sequence[Any]) -> list[int]:
     return out
 
 
-def segment_of(X: np.ndarray, *, rank_buckets: int = 3, by_path: bool = True) -> list[str]:
+def segment_of(X: np.ndarray, *, rank_buckets: int = 3, by_path: bool = True, by_analysis: bool = False) -> list[str]:
     """The segment of each row of ``X`` (features as :data:`FEATURES`): ``"hang"`` for a device
     the hang analysis names, else the comparison (``whole``: the job compared cell by cell;
     ``alg1``: Algorithm 1; ``any`` when not ``by_path``) and the place in the ranked list
@@ -156,8 +156,12 @@ def segment_of(X: np.ndarray, *, rank_buckets: int = 3, by_path: bool = True) ->
     hang = X[:, FEATURES.index("analysis_hang")] > 0
     whole = X[:, FEATURES.index("whole_job")] > 0
     rank = np.minimum(X[:, FEATURES.index("rank")].astype(int), rank_buckets - 1)
-    return ["hang" if h else f"{('whole' if w else 'alg1') if by_path else 'any'}-r{r}"
-            for h, w, r in zip(hang, whole, rank)]
+    # by_analysis: a device only the persistent analysis found (an effect test over every
+    # iteration) apart from one the irregular analysis's tail found
+    per = (X[:, FEATURES.index("analysis_persistent")] > 0) & (X[:, FEATURES.index("analysis_irregular")] <= 0)
+    an = [("-per" if p else "-irr") if by_analysis else "" for p in per]
+    return ["hang" if h else f"{('whole' if w else 'alg1') if by_path else 'any'}{a}-r{r}"
+            for h, w, r, a in zip(hang, whole, rank, an)]
 
 
 @dataclass(frozen=True)
@@ -184,6 +188,9 @@ class ConfidenceCalibration:
         Places in the list with a segment of their own (the last holds the rest).
     by_path : bool
         Whether the whole-job comparison and Algorithm 1 have segments of their own.
+    by_analysis : bool
+        Whether a device only the persistent analysis found has segments of its own (its evidence
+        is an effect test over every iteration, not the irregular analysis's tail).
     clip : (float, float)
         The probability range reported (no device is certain).
     logistic : dict or None
@@ -198,6 +205,7 @@ class ConfidenceCalibration:
     segments: dict[str, tuple[tuple[float, ...], tuple[float, ...]]]
     rank_buckets: int = 3
     by_path: bool = True
+    by_analysis: bool = False
     clip: tuple[float, float] = (0.001, 0.999)
     logistic: dict[str, Any] | None = None
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -229,7 +237,7 @@ class ConfidenceCalibration:
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         """``P(root cause)`` of each row of ``X`` (features as :data:`FEATURES`)."""
         X = np.atleast_2d(np.asarray(X, dtype=np.float64))
-        segs = segment_of(X, rank_buckets=self.rank_buckets, by_path=self.by_path)
+        segs = segment_of(X, rank_buckets=self.rank_buckets, by_path=self.by_path, by_analysis=self.by_analysis)
         ev = self.score(X)
         has = X[:, FEATURES.index("has_evidence")] > 0 if self.logistic is None else np.ones(len(X), bool)
         ax, ay = self.segments["all"]
@@ -272,7 +280,7 @@ class ConfidenceCalibration:
         """The file's object (``schema`` :data:`SCHEMA`)."""
         r = lambda xs: [round(float(v), 10) for v in xs]  # noqa: E731 - stable text across platforms
         return {"schema": SCHEMA, "features": list(self.features), "rank_buckets": int(self.rank_buckets),
-                "by_path": bool(self.by_path), "clip": r(self.clip),
+                "by_path": bool(self.by_path), "by_analysis": bool(self.by_analysis), "clip": r(self.clip),
                 "segments": {k: {"x": r(x), "y": r(y)} for k, (x, y) in sorted(self.segments.items())},
                 "logistic": None if self.logistic is None else
                 {"mean": r(self.logistic["mean"]), "scale": r(self.logistic["scale"]),
@@ -292,7 +300,8 @@ class ConfidenceCalibration:
         try:
             segs = {str(k): (tuple(map(float, v["x"])), tuple(map(float, v["y"]))) for k, v in doc["segments"].items()}
             return cls(features=tuple(doc["features"]), segments=segs, rank_buckets=int(doc.get("rank_buckets", 3)),
-                       by_path=bool(doc.get("by_path", True)), clip=tuple(map(float, doc.get("clip", (0.001, 0.999)))),
+                       by_path=bool(doc.get("by_path", True)), by_analysis=bool(doc.get("by_analysis", False)),
+                       clip=tuple(map(float, doc.get("clip", (0.001, 0.999)))),
                        logistic=None if doc.get("logistic") is None else
                        {"mean": tuple(map(float, doc["logistic"]["mean"])),
                         "scale": tuple(map(float, doc["logistic"]["scale"])),
