@@ -144,3 +144,21 @@ def test_cli_all_and_healthy_text(capsys):
     assert sum(ln.startswith("  iter ") for ln in out.splitlines()) == len(r.root_causes)
     assert main(["localize", str(FIX / "gpu64-3d-slow-gpu"), "--format", "json", "--all"]) == 0
     assert json.loads(capsys.readouterr().out)["devices"][0]["id"] == "gpu:21"
+
+
+def test_a_non_device_cause_beside_named_devices_does_not_say_no_device_explains():
+    nd = {"kind": "pipeline_stage_imbalance", "stage": 2, "stage_slowdown": 1.15, "slowdown": 1.17}
+    text = _report(non_device_cause=nd).to_text()
+    assert "Also measured: pipeline stage imbalance (stage 2)" in text and "no device explains" not in text
+    alone = _report(non_device_cause=nd, devices=[], verdict="inconclusive").to_text()
+    assert "Non-device cause: pipeline stage imbalance (stage 2); no device explains the slowdown" in alone
+
+
+def test_alike_devices_are_said_once_with_the_group_confidence():
+    group = ("nic:9", "link:nic:7|switch:leaf-3")
+    devs = [DeviceScore("nic:7", "nic", 0.3, confidence=0.99, alike=group),
+            DeviceScore("nic:9", "nic", 0.3, confidence=0.99, alike=("nic:7", "link:nic:7|switch:leaf-3"))]
+    text = _report(devices=devs).to_text()
+    assert text.count("cannot tell") == 1
+    assert "the logs cannot tell nic:7 apart from nic:9, link:nic:7|switch:leaf-3" in text
+    assert _report(devices=devs).to_json()["devices"][0]["alike"] == list(group)

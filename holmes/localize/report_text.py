@@ -120,7 +120,11 @@ def render_text(r: Any, max_causes: int = SHOWN_CAUSES, show_all: bool = False) 
     if r.non_device_cause:
         nd = r.non_device_cause
         where = f" (stage {nd['stage']})" if "stage" in nd else ""
-        lines.append(f"Non-device cause: {nd['kind'].replace('_', ' ')}{where}; no device explains the slowdown")
+        if r.devices:  # one story: the devices above are named; the imbalance is a second finding
+            lines.append(f"Also measured: {nd['kind'].replace('_', ' ')}{where}, apart from the devices named above "
+                         f"(the persistent analysis found no device behind the step's own slowdown)")
+        else:
+            lines.append(f"Non-device cause: {nd['kind'].replace('_', ' ')}{where}; no device explains the slowdown")
     lines += _rank_lines(r, show_all)
     if r.root_causes:
         lines += (_all_causes(r.root_causes, durs, usual) if show_all
