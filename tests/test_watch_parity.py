@@ -71,7 +71,8 @@ def test_each_event_is_the_offline_report_of_its_window(tmp_path):
     assert any(e.report["verdict"] == "culprit" for e in events)
     for e in events:
         lo, hi = e.detail["window"]
-        params = w.params.replace(analysis=e.report["params"]["analysis"], window=max(2, hi - lo + 1))
+        params = w.params.replace(analysis=e.report["params"]["analysis"], window=max(2, hi - lo + 1),
+                                  search_from=e.report["params"]["search_from"])
         off = Localizer(params).localize(_window(job, lo, hi))
         assert off.verdict == e.report["verdict"], (e.event, e.iteration, off.verdict, e.report["verdict"])
         assert [d.id for d in off.devices] == [d["id"] for d in e.report["devices"]]

@@ -68,7 +68,7 @@ log = logging.getLogger(__name__)
 _EVENT_OF = {"irregular": "irregular", "persistent": "straggler", "hang": "hang", "all": "irregular"}
 _NAMED = ("culprit", "hang")  # the verdicts a re-evaluation emits
 _PARTS_PER_LOOP = 16  # pivot parts read between two looks at the events due
-_MIN_WINDOW = 10  # iterations an irregular analysis sees at least (the previous episode may then be in it)
+_MIN_WINDOW = 10  # iterations an irregular analysis searches at least (the previous episode may then be in it)
 
 
 class Watcher:
@@ -425,14 +425,22 @@ class Watcher:
         if self._analysed is None:
             self._analysed = self._first = i
         since = i - self._analysed
-        # a look judges the window against the job's own noise: not before the monitor's window is full
-        can_look = bool(self.reevaluate_every) and i - self._first + 1 >= self.monitor.window
+        # the job's own noise is known once the monitor's window is full: before, an analysis would
+        # judge a few iterations against each other (a spike among four names a device that the job
+        # read whole, or the job a few iterations on, puts within its noise)
+        full = i - self._first + 1 >= self.monitor.window
+        if full:
+            self._release_early(i, part)
+        can_look = bool(self.reevaluate_every) and full
         if ep is None:
             if flagged:
                 self._episode = {"start": i, "ref": self.monitor.reference, "slow": 1, "regular": 0,
                                  "straggler": False}
                 self._analysed = i
-                self._schedule("irregular", i, part)
+                if full:
+                    self._schedule("irregular", i, part)
+                elif not any(j.get("early") for j in self._pending):  # one judges every early episode
+                    self._schedule("irregular", i, part, early=True)
             elif not self._checked_straggler and self.monitor.n_seen >= self.monitor.window:
                 self._checked_straggler = True
                 self._analysed = i
@@ -461,6 +469,14 @@ class Watcher:
                     "recovered", i, detail={"episode_start": ep["start"], "slow_iterations": ep["slow"]})})
                 self._episode = None
                 self._last_episode_end = i
+
+    def _release_early(self, i: int, part: int | None) -> None:
+        """The monitor's window is full at iteration ``i``: the early episodes' analysis is due, over
+        the job so far (up to ``i``), as holmes localize would judge it now."""
+        for job in self._pending:
+            if job.get("early"):
+                job.update(early=False, hi=i, part=part, since=time.monotonic())
+                self._analysed = i  # it is the look at the job so far
 
     def _quiet_kind(self) -> str:
         """The analysis of a periodic look outside an episode: all of them on a job read whole,
@@ -504,10 +520,14 @@ class Watcher:
     # ------------------------------------------------------------------ analyses
 
     def _schedule(self, kind: str, iteration: int | None, part: int | None, only_if_found: bool = False,
-                  lo: int | None = None, emit_if: tuple[str, ...] | None = None) -> None:
-        log.info("watch %s: %s analysis scheduled at iteration %s", self.path, kind, iteration)
+                  lo: int | None = None, emit_if: tuple[str, ...] | None = None, early: bool = False) -> None:
+        """Queue an analysis of ``iteration`` (``early``: held until the monitor's window is full,
+        :meth:`_release_early`, or the job ends; then over the job up to that iteration)."""
+        log.info("watch %s: %s analysis scheduled at iteration %s%s", self.path, kind, iteration,
+                 " (judged once the monitor's window is full)" if early else "")
         self._pending.append({"kind": kind, "iteration": iteration, "part": part, "since": time.monotonic(),
-                              "only_if_found": only_if_found, "lo": lo, "emit_if": emit_if})
+                              "only_if_found": only_if_found, "lo": lo, "emit_if": emit_if, "early": early,
+                              "hi": None})
         self._run_due(force=False)  # already settled (every rank landed the part): run it now
 
     def _run_due(self, force: bool) -> None:
@@ -519,6 +539,8 @@ class Watcher:
                 self._ready.append(job["event"])
                 self._pending.pop(0)
                 continue
+            if job.get("early") and not force:  # the job's noise is not known yet
+                return
             f = self._follower
             settled = f is None or job["part"] is None or f.reached(job["part"]) >= self._meta.world_size
             if not (settled or force or time.monotonic() - job["since"] >= self.settle):
@@ -529,9 +551,19 @@ class Watcher:
     def _analyse(self, job: dict[str, Any], settled: bool) -> None:
         kind, i = job["kind"], job["iteration"]
         hi = None if kind == "hang" else max(i, self._fed if kind == "persistent" else i)
+        late = job.get("early") or job.get("hi") is not None  # an early episode: the job so far
+        if late:  # up to where the monitor's window filled (or the job ended first)
+            hi = job["hi"] if job.get("hi") is not None else max(i, self._fed)
         lo = None if hi is None else max(0, hi - self.window + 1, job.get("lo") or 0)
-        if lo is not None and kind == "irregular":  # not the last episode again, unless it is very recent
-            lo = max(lo, min(self._last_episode_end + 1, hi - min(self.window, _MIN_WINDOW) + 1))
+        search_from = None
+        if lo is not None and kind == "irregular" and not late:
+            # the episode is searched, not the last episode again (unless it is very recent), but
+            # judged against the job before it too: the usual step and the job's noise are those of
+            # the whole window, as holmes localize would judge the job so far (a short window alone
+            # has too few iterations and peers: its noise looks like a fault)
+            first = min(self._last_episode_end + 1, i - min(self.window, _MIN_WINDOW) + 1)
+            if first > lo:
+                search_from = first
         min_part, max_part = 0, None
         if lo is not None:
             min_part = next((k for k, a, b in self._parts_seen if b >= lo), 0)
@@ -547,7 +579,7 @@ class Watcher:
                        topology=self._topology)
         n = self.window if hi is None or lo is None else hi - lo + 1
         t0 = time.perf_counter()
-        report, verdict = self._localize(wj, kind, n, i)
+        report, verdict = self._localize(wj, kind, n, i, search_from)
         took = time.perf_counter() - t0
         findings += wj.findings
         del wj  # the window and every table it read (nothing else holds them: no reference cycle)
@@ -568,15 +600,20 @@ class Watcher:
         if verdict in _NAMED and top is not None:
             self._last_named = (i if i is not None else self._fed, top)
         detail = {"analysis_s": round(took, 3), "window": [lo, hi], "settled": settled}
+        if search_from is not None:
+            detail["searched_from"] = search_from
+        if late:
+            detail["judged_at"] = hi
         if kind == "all":
             detail["reevaluated"] = True
         self._ready.append(WatchEvent(_EVENT_OF[kind], i, report, findings=tuple(findings), detail=detail))
 
-    def _localize(self, wj: WindowJob, kind: str, n: int, i: int | None) -> tuple[dict[str, Any], str]:
+    def _localize(self, wj: WindowJob, kind: str, n: int, i: int | None,
+                  search_from: int | None = None) -> tuple[dict[str, Any], str]:
         """The analysis's report as JSON and its verdict; the report object itself (and what it
         references of the window) is dropped on return."""
         try:
-            params = self.params.replace(analysis=kind, window=max(2, n))
+            params = self.params.replace(analysis=kind, window=max(2, n), search_from=search_from)
             rep = Localizer(params).localize(wj)
             return rep.to_json(evidence=False), rep.verdict
         except HolmesError as exc:
