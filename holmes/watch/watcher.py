@@ -539,7 +539,7 @@ class Watcher:
                 self._ready.append(job["event"])
                 self._pending.pop(0)
                 continue
-            if job.get("early") and not force:  # the job's noise is not known yet
+            if job.get("early") and not force and not self._hang_queued():  # the job's noise is not known yet
                 return
             f = self._follower
             settled = f is None or job["part"] is None or f.reached(job["part"]) >= self._meta.world_size
@@ -547,6 +547,11 @@ class Watcher:
                 return
             self._pending.pop(0)
             self._analyse(job, settled)
+
+    def _hang_queued(self) -> bool:
+        """Whether a hang (a dump's analysis or a stall) waits in the queue: the iterations an early
+        episode waits for will not come, so it is judged on the job so far at once."""
+        return any(j["kind"] == "hang" or (j["kind"] == "emit" and j["event"].event == "hang") for j in self._pending)
 
     def _analyse(self, job: dict[str, Any], settled: bool) -> None:
         kind, i = job["kind"], job["iteration"]
