@@ -9,7 +9,10 @@ The loop of :class:`Watcher` (one thread; nothing but the window is held in memo
    unreadable part is skipped with a finding), each complete iteration's duration (the gap between
    consecutive "last operator ended" instants, as :func:`holmes.io.derive_iterations`) goes to the
    streaming :class:`~holmes.detect.IterationMonitor`;
-3. the first irregular iteration of an episode schedules the irregular analysis; an episode whose
+3. the first irregular iteration of an episode schedules the irregular analysis (over the window
+   up to it: the iterations since the previous episode searched, those before as context, the
+   ``search_from`` of :class:`~holmes.localize.LocalizeParams`; an episode opening before the
+   monitor's first window is full is judged once it is, over the job so far); an episode whose
    iterations stay slow (against the reference before it) for ``persistent_after`` iterations
    schedules the persistent one (``"straggler"``), as does, once, the first full monitor window
    (a straggler slow from the start shows no irregularity); ``recover_after`` regular iterations end
@@ -39,7 +42,6 @@ analyses still scheduled then run at once.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -221,29 +223,9 @@ class Watcher:
         """Change thresholds while running (the keys of :data:`holmes.watch.control.CONTROL_KEYS`,
         checked as a control file's). ``delta`` and ``monitor_window`` take effect from the next
         iteration, judged against the same recent history; the others at their next use."""
-        from holmes.watch.control import parse_control
+        from holmes.watch.control import apply_settings
 
-        s = parse_control(json.dumps(dict(settings)))
-        if "delta" in s or "monitor_window" in s:
-            delta = s.get("delta", self.monitor.delta)
-            mw = s.get("monitor_window", self.monitor.window)
-            mon = IterationMonitor(delta=delta, window=mw)
-            for d in list(self._recent)[-mw:]:  # the same history, judged by the new rule from now on
-                mon.update(d)
-            mon.n_seen, mon.n_irregular = self.monitor.n_seen, self.monitor.n_irregular
-            self.monitor = mon
-            self._recent = deque(self._recent, maxlen=mw)
-            self.params = self.params.replace(delta=mon.delta)
-        for key in ("window", "persistent_after", "recover_after", "reevaluate_every"):
-            if key in s:
-                setattr(self, key, s[key])
-        if "settle" in s:
-            self.settle = s["settle"]
-        if "hang_after" in s:
-            self.hang_after = s["hang_after"]
-        if "top_k" in s:
-            self.params = self.params.replace(top_k=s["top_k"])
-        log.info("watch %s: settings changed: %s", self.path, s)
+        apply_settings(self, settings)
 
     def reload_control(self) -> None:
         """Re-read the control file at the next loop (safe from a signal handler or another thread)."""
@@ -425,9 +407,8 @@ class Watcher:
         if self._analysed is None:
             self._analysed = self._first = i
         since = i - self._analysed
-        # the job's own noise is known once the monitor's window is full: before, an analysis would
-        # judge a few iterations against each other (a spike among four names a device that the job
-        # read whole, or the job a few iterations on, puts within its noise)
+        # the job's noise is known once the monitor's window is full (a spike among four iterations
+        # names a device that the job a few iterations on puts within its noise)
         full = i - self._first + 1 >= self.monitor.window
         if full:
             self._release_early(i, part)
@@ -521,10 +502,8 @@ class Watcher:
 
     def _schedule(self, kind: str, iteration: int | None, part: int | None, only_if_found: bool = False,
                   lo: int | None = None, emit_if: tuple[str, ...] | None = None, early: bool = False) -> None:
-        """Queue an analysis of ``iteration`` (``early``: held until the monitor's window is full,
-        :meth:`_release_early`, or the job ends; then over the job up to that iteration)."""
-        log.info("watch %s: %s analysis scheduled at iteration %s%s", self.path, kind, iteration,
-                 " (judged once the monitor's window is full)" if early else "")
+        """Queue an analysis (``early``: held until the monitor's window is full, :meth:`_release_early`)."""
+        log.info("watch %s: %s analysis scheduled at iteration %s%s", self.path, kind, iteration, " (early)" * early)
         self._pending.append({"kind": kind, "iteration": iteration, "part": part, "since": time.monotonic(),
                               "only_if_found": only_if_found, "lo": lo, "emit_if": emit_if, "early": early,
                               "hi": None})
@@ -562,10 +541,9 @@ class Watcher:
         lo = None if hi is None else max(0, hi - self.window + 1, job.get("lo") or 0)
         search_from = None
         if lo is not None and kind == "irregular" and not late:
-            # the episode is searched, not the last episode again (unless it is very recent), but
-            # judged against the job before it too: the usual step and the job's noise are those of
-            # the whole window, as holmes localize would judge the job so far (a short window alone
-            # has too few iterations and peers: its noise looks like a fault)
+            # the episode is searched, not the last episode again (unless very recent), against the
+            # job before it as context: a window cut to the episode has too few iterations (its noise
+            # looks like a fault); the whole window's usual step and noise, as holmes localize's
             first = min(self._last_episode_end + 1, i - min(self.window, _MIN_WINDOW) + 1)
             if first > lo:
                 search_from = first
