@@ -232,3 +232,31 @@ def test_retained_state_is_bounded(tmp_path):
     assert not w._ready and not w._pending  # the events' queue (one loop's events) was drained
     # one part's worth of slack: no window's tables outlive its analysis
     assert max(arrow) - arrow[0] < 64 * 1024, [a - arrow[0] for a in arrow]
+
+
+def test_early_episode_waits_for_the_monitor_window_but_not_for_a_stall(tmp_path):
+    """An episode opening before the monitor's window is full is judged once it is, over the job so
+    far; a job that stalls first never fills it: the episode is judged at once, before the stall."""
+    res = run_simulation(tp=2, pp=2, dp=2, iterations=12, seed=5, faults=["gpu:5@spike:6*3"])
+    d = write_result(res, tmp_path / "job", parts=3)
+    w = Watcher(d, detector="robust", straggler_check=False, interval=0.05, hang_after=0.3, use_watchdog=False)
+    stopped = []
+    guard = threading.Timer(60, lambda: (stopped.append(1), w.stop()))
+    guard.start()
+    got = []
+    try:
+        for e in w:
+            got.append(e)
+            if e.event == "hang":
+                break
+    finally:
+        guard.cancel()
+    assert not stopped, "the stall never came out while the job was still being watched"
+    assert [(e.event, e.iteration) for e in got][:1] == [("irregular", 6)]
+    assert got[-1].event == "hang" and got[-1].report["verdict"] == "stalled"
+    first = got[0]
+    assert first.detail["window"] == [0, 11] and first.detail["judged_at"] == 11
+    assert _top(first.report) == "gpu:5"
+    # the same job read to its end: the episode is judged over the job so far (its 12 iterations)
+    ev = _events(d)
+    assert ev[0].event == "irregular" and ev[0].iteration == 6 and ev[0].detail["judged_at"] == 11

@@ -28,8 +28,9 @@ from holmes.watch.metrics import WatchMetrics
 
 @pytest.fixture(scope="module")
 def two_spikes(tmp_path_factory):
-    """gpu:5 slowed at iterations 12 and 30; one iteration per part (the watcher reads 16 a loop)."""
-    res = run_simulation(tp=2, pp=2, dp=2, iterations=44, seed=5, faults=["gpu:5@spike:12,30*3"])
+    """gpu:5 slowed at iterations 22 and 40 (the first after the monitor's 20-iteration window: an
+    earlier episode is judged once it is full); one iteration per part (the watcher reads 16 a loop)."""
+    res = run_simulation(tp=2, pp=2, dp=2, iterations=54, seed=5, faults=["gpu:5@spike:22,40*3"])
     return write_result(res, tmp_path_factory.mktemp("m") / "job", parts=1)
 
 
@@ -55,7 +56,7 @@ def _run(job, **kw):
 def test_metrics_served_and_scraped(two_spikes):
     m = WatchMetrics()
     w, events = _run(two_spikes, metrics=m)
-    assert [(e.event, e.iteration) for e in events][:2] == [("irregular", 12), ("recovered", 17)]
+    assert [(e.event, e.iteration) for e in events][:2] == [("irregular", 22), ("recovered", 27)]
     port = m.serve(0, addr="127.0.0.1")
     try:
         text = _scrape(port)
@@ -65,7 +66,7 @@ def test_metrics_served_and_scraped(two_spikes):
     assert _value(text, "holmes_events_total", '{event="irregular"}') == kinds.count("irregular") == 2
     assert _value(text, "holmes_events_total", '{event="recovered"}') == kinds.count("recovered")
     assert _value(text, "holmes_events_total", '{event="hang"}') == 0
-    assert _value(text, "holmes_last_iteration") == w.last_iteration == 43
+    assert _value(text, "holmes_last_iteration") == w.last_iteration == 53
     assert _value(text, "holmes_delta") == pytest.approx(1.1) and _value(text, "holmes_window") == 100
     assert _value(text, "holmes_seconds_since_last_part") >= 0
     assert _value(text, "holmes_seconds_since_last_event") >= 0
@@ -106,13 +107,13 @@ def test_control_file_applied_at_start_and_on_change(two_spikes, tmp_path):
     m = WatchMetrics()
     w = Watcher(two_spikes, once=True, detector="robust", straggler_check=False, control=ctl, metrics=m)
     w.run(raise_delta)
-    assert [e for e in seen if e[0] == "irregular"] == [("irregular", 12)]
+    assert [e for e in seen if e[0] == "irregular"] == [("irregular", 22)]
     assert w.monitor.delta == 50 and w.window == 30 and w.params.delta == 50 and w.reevaluate_every == 0
     text = m.exposition()
     assert _value(text, "holmes_delta") == 50 and _value(text, "holmes_window") == 30
     # without the change both spikes are events
     _, events = _run(two_spikes)
-    assert [e.iteration for e in events if e.event == "irregular" and not e.detail.get("reevaluated")] == [12, 30]
+    assert [e.iteration for e in events if e.event == "irregular" and not e.detail.get("reevaluated")] == [22, 40]
 
 
 def test_a_bad_control_file_changes_nothing(two_spikes, tmp_path):
@@ -156,7 +157,7 @@ def test_cli_metrics_port_and_control(two_spikes, tmp_path, capsys):
     assert main(["watch", str(two_spikes), "--once", "--detector", "robust", "--metrics-port", str(port),
                  "--metrics-addr", "127.0.0.1", "--control", str(ctl)]) == 0
     lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
-    assert [x["iteration"] for x in lines if x["event"] == "irregular"] == [12, 30]
+    assert [x["iteration"] for x in lines if x["event"] == "irregular"] == [22, 40]
     with pytest.raises(OSError):  # the server stopped with the command
         _scrape(port)
     assert main(["watch", str(two_spikes), "--once", "--metrics-port", "99999"]) == 2

@@ -45,6 +45,11 @@ def test_offline_culprit_is_an_event_naming_the_same_device(root, name, tmp_path
     (REAL, "r061-healthy-tp2-pp2-dp3-do"), (REAL, "r067-healthy-tp2-pp2-dp4"),
     (LOADED, "r061-healthy-tp2-pp2-dp3-do"),  # before the warm-up rule: irregular 5 culprit switch:leaf-0, leaf-2
     (LOADED, "r072-healthy-tp2-pp2-dp4"),     # before the warm-up rule: irregular 7 culprit host:3
+    # before the episode's window had the job before it as context: irregular 27 culprit nic:3
+    # (iterations 14-27 alone), irregular 26 culprit gpu:0 (17-26 alone)
+    (LOADED, "r068-healthy-tp2-pp2-dp2-ep2"), (LOADED, "r049-gpu-fluctuation-tp2-pp2-dp4"),
+    # before early episodes waited for the monitor's window: irregular 3 culprit nvswitch:2 (iterations 0-3)
+    (REAL, "r021-p2p-spike-tp2-pp2-dp4"),
 ])
 def test_healthy_run_gets_no_culprit_event(root, name, tmp_path):
     p = watch_parity(_run(root, name), tmp_path, per_part=5)
@@ -71,7 +76,8 @@ def test_each_event_is_the_offline_report_of_its_window(tmp_path):
     assert any(e.report["verdict"] == "culprit" for e in events)
     for e in events:
         lo, hi = e.detail["window"]
-        params = w.params.replace(analysis=e.report["params"]["analysis"], window=max(2, hi - lo + 1))
+        params = w.params.replace(analysis=e.report["params"]["analysis"], window=max(2, hi - lo + 1),
+                                  search_from=e.report["params"]["search_from"])
         off = Localizer(params).localize(_window(job, lo, hi))
         assert off.verdict == e.report["verdict"], (e.event, e.iteration, off.verdict, e.report["verdict"])
         assert [d.id for d in off.devices] == [d["id"] for d in e.report["devices"]]
@@ -86,3 +92,36 @@ def test_replay_refuses_an_existing_directory(tmp_path):
         replay_as_parts(src, tmp_path / "live")
     with pytest.raises(ConfigError, match="per_part"):
         replay_as_parts(src, tmp_path / "other", per_part=0)
+
+
+def test_healthy_run_silent_and_faulted_run_caught_by_the_same_mechanisms(tmp_path):
+    """A healthy replayed run gets no culprit event, while a faulted run whose fault shows in its
+    first iterations still does, naming offline's device once the monitor's window is full, and
+    a later episode is still searched (the job before it only as context)."""
+    healthy = watch_parity(_run(LOADED, "r068-healthy-tp2-pp2-dp2-ep2"), tmp_path / "h", per_part=5)
+    assert healthy.offline_verdict == "healthy"
+    assert not [e for e in healthy.events if e[2] == "culprit"], healthy.events
+    src = _run(REAL, "r042-nic-spike-tp2-pp4-dp2")
+    faulted = watch_parity(src, tmp_path / "f", per_part=5)
+    assert faulted.offline_verdict == "culprit" and faulted.caught
+    named = [e for e in faulted.events if e[2] == "culprit"]
+    assert named and all(e[3][0] == faulted.offline_device for e in named), faulted.events
+    assert named[0][1] < 20  # the early episode, judged over the job's first 20 iterations
+    live = replay_as_parts(src, tmp_path / "live", per_part=5)
+    ev = [e for e in Watcher(live, once=True) if e.event == "irregular"]
+    assert ev[0].detail["judged_at"] >= 19 and ev[0].detail["window"][0] == 0
+    later = [e for e in ev[1:] if "searched_from" in e.detail]
+    assert later and all(e.detail["window"][0] < e.detail["searched_from"] <= e.iteration for e in later)
+
+
+def test_search_from_keeps_earlier_iterations_as_context():
+    """``search_from``: a spike before it is context (not searched, no device), after it is named."""
+    from holmes.simulate import run_simulation
+
+    job = run_simulation(tp=2, pp=2, dp=2, iterations=40, seed=3, faults=["gpu:5@spike:12*3"]).to_memory_job()
+    full = holmes.localize(job, analysis="irregular")
+    assert full.devices and full.devices[0].id == "gpu:5"
+    ctx = holmes.localize(job, analysis="irregular", search_from=20)
+    assert "gpu:5" not in [d.id for d in ctx.all_devices]
+    assert any("context (search_from=20)" in a for a in ctx.assumptions)
+    assert ctx.verdict != "culprit"

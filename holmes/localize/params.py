@@ -82,6 +82,12 @@ class LocalizeParams(BaseModel):
         Strength of the Beta prior (> 0).
     max_iterations : int, optional
         Search at most this many irregular iterations (the most irregular ones).
+    search_from : int, optional
+        The first iteration the irregular analysis explains: the window's iterations before it are
+        *context*, in the usual step and the job's noise every iteration is judged against but not
+        searched themselves (as the job's warm-up). A watcher judging a new episode uses it: the
+        episode against the job before it, as ``holmes localize`` would judge the job so far,
+        without naming the previous episode's device again. None: every iteration of the window.
     method : {"map", "linear"}, default "map"
         Cross-iteration accumulation of the device evidence.
     probe_reads : int, default from the thresholds (64)
@@ -140,6 +146,7 @@ class LocalizeParams(BaseModel):
     prior: dict[str, float] | None = None
     alpha: float = Field(default=1.0, gt=0)
     max_iterations: int | None = Field(default=None, ge=1)
+    search_from: int | None = Field(default=None, ge=0)
     method: Literal["map", "linear"] = "map"
     min_confidence: float = Field(ge=0, le=1)
     whatif: bool = True
@@ -174,7 +181,7 @@ class LocalizeParams(BaseModel):
             raise ValueError("must be > 1")
         return v
 
-    @field_validator("pivot", "window", "top_k", "max_iterations", "probe_reads",
+    @field_validator("pivot", "window", "top_k", "max_iterations", "search_from", "probe_reads",
                      "host_reads", "full_read", "scan_reads", mode="before")
     @classmethod
     def _integer(cls, v: Any) -> Any:

@@ -21,6 +21,7 @@ holmes.errors.ConfigError: control: delta must be a number > 1, not 0.9
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import threading
@@ -29,7 +30,9 @@ from typing import Any
 
 from holmes.errors import ConfigError
 
-__all__ = ["CONTROL_KEYS", "ControlFile", "parse_control", "read_control"]
+__all__ = ["CONTROL_KEYS", "ControlFile", "apply_settings", "parse_control", "read_control"]
+
+log = logging.getLogger(__name__)
 
 #: key -> what it must be: "int" >= 1, "count" >= 0, "seconds" >= 0 (null: off), "delta" > 1
 CONTROL_KEYS: dict[str, str] = {
@@ -123,3 +126,30 @@ class ControlFile:
         self._reload.clear()
         self._stamp = stamp
         return None if stamp is None else read_control(self.path)
+
+
+def apply_settings(watcher: Any, settings: dict[str, Any]) -> None:
+    """Apply ``settings`` (checked as a control file's) to a running
+    :class:`~holmes.watch.Watcher` (:meth:`~holmes.watch.Watcher.apply_control`)."""
+    from collections import deque
+
+    from holmes.detect.monitor import IterationMonitor
+
+    w = watcher
+    s = parse_control(json.dumps(dict(settings)))
+    if "delta" in s or "monitor_window" in s:
+        delta = s.get("delta", w.monitor.delta)
+        mw = s.get("monitor_window", w.monitor.window)
+        mon = IterationMonitor(delta=delta, window=mw)
+        for d in list(w._recent)[-mw:]:  # the same history, judged by the new rule from now on
+            mon.update(d)
+        mon.n_seen, mon.n_irregular = w.monitor.n_seen, w.monitor.n_irregular
+        w.monitor = mon
+        w._recent = deque(w._recent, maxlen=mw)
+        w.params = w.params.replace(delta=mon.delta)
+    for key in ("window", "persistent_after", "recover_after", "reevaluate_every", "settle", "hang_after"):
+        if key in s:
+            setattr(w, key, s[key])
+    if "top_k" in s:
+        w.params = w.params.replace(top_k=s["top_k"])
+    log.info("watch %s: settings changed: %s", w.path, s)

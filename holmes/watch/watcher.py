@@ -9,7 +9,10 @@ The loop of :class:`Watcher` (one thread; nothing but the window is held in memo
    unreadable part is skipped with a finding), each complete iteration's duration (the gap between
    consecutive "last operator ended" instants, as :func:`holmes.io.derive_iterations`) goes to the
    streaming :class:`~holmes.detect.IterationMonitor`;
-3. the first irregular iteration of an episode schedules the irregular analysis; an episode whose
+3. the first irregular iteration of an episode schedules the irregular analysis (over the window
+   up to it: the iterations since the previous episode searched, those before as context, the
+   ``search_from`` of :class:`~holmes.localize.LocalizeParams`; an episode opening before the
+   monitor's first window is full is judged once it is, over the job so far); an episode whose
    iterations stay slow (against the reference before it) for ``persistent_after`` iterations
    schedules the persistent one (``"straggler"``), as does, once, the first full monitor window
    (a straggler slow from the start shows no irregularity); ``recover_after`` regular iterations end
@@ -39,7 +42,6 @@ analyses still scheduled then run at once.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -68,7 +70,7 @@ log = logging.getLogger(__name__)
 _EVENT_OF = {"irregular": "irregular", "persistent": "straggler", "hang": "hang", "all": "irregular"}
 _NAMED = ("culprit", "hang")  # the verdicts a re-evaluation emits
 _PARTS_PER_LOOP = 16  # pivot parts read between two looks at the events due
-_MIN_WINDOW = 10  # iterations an irregular analysis sees at least (the previous episode may then be in it)
+_MIN_WINDOW = 10  # iterations an irregular analysis searches at least (the previous episode may then be in it)
 
 
 class Watcher:
@@ -221,29 +223,9 @@ class Watcher:
         """Change thresholds while running (the keys of :data:`holmes.watch.control.CONTROL_KEYS`,
         checked as a control file's). ``delta`` and ``monitor_window`` take effect from the next
         iteration, judged against the same recent history; the others at their next use."""
-        from holmes.watch.control import parse_control
+        from holmes.watch.control import apply_settings
 
-        s = parse_control(json.dumps(dict(settings)))
-        if "delta" in s or "monitor_window" in s:
-            delta = s.get("delta", self.monitor.delta)
-            mw = s.get("monitor_window", self.monitor.window)
-            mon = IterationMonitor(delta=delta, window=mw)
-            for d in list(self._recent)[-mw:]:  # the same history, judged by the new rule from now on
-                mon.update(d)
-            mon.n_seen, mon.n_irregular = self.monitor.n_seen, self.monitor.n_irregular
-            self.monitor = mon
-            self._recent = deque(self._recent, maxlen=mw)
-            self.params = self.params.replace(delta=mon.delta)
-        for key in ("window", "persistent_after", "recover_after", "reevaluate_every"):
-            if key in s:
-                setattr(self, key, s[key])
-        if "settle" in s:
-            self.settle = s["settle"]
-        if "hang_after" in s:
-            self.hang_after = s["hang_after"]
-        if "top_k" in s:
-            self.params = self.params.replace(top_k=s["top_k"])
-        log.info("watch %s: settings changed: %s", self.path, s)
+        apply_settings(self, settings)
 
     def reload_control(self) -> None:
         """Re-read the control file at the next loop (safe from a signal handler or another thread)."""
@@ -425,14 +407,21 @@ class Watcher:
         if self._analysed is None:
             self._analysed = self._first = i
         since = i - self._analysed
-        # a look judges the window against the job's own noise: not before the monitor's window is full
-        can_look = bool(self.reevaluate_every) and i - self._first + 1 >= self.monitor.window
+        # the job's noise is known once the monitor's window is full (a spike among four iterations
+        # names a device that the job a few iterations on puts within its noise)
+        full = i - self._first + 1 >= self.monitor.window
+        if full:
+            self._release_early(i, part)
+        can_look = bool(self.reevaluate_every) and full
         if ep is None:
             if flagged:
                 self._episode = {"start": i, "ref": self.monitor.reference, "slow": 1, "regular": 0,
                                  "straggler": False}
                 self._analysed = i
-                self._schedule("irregular", i, part)
+                if full:
+                    self._schedule("irregular", i, part)
+                elif not any(j.get("early") for j in self._pending):  # one judges every early episode
+                    self._schedule("irregular", i, part, early=True)
             elif not self._checked_straggler and self.monitor.n_seen >= self.monitor.window:
                 self._checked_straggler = True
                 self._analysed = i
@@ -461,6 +450,14 @@ class Watcher:
                     "recovered", i, detail={"episode_start": ep["start"], "slow_iterations": ep["slow"]})})
                 self._episode = None
                 self._last_episode_end = i
+
+    def _release_early(self, i: int, part: int | None) -> None:
+        """The monitor's window is full at iteration ``i``: the early episodes' analysis is due, over
+        the job so far (up to ``i``), as holmes localize would judge it now."""
+        for job in self._pending:
+            if job.get("early"):
+                job.update(early=False, hi=i, part=part, since=time.monotonic())
+                self._analysed = i  # it is the look at the job so far
 
     def _quiet_kind(self) -> str:
         """The analysis of a periodic look outside an episode: all of them on a job read whole,
@@ -504,10 +501,12 @@ class Watcher:
     # ------------------------------------------------------------------ analyses
 
     def _schedule(self, kind: str, iteration: int | None, part: int | None, only_if_found: bool = False,
-                  lo: int | None = None, emit_if: tuple[str, ...] | None = None) -> None:
-        log.info("watch %s: %s analysis scheduled at iteration %s", self.path, kind, iteration)
+                  lo: int | None = None, emit_if: tuple[str, ...] | None = None, early: bool = False) -> None:
+        """Queue an analysis (``early``: held until the monitor's window is full, :meth:`_release_early`)."""
+        log.info("watch %s: %s analysis scheduled at iteration %s%s", self.path, kind, iteration, " (early)" * early)
         self._pending.append({"kind": kind, "iteration": iteration, "part": part, "since": time.monotonic(),
-                              "only_if_found": only_if_found, "lo": lo, "emit_if": emit_if})
+                              "only_if_found": only_if_found, "lo": lo, "emit_if": emit_if, "early": early,
+                              "hi": None})
         self._run_due(force=False)  # already settled (every rank landed the part): run it now
 
     def _run_due(self, force: bool) -> None:
@@ -519,6 +518,8 @@ class Watcher:
                 self._ready.append(job["event"])
                 self._pending.pop(0)
                 continue
+            if job.get("early") and not force and not self._hang_queued():  # the job's noise is not known yet
+                return
             f = self._follower
             settled = f is None or job["part"] is None or f.reached(job["part"]) >= self._meta.world_size
             if not (settled or force or time.monotonic() - job["since"] >= self.settle):
@@ -526,12 +527,26 @@ class Watcher:
             self._pending.pop(0)
             self._analyse(job, settled)
 
+    def _hang_queued(self) -> bool:
+        """Whether a hang (a dump's analysis or a stall) waits in the queue: the iterations an early
+        episode waits for will not come, so it is judged on the job so far at once."""
+        return any(j["kind"] == "hang" or (j["kind"] == "emit" and j["event"].event == "hang") for j in self._pending)
+
     def _analyse(self, job: dict[str, Any], settled: bool) -> None:
         kind, i = job["kind"], job["iteration"]
         hi = None if kind == "hang" else max(i, self._fed if kind == "persistent" else i)
+        late = job.get("early") or job.get("hi") is not None  # an early episode: the job so far
+        if late:  # up to where the monitor's window filled (or the job ended first)
+            hi = job["hi"] if job.get("hi") is not None else max(i, self._fed)
         lo = None if hi is None else max(0, hi - self.window + 1, job.get("lo") or 0)
-        if lo is not None and kind == "irregular":  # not the last episode again, unless it is very recent
-            lo = max(lo, min(self._last_episode_end + 1, hi - min(self.window, _MIN_WINDOW) + 1))
+        search_from = None
+        if lo is not None and kind == "irregular" and not late:
+            # the episode is searched, not the last episode again (unless very recent), against the
+            # job before it as context: a window cut to the episode has too few iterations (its noise
+            # looks like a fault); the whole window's usual step and noise, as holmes localize's
+            first = min(self._last_episode_end + 1, i - min(self.window, _MIN_WINDOW) + 1)
+            if first > lo:
+                search_from = first
         min_part, max_part = 0, None
         if lo is not None:
             min_part = next((k for k, a, b in self._parts_seen if b >= lo), 0)
@@ -547,7 +562,7 @@ class Watcher:
                        topology=self._topology)
         n = self.window if hi is None or lo is None else hi - lo + 1
         t0 = time.perf_counter()
-        report, verdict = self._localize(wj, kind, n, i)
+        report, verdict = self._localize(wj, kind, n, i, search_from)
         took = time.perf_counter() - t0
         findings += wj.findings
         del wj  # the window and every table it read (nothing else holds them: no reference cycle)
@@ -568,15 +583,20 @@ class Watcher:
         if verdict in _NAMED and top is not None:
             self._last_named = (i if i is not None else self._fed, top)
         detail = {"analysis_s": round(took, 3), "window": [lo, hi], "settled": settled}
+        if search_from is not None:
+            detail["searched_from"] = search_from
+        if late:
+            detail["judged_at"] = hi
         if kind == "all":
             detail["reevaluated"] = True
         self._ready.append(WatchEvent(_EVENT_OF[kind], i, report, findings=tuple(findings), detail=detail))
 
-    def _localize(self, wj: WindowJob, kind: str, n: int, i: int | None) -> tuple[dict[str, Any], str]:
+    def _localize(self, wj: WindowJob, kind: str, n: int, i: int | None,
+                  search_from: int | None = None) -> tuple[dict[str, Any], str]:
         """The analysis's report as JSON and its verdict; the report object itself (and what it
         references of the window) is dropped on return."""
         try:
-            params = self.params.replace(analysis=kind, window=max(2, n))
+            params = self.params.replace(analysis=kind, window=max(2, n), search_from=search_from)
             rep = Localizer(params).localize(wj)
             return rep.to_json(evidence=False), rep.verdict
         except HolmesError as exc:

@@ -261,6 +261,14 @@ class PivotSearch(IrregularAnalysis):
             run.assume(f"irregular iteration(s) {', '.join(map(str, chosen[np.isin(chosen, warm)].tolist()))} are the "
                        f"job's warm-up (its first {p.t.warmup_iterations} iterations): not searched")
             chosen = chosen[~np.isin(chosen, warm)]
+        if p.search_from is not None and len(its) and int(its[0]) < p.search_from:
+            # the iterations before search_from are context: the noise and the usual step, not explained
+            context = its[its < p.search_from]
+            run.assume(f"iterations {int(context[0])}-{int(context[-1])} are context (search_from={p.search_from}): "
+                       "judged part of the job's noise and usual step, not searched")
+            chosen = chosen[chosen >= p.search_from]
+            weights = {i: x for i, x in weights.items() if i >= p.search_from}
+            warm = context if context.size > warm.size else warm
         if (w <= 0).any():
             run.assume(f"{int((w <= 0).sum())} of {len(irregular)} irregular iteration(s) lie within the "
                        f"job's own noise (under {p.t.noise_z - 1:g} healthy sigmas): not searched")
