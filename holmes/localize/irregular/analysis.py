@@ -515,9 +515,22 @@ def rank_cells(ev: Evidence, calibration: float, name: str = "irregular",
     chance = {d: (point_calibration if point_calibration is not None and kinds.is_point(d) else calibration) * pv[d]
               for d in score}
     top = max((strength(d) for d in score), default=1.0) or 1.0
+    # devices that best explain exactly the same events (a slow transfer's two NICs and their
+    # cables, where no other event tells them apart) are one suspicion: alike
+    best_in: dict[str, set[int]] = {}
+    for i, e in enumerate(ev.events):
+        for d in (e.devices[:e.best] if e.best else e.devices):
+            best_in.setdefault(d, set()).add(i)
+    same: dict[frozenset[int], list[str]] = {}
+    for d, es in best_in.items():
+        same.setdefault(frozenset(es), []).append(d)
+
+    def alike(d: str) -> tuple[str, ...]:
+        return tuple(a for a in same.get(frozenset(best_in.get(d, ())), ()) if a != d) if d in best_in else ()
+
     # a device whose cells chance explains (confidence 0) is no candidate either
     out = [DeviceScore(d, kinds.kind_of(d), score[d] / total, score[d], causes[d],
                        confidence=1.0 - chance[d], evidence=(name,),
-                       coverage=max(strength(d), 0.0) / top) for d in score if chance[d] < 1.0]
+                       coverage=max(strength(d), 0.0) / top, alike=alike(d)) for d in score if chance[d] < 1.0]
     # the same order as the pipeline's device_order (confidence, then coverage, then score)
     return sorted(out, key=lambda x: (-round(x.confidence or 0.0, 2), -round(x.coverage or 0.0, 2), -x.score))
