@@ -42,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 
 from holmes.errors import HolmesError, MissingRankError, ParseError, SchemaError
-from holmes.io.capped_parquet import read_parquet_capped
+from holmes.io.capped_parquet import CappedReader
 from holmes.io.consistency import check_ops_batch
 from holmes.io.schema import OPS_SCHEMA, validate_ops
 
@@ -135,11 +135,13 @@ class _Slices(Mapping):
         return self.spans[r][1]
 
 
-def read_rank_file(path: Any, rank: int, columns: Sequence[str] | None = None) -> tuple[pa.Table, int]:
+def read_rank_file(path: Any, rank: int, columns: Sequence[str] | None = None,
+                   reader: CappedReader | None = None) -> tuple[pa.Table, int]:
     """``(table, bytes)`` of one rank's parquet file, only ``columns`` (those it has) when given.
 
-    Opened with :class:`pyarrow.parquet.ParquetFile` without threads (3-4x cheaper per small
-    file than :func:`pyarrow.parquet.read_table`'s dataset machinery).
+    Read under the caps without threads (3-4x cheaper per small file than
+    :func:`pyarrow.parquet.read_table`'s dataset machinery); ``reader``: a
+    :class:`~holmes.io.capped_parquet.CappedReader` to read with, where one thread reads many files.
 
     Raises
     ------
@@ -155,7 +157,7 @@ def read_rank_file(path: Any, rank: int, columns: Sequence[str] | None = None) -
     if size == 0:
         raise ParseError(f"{path}: empty file (rank {rank})")
     try:
-        t = read_parquet_capped(path, columns=columns, stat_result=st)
+        t = (reader or CappedReader()).read(path, columns=columns, stat_result=st)
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
         raise ParseError(f"{path}: not a readable parquet file, truncated or corrupt (rank {rank}): {exc}") from None
     return t, size
