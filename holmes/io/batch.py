@@ -197,7 +197,9 @@ def _read_batch(job: Any, ranks: list[int], loaded: dict[int, pa.Table | HolmesE
             errors[r] = got
     usable = [r for r in ranks if r in raw]
     try:   # one schema (the usual case): one concatenation, no grouping
-        groups: list[tuple[list[int], pa.Table | None]] = [(usable, pa.concat_tables([raw[r] for r in usable]))]
+        # one chunk per column, not one per rank: every column pass of the checks is then one pass
+        groups: list[tuple[list[int], pa.Table | None]] = [
+            (usable, pa.concat_tables([raw[r] for r in usable]).combine_chunks())]
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         groups = [(g, None) for g in _schema_groups(usable, raw)]
     checked: dict[int, pa.Table] = {}
