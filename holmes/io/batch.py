@@ -197,9 +197,7 @@ def _read_batch(job: Any, ranks: list[int], loaded: dict[int, pa.Table | HolmesE
             errors[r] = got
     usable = [r for r in ranks if r in raw]
     try:   # one schema (the usual case): one concatenation, no grouping
-        # one chunk per column, not one per rank: every column pass of the checks is then one pass
-        groups: list[tuple[list[int], pa.Table | None]] = [
-            (usable, pa.concat_tables([raw[r] for r in usable]).combine_chunks())]
+        groups: list[tuple[list[int], pa.Table | None]] = [(usable, _one_chunk(pa.concat_tables([raw[r] for r in usable])))]
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         groups = [(g, None) for g in _schema_groups(usable, raw)]
     checked: dict[int, pa.Table] = {}
@@ -221,6 +219,18 @@ def _read_batch(job: Any, ranks: list[int], loaded: dict[int, pa.Table | HolmesE
             job.stats.ranks_read.add(r)
             tables[r] = t
     return RankBatch(list(ranks), tables, errors)
+
+
+def _one_chunk(t: pa.Table) -> pa.Table:
+    """``t`` with one chunk per column, not one per rank (every column pass of the checks is then
+    one pass); dictionary columns are left as they are (combining them would unify the ranks'
+    dictionaries, and each rank's table is handed out with its own)."""
+    if not any(pa.types.is_dictionary(f.type) for f in t.schema):
+        return t.combine_chunks()
+    if all(c.num_chunks <= 1 or pa.types.is_dictionary(c.type) for c in t.columns):
+        return t
+    return pa.Table.from_arrays([c if pa.types.is_dictionary(c.type) else c.combine_chunks() for c in t.columns],
+                                schema=t.schema)
 
 
 def _schema_groups(ranks: list[int], raw: dict[int, pa.Table]) -> list[list[int]]:
