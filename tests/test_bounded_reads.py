@@ -142,3 +142,25 @@ def test_error_lines_stay_short(job, monkeypatch):
     with pytest.raises(HolmesError) as e:
         holmes.read_job(job).ops(1)
     assert len(str(e.value)) < 400 and "absent from job.json" in str(e.value)
+
+
+def test_one_reader_checks_every_file_whole(job):
+    """CappedReader plans a schema once; a hostile file after good ones of the same schema (and one
+    whose strings are written as dictionaries) is still refused, naming that file."""
+    from holmes.io.capped_parquet import CappedReader
+
+    reader = CappedReader()
+    good = [reader.read(_rank(job, r)) for r in (0, 2, 3)]
+    assert all(t.equals(pq.read_table(_rank(job, r))) for t, r in zip(good, (0, 2, 3)))
+    _long_comm_ids(job, 1, 100_000)
+    with pytest.raises(LimitError, match=rf"{_rank(job, 1)}: column 'comm_id' holds a string of 100000 bytes"):
+        reader.read(_rank(job, 1))
+    assert reader.read(_rank(job, 0), columns=["seq", "op"]).column_names == ["seq", "op"]
+    assert reader.read(_rank(job, 2)).equals(good[1])  # a plan for other columns: planned again
+
+
+def test_a_hostile_rank_in_a_batch_is_named_and_the_others_read(job):
+    _long_comm_ids(job, 1, 100_000)
+    got = {r.rank: r for r in holmes.read_job(job).iter_ranks(errors="skip")}
+    assert isinstance(got[1].error, LimitError) and str(_rank(job, 1)) in str(got[1].error)
+    assert all(got[r].error is None and got[r].table.num_rows for r in (0, 2, 3))

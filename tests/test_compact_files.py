@@ -111,3 +111,16 @@ def test_malformed_compact_topology_raises(tmp_path, change, match):
     with pytest.raises(TopologyError, match=match) as info:
         load_topology(p)
     assert str(p) in str(info.value) and isinstance(info.value, HolmesError)
+
+
+@pytest.mark.parametrize("n,g,pod,spines", [(64, 8, 4, 2), (48, 4, 2, 3), (16, 2, 1, 1), (8, 8, 32, None)])
+def test_rail_optimized_built_compact_equals_its_cables_listed(n, g, pod, spines):
+    got = rail_optimized(n, g, hosts_per_pod=pod, num_spines=spines)
+    s = g if spines is None else spines
+    leaves = [f"switch:leaf-{i}" for i in range(-(-(n // g) // pod) * g)]
+    tops = [f"switch:spine-{j}" for j in range(s)]
+    links = [(f"nic:{r}", leaves[(r // g // pod) * g + r % g]) for r in range(n)]
+    links += [(a, b) for a in leaves for b in tops]
+    want = ClusterTopology(n, g, leaves + tops, links, name=got.name, kind="rail-optimized")
+    assert got.to_dict() == want.to_dict() and got.to_json() == want.to_json() and got.num_links == len(links)
+    assert [got.path(0, r) for r in range(n)] == [want.path(0, r) for r in range(n)]

@@ -42,7 +42,7 @@ import numpy as np
 import pyarrow as pa
 
 from holmes.errors import HolmesError, MissingRankError, ParseError, SchemaError
-from holmes.io.capped_parquet import read_parquet_capped
+from holmes.io.capped_parquet import CappedReader
 from holmes.io.consistency import check_ops_batch
 from holmes.io.schema import OPS_SCHEMA, validate_ops
 
@@ -135,11 +135,13 @@ class _Slices(Mapping):
         return self.spans[r][1]
 
 
-def read_rank_file(path: Any, rank: int, columns: Sequence[str] | None = None) -> tuple[pa.Table, int]:
+def read_rank_file(path: Any, rank: int, columns: Sequence[str] | None = None,
+                   reader: CappedReader | None = None) -> tuple[pa.Table, int]:
     """``(table, bytes)`` of one rank's parquet file, only ``columns`` (those it has) when given.
 
-    Opened with :class:`pyarrow.parquet.ParquetFile` without threads (3-4x cheaper per small
-    file than :func:`pyarrow.parquet.read_table`'s dataset machinery).
+    Read under the caps without threads (3-4x cheaper per small file than
+    :func:`pyarrow.parquet.read_table`'s dataset machinery); ``reader``: a
+    :class:`~holmes.io.capped_parquet.CappedReader` to read with, where one thread reads many files.
 
     Raises
     ------
@@ -155,7 +157,7 @@ def read_rank_file(path: Any, rank: int, columns: Sequence[str] | None = None) -
     if size == 0:
         raise ParseError(f"{path}: empty file (rank {rank})")
     try:
-        t = read_parquet_capped(path, columns=columns, stat_result=st)
+        t = (reader or CappedReader()).read(path, columns=columns, stat_result=st)
     except (pa.ArrowInvalid, pa.ArrowException, OSError) as exc:
         raise ParseError(f"{path}: not a readable parquet file, truncated or corrupt (rank {rank}): {exc}") from None
     return t, size
@@ -195,7 +197,7 @@ def _read_batch(job: Any, ranks: list[int], loaded: dict[int, pa.Table | HolmesE
             errors[r] = got
     usable = [r for r in ranks if r in raw]
     try:   # one schema (the usual case): one concatenation, no grouping
-        groups: list[tuple[list[int], pa.Table | None]] = [(usable, pa.concat_tables([raw[r] for r in usable]))]
+        groups: list[tuple[list[int], pa.Table | None]] = [(usable, _one_chunk(pa.concat_tables([raw[r] for r in usable])))]
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         groups = [(g, None) for g in _schema_groups(usable, raw)]
     checked: dict[int, pa.Table] = {}
@@ -217,6 +219,18 @@ def _read_batch(job: Any, ranks: list[int], loaded: dict[int, pa.Table | HolmesE
             job.stats.ranks_read.add(r)
             tables[r] = t
     return RankBatch(list(ranks), tables, errors)
+
+
+def _one_chunk(t: pa.Table) -> pa.Table:
+    """``t`` with one chunk per column, not one per rank (every column pass of the checks is then
+    one pass); dictionary columns are left as they are (combining them would unify the ranks'
+    dictionaries, and each rank's table is handed out with its own)."""
+    if not any(pa.types.is_dictionary(f.type) for f in t.schema):
+        return t.combine_chunks()
+    if all(c.num_chunks <= 1 or pa.types.is_dictionary(c.type) for c in t.columns):
+        return t
+    return pa.Table.from_arrays([c if pa.types.is_dictionary(c.type) else c.combine_chunks() for c in t.columns],
+                                schema=t.schema)
 
 
 def _schema_groups(ranks: list[int], raw: dict[int, pa.Table]) -> list[list[int]]:

@@ -24,7 +24,7 @@ from holmes.errors import (ArgumentTypeError, ConfigError, HolmesError, JobError
                            SchemaError)
 from holmes.io import parts
 from holmes.io.batch import RankBatch, RankRead, iter_batches, read_rank_file, sort_ops
-from holmes.io.capped_parquet import read_parquet_capped
+from holmes.io.capped_parquet import CappedReader, read_parquet_capped
 from holmes.io.consistency import ConsistencyLog, check_iterations, check_ops
 from holmes.io.crosscheck import MemberIndex
 from holmes.io.compute import has_compute_dir, read_compute_file
@@ -395,14 +395,15 @@ class Job(_JobBase):
                          threads: int = 1) -> Callable[[], dict[int, pa.Table | HolmesError]]:
         ranks_dir = os.path.join(self.path, "ranks")   # str paths: no Path object per file
 
-        def one(r: int) -> Any:
-            try:
-                return read_rank_file(os.path.join(ranks_dir, rank_filename(r)), r, columns)
-            except (MissingRankError, ParseError) as exc:
-                return exc
-
         def chunk(rs: Sequence[int]) -> list[Any]:
-            return [one(r) for r in rs]
+            reader = CappedReader()   # the caps read once, the shared schema planned once (a reader per thread)
+            out: list[Any] = []
+            for r in rs:
+                try:
+                    out.append(read_rank_file(os.path.join(ranks_dir, rank_filename(r)), r, columns, reader))
+                except (MissingRankError, ParseError) as exc:
+                    out.append(exc)
+            return out
 
         k = max(1, int(threads)) if pool is not None and len(ranks) > 1 else 1
         step = -(-len(ranks) // k)  # one contiguous chunk per thread (a task per file costs more than its read)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import logging
 
+import numpy as np
+
 from holmes.errors import ConfigError
 from holmes.topology import kinds
 from holmes.topology.cluster import ClusterTopology
@@ -78,10 +80,14 @@ def rail_optimized(
     pods = -(-hosts // p)
     leaves = [kinds.switch(f"leaf-{i}") for i in range(pods * g)]
     spines = [kinds.switch(f"spine-{j}") for j in range(s)]
-    links = [(kinds.nic(r), leaves[(r // g // p) * g + r % g]) for r in range(n)]
-    links += [(leaf, spine) for leaf in leaves for spine in spines]
+    # the cables in the compact form (indices into leaves + spines; the same cables, in the same
+    # order, as listing them): a NIC to its rail's leaf in its pod, every leaf to every spine
+    r = np.arange(n, dtype=np.int64)
+    nic_switch = (r // g // p) * g + r % g
+    leaf, spine = np.meshgrid(np.arange(len(leaves)), len(leaves) + np.arange(s), indexing="ij")
     topo = ClusterTopology(
-        n, g, leaves + spines, links, name=name or f"rail-optimized-{n}", kind="rail-optimized"
+        n, g, leaves + spines, name=name or f"rail-optimized-{n}", kind="rail-optimized",
+        nic_switch=nic_switch, switch_links=np.stack([leaf.ravel(), spine.ravel()], axis=1).astype(np.int64),
     )
     logger.debug("built %r", topo)
     return topo
