@@ -100,6 +100,52 @@ def test_settle_timeout_names_missing_ranks(spiky, tmp_path):
     assert any("[7]" in f for f in ev[0].findings)
 
 
+def test_followed_rank_part_read_by_its_consumer_first_still_counts(tmp_path):
+    from holmes.io.parts import write_part
+    from holmes.io.schema import ops_table
+
+    f = PartsFollower(tmp_path, world_size=2, follow=(0,), use_watchdog=False)
+    for r in (0, 1):
+        t = ops_table(rank=[r], iteration=[0], op_index=[0], comm_id=["dp-0"], seq=[0], op=["all_reduce"],
+                      peer=[None], nbytes=[4], start_ns=[0], end_ns=[5])
+        write_part(tmp_path / "ranks" / f"rank-{r:05d}", 0, t)
+    f.next_needed[0] = 1  # the watcher listed and read the pivot's part 0 before this poll
+    f.poll(0.0)
+    assert f.reached(0) == 2 and f.behind(0) == []
+
+
+def test_parts_landing_together_are_judged_without_waiting_for_settle(spiky, tmp_path, monkeypatch):
+    # a live job: every rank's next part lands right after the follower's scan, so the watcher's own
+    # listing reads the pivot's part first; the analysis must still see every rank landed (settle
+    # never expires here: the old follower left it waiting until the job ended, unsettled)
+    d = tmp_path / "job"
+    (d / "ranks").mkdir(parents=True)
+    for name in ("job.json", "topology.json"):
+        shutil.copy(spiky / name, d / name)
+    ranks = sorted(p.name for p in (spiky / "ranks").iterdir())
+    rounds = iter(range(len(list_parts(spiky / "ranks" / ranks[0]))))
+    orig = PartsFollower.poll
+
+    def poll_then_land(self, timeout=0.0):
+        got = orig(self, timeout)
+        k = next(rounds, None)
+        if k is not None:
+            for r in ranks:
+                src = list_parts(spiky / "ranks" / r, k)[0]
+                (d / "ranks" / r).mkdir(exist_ok=True)
+                tmp = d / "ranks" / r / f".{src.path.name}.partial"
+                shutil.copy(src.path, tmp)
+                tmp.replace(d / "ranks" / r / src.path.name)
+        return got
+
+    monkeypatch.setattr(PartsFollower, "poll", poll_then_land)
+    ev = list(Watcher(d, detector="robust", straggler_check=False, interval=0.01, settle=3600.0,
+                      use_watchdog=False, idle_exit=1.0))
+    assert [(e.event, e.iteration) for e in ev] == [("irregular", 30), ("recovered", 35)]
+    assert ev[0].detail["settled"] is True and _top(ev[0].report) == "gpu:5"
+    assert not any("had not landed" in f for f in ev[0].findings)
+
+
 @pytest.mark.skipif(not watchdog_available(), reason="watchdog not installed")
 def test_follower_with_filesystem_events(tmp_path):
     from holmes.io.parts import write_part

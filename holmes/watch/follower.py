@@ -6,7 +6,9 @@ operating system reports each part renamed into place; a slow rescan still runs 
 ``rescan`` seconds, so an event lost (a rank directory created after the observer started, an
 overflowing event queue) only delays a part. Without ``watchdog``, every poll probes each rank's
 next two part names (one ``stat`` each: a part arriving one ahead of its predecessor is still
-seen) and lists the followed ranks' directories in full.
+seen) and lists the followed ranks' directories in full, each from the first part it has not
+counted (its consumer, which lists the directory itself, may have read further: a part it read
+first still counts as landed, or every wait for all ranks' parts would run to its timeout).
 
 The follower never writes into the job directory. Memory is one integer per rank.
 
@@ -87,7 +89,8 @@ class PartsFollower:
         self._want_watchdog = watchdog_available() if use_watchdog is None else bool(use_watchdog)
         self.rescan = float(rescan)
         self._last_scan = 0.0
-        #: followed rank -> the first part index its consumer still needs (listed from there)
+        #: followed rank -> the first part index its consumer still needs (listed from there, or
+        #: from the first part not counted in ``latest`` when that is lower)
         self.next_needed: dict[int, int] = {}
 
     @property
@@ -139,8 +142,12 @@ class PartsFollower:
         return out
 
     def _scan(self) -> list[tuple[int, int]]:
+        # a followed rank is listed from the first part this follower has not counted, even when its
+        # consumer already read further: the consumer lists the directory itself, so a part landing
+        # between this scan and its listing is read there first and must still count as landed
         found = [(r, p.index) for r in self.follow
-                 for p in list_parts(self.ranks_dir / rank_parts_dirname(r), self.next_needed.get(r, 0))]
+                 for p in list_parts(self.ranks_dir / rank_parts_dirname(r),
+                                     min(self.next_needed.get(r, 0), int(self.latest[r]) + 1))]
         others = [r for r in range(self.world_size) if r not in self.follow]
         return found + self._probe(others)
 
