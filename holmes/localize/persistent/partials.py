@@ -472,6 +472,8 @@ def _chunk_task(source: Any, ranks: list[int], window: np.ndarray, keep: np.ndar
 
 #: ranks per map task in this process (the read batches of one task: its memory)
 INPROCESS_CHUNK = 1024
+#: reduce blocks in this process
+INPROCESS_BLOCKS = 1
 #: ranks per map task on a cluster
 DISTRIBUTED_CHUNK = 512
 #: window operators per reduce block on a cluster, about (one block's partial folds are a task's input)
@@ -523,7 +525,7 @@ def gather_folded(job: Any, window: Any, communicators: Mapping[str, Any], *, sc
             chunk = chunk or DISTRIBUTED_CHUNK
             nblocks = nblocks or max(2 * ex.workers, -(-W * T * 25 // BLOCK_ROWS))
         else:
-            chunk, nblocks = chunk or INPROCESS_CHUNK, nblocks or 1
+            chunk, nblocks = chunk or INPROCESS_CHUNK, nblocks or INPROCESS_BLOCKS
         keep = None
         if program:
             keep = np.zeros(T, np.bool_)
