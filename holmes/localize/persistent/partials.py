@@ -40,11 +40,13 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from holmes._jit import njit
 from holmes.calibration.thresholds import Thresholds, load_thresholds, or_shipped
@@ -60,8 +62,37 @@ log = logging.getLogger(__name__)
 
 _LOW = (1 << 2 * _RBITS) - 1
 #: the per-instance partial fold a :class:`Part` carries, with dtypes
-PARTIAL = {"cslot": np.int32, "seq": np.int64, "cnt": np.int64, "d1": np.int64, "d2": np.int64, "r1": np.int64,
-           "g1": np.int64, "it1": np.int64, "nb": np.int64, "opk": np.int8}
+PARTIAL = {"cslot": np.int32, "seq": np.int64, "cnt": np.int32, "d1": np.int64, "d2": np.int64, "r1": np.int32,
+           "g1": np.int64, "it1": np.int32, "nb": np.int64, "opk": np.int8}
+
+
+#: the codec a part's arrays are held in (a chunk's partial folds and rows shrink ~5x with lz4)
+_CODEC = "lz4" if pa.Codec.is_available("lz4") else None
+
+
+def pack(arrs: Mapping[str, np.ndarray]) -> dict[str, tuple[str, int, bytes]]:
+    """1-D arrays compressed (:data:`_CODEC`): what a part holds while it waits for the reduce.
+
+    >>> a = {"x": np.arange(5), "b": np.array([True, False])}
+    >>> {k: v.tolist() for k, v in unpack(pack(a)).items()}
+    {'x': [0, 1, 2, 3, 4], 'b': [True, False]}
+    """
+    out = {}
+    for k, v in arrs.items():
+        v = np.ascontiguousarray(v)
+        raw = v.view(np.uint8)
+        out[k] = (v.dtype.str, len(v), pa.compress(raw, codec=_CODEC, asbytes=True) if _CODEC else raw.tobytes())
+    return out
+
+
+def unpack(packed: Mapping[str, tuple[str, int, bytes]]) -> dict[str, np.ndarray]:
+    """The arrays of :func:`pack` (read-only)."""
+    out = {}
+    for k, (dt, n, b) in packed.items():
+        size = n * np.dtype(dt).itemsize
+        raw = pa.decompress(b, size, codec=_CODEC, asbytes=True) if _CODEC else b
+        out[k] = np.frombuffer(raw, dtype=dt, count=n)
+    return out
 
 
 def replayed_iterations(T: int, n: int | None = None) -> np.ndarray | None:
@@ -83,7 +114,8 @@ class Part:
     | (receiver + 1)``, codes into ``comms``), ``smin``/``smax`` each slot's ``seq`` range;
     ``compute`` and ``counts`` (ranks x T): own work and operators per iteration; ``blocks[b]``:
     the partial folds (:data:`PARTIAL`) of the slots of block ``b``; ``rows``: the program rows
-    (``cslot``, ``seq``, ``gap``, ``new_batch``, ``widx``) of the kept iterations, rank-major.
+    (``cslot``, ``seq``, ``gap``, ``new_batch``, ``widx``) of the kept iterations, rank-major; both
+    held compressed (:func:`pack`, :func:`unpack`).
     """
 
     window: np.ndarray
@@ -96,8 +128,8 @@ class Part:
     smax: np.ndarray
     compute: np.ndarray
     counts: np.ndarray
-    blocks: list[dict[str, np.ndarray]] = field(default_factory=list)
-    rows: dict[str, np.ndarray] | None = None
+    blocks: list[dict[str, tuple[str, int, bytes]]] = field(default_factory=list)
+    rows: dict[str, tuple[str, int, bytes]] | None = None
 
     def meta(self) -> "Part":
         """The part without its blocks and rows (what :func:`plan` reads)."""
@@ -107,8 +139,8 @@ class Part:
     @property
     def nbytes(self) -> int:
         arrs = [self.ckeys, self.smin, self.smax, self.compute, self.counts]
-        arrs += [a for b in self.blocks for a in b.values()] + list((self.rows or {}).values())
-        return int(sum(a.nbytes for a in arrs))
+        packed = [v for b in self.blocks for v in b.values()] + list((self.rows or {}).values())
+        return int(sum(a.nbytes for a in arrs) + sum(len(v[2]) for v in packed))
 
 
 def chunk_part(job: Any, ranks: Sequence[int], window: Any, *, keep: np.ndarray | None = None, nblocks: int = 1,
@@ -191,18 +223,20 @@ def part_of(summary: PersistentSummary, ranks: Sequence[int] | None = None, *, k
     rows = None
     if keep is not None:
         sel = np.asarray(keep, np.bool_)[cols["widx"]]
-        rows = {"cslot": cslot[sel], "seq": cols["seq"][sel], "gap": cols["gap"][sel],
-                "new_batch": cols["new_batch"][sel], "widx": cols["widx"][sel]}
+        rows = pack({"cslot": cslot[sel], "seq": cols["seq"][sel], "gap": cols["gap"][sel],
+                     "new_batch": cols["new_batch"][sel], "widx": cols["widx"][sel]})
     del cols, lid, row_rank, cslot
     has = np.flatnonzero(cnt > 0)
     ps = np.repeat(np.arange(S, dtype=np.int64), size)[has]
-    part = {"cslot": ps.astype(np.int32), "seq": smin[ps] + (has - base[ps]), "cnt": cnt[has], "d1": d1[has],
-            "d2": d2[has], "r1": r1[has], "g1": g1[has], "it1": it1[has], "nb": nb[has], "opk": opk[has]}
+    part = {"cslot": ps, "seq": smin[ps] + (has - base[ps]), "cnt": cnt[has], "d1": d1[has], "d2": d2[has],
+            "r1": r1[has], "g1": g1[has], "it1": it1[has], "nb": nb[has], "opk": opk[has]}
+    part = {k: v.astype(PARTIAL[k], copy=False) for k, v in part.items()}
+    del cnt, d1, d2, r1, g1, it1, nb, opk
     blk = slot_block(comms, ckeys, nblocks)[ps]
     blocks = []
     for b in range(max(1, nblocks)):
         w = np.flatnonzero(blk == b)
-        blocks.append({k: v[w] for k, v in part.items()})
+        blocks.append(pack({k: v[w] for k, v in part.items()}))
     return Part(win, summary.world_size, np.array(rs, np.int64), missing, comms, ckeys, smin, smax, compute, counts,
                 blocks, rows)
 
@@ -307,12 +341,13 @@ def block_fold(pieces: Sequence[dict[str, np.ndarray]], to_global: Sequence[np.n
     program rows use (sorted), whose replay arrays are returned.
     """
     W, T = pl["W"], pl["T"]
+    pieces = [unpack(p) for p in pieces]
     gsl = [tg[p["cslot"]] for p, tg in zip(pieces, to_global)]
     slot = np.concatenate(gsl) if gsl else np.zeros(0, np.int64)
     gid = pl["base"][slot] + np.concatenate([p["seq"] for p in pieces]) - pl["smin"][slot] if len(slot) else \
         np.zeros(0, np.int64)
-    cat = {k: np.concatenate([p[k] for p in pieces]).astype(PARTIAL[k], copy=False) for k in PARTIAL
-           if k not in ("cslot", "seq")}
+    cat = {k: np.concatenate([p[k] for p in pieces]).astype(np.int8 if k == "opk" else np.int64, copy=False)
+           for k in PARTIAL if k not in ("cslot", "seq")}
     order = np.argsort(gid, kind="stable")
     n = len(gid)
     u = {k: np.empty(n, np.int64) for k in ("gid", "cnt", "d1", "d2", "r1", "g1", "it1", "nb", "slot")}
@@ -335,6 +370,7 @@ def block_fold(pieces: Sequence[dict[str, np.ndarray]], to_global: Sequence[np.n
     NB = (sk, np.bincount(sinv.ravel(), weights=u["nb"].astype(np.float64), minlength=len(sk)),
           np.bincount(sinv.ravel(), minlength=len(sk)).astype(np.float64))
     tk = type_keys(pl["scode"][s], u["opk"], u["nb"], bins_per_octave=pl["bins"])
+    tk = tk.astype(np.int32) if len(tk) and tk.max() <= np.iinfo(np.int32).max else tk
     out = {"caused": caused, "X": X, "NB": NB, "types": (tk, x, full)}
     if needed is not None:
         w = np.searchsorted(u["gid"], needed)
@@ -342,19 +378,20 @@ def block_fold(pieces: Sequence[dict[str, np.ndarray]], to_global: Sequence[np.n
     return out
 
 
-def assemble(pl: Plan, blocks: Sequence[dict[str, Any]], rows: Sequence[dict[str, np.ndarray]] | None,
-             row_gid: np.ndarray | None, needed: np.ndarray | None, *, replay_its: np.ndarray | None,
-             restricted: bool) -> Folded:
+def assemble(pl: Plan, blocks: Iterable[dict[str, Any]], rows: dict[str, np.ndarray] | None, *,
+             replay_its: np.ndarray | None, restricted: bool) -> Folded:
     """The :class:`~holmes.localize.persistent.wait.Folded` from the plan, every block's
-    :func:`block_fold` and the program rows (``row_gid``: their instance numbers)."""
+    :func:`block_fold` (consumed one at a time) and the program rows (:func:`collect_rows`; emptied
+    on the way)."""
     W, T = pl.world_size, len(pl.window)
     S = len(pl.slot_keys)
     caused = np.zeros(W * T)
     X = np.zeros(S * T)
     NB = np.zeros(S)
     CNT = np.zeros(S)
-    tks, xs, fulls = [], [], []
-    for b in blocks:
+    tks, xs, fulls, reps = [], [], [], []
+    nblocks = 0
+    for b in blocks:  # the sums are of integers: exact in any order
         np.add.at(caused, b["caused"][0], b["caused"][1])
         np.add.at(X, b["X"][0], b["X"][1])
         np.add.at(NB, b["NB"][0], b["NB"][1])
@@ -362,6 +399,9 @@ def assemble(pl: Plan, blocks: Sequence[dict[str, Any]], rows: Sequence[dict[str
         tks.append(b["types"][0])
         xs.append(b["types"][1])
         fulls.append(b["types"][2])
+        reps.append(b.get("replay"))
+        nblocks += 1
+        del b
     tk = np.concatenate(tks) if tks else np.zeros(0, np.int64)
     types = np.unique(tk)
     typ = np.searchsorted(types, tk)
@@ -374,26 +414,66 @@ def assemble(pl: Plan, blocks: Sequence[dict[str, Any]], rows: Sequence[dict[str
     prog = None
     inst_slot = inst_type = inst_it = np.zeros(0, np.int64)
     row_rank = row_it = np.zeros(0, np.int64)
-    if rows is not None and needed is not None and row_gid is not None:
-        rep = {k: np.concatenate([b["replay"][k] for b in blocks]) for k in ("gid", "x", "size", "tk", "slot", "it")}
+    if rows is not None:
+        rep = {k: np.concatenate([r[k] for r in reps]) for k in ("gid", "x", "size", "tk", "slot", "it")}
+        del reps
         o = np.argsort(rep["gid"], kind="stable")
         rep = {k: v[o] for k, v in rep.items()}
-        inst = np.searchsorted(rep["gid"], row_gid)
+        gid = rows.pop("gid")
+        inst = np.empty(len(gid), np.int64 if len(rep["gid"]) > np.iinfo(np.int32).max else np.int32)
+        for a in range(0, len(gid), _SLICE):  # in slices: no second int64 array of the rows
+            inst[a:a + _SLICE] = np.searchsorted(rep["gid"], gid[a:a + _SLICE])
+        del gid
         kc = counts[:, replay_its] if restricted and replay_its is not None else counts
         lens = kc.sum(axis=1)
         rank_ptr = np.r_[0, np.cumsum(lens)].astype(np.int64)
         iter_ptr = rank_ptr[:-1, None] + np.c_[np.zeros(W, np.int64), np.cumsum(kc, axis=1)]
-        gap = np.concatenate([r["gap"] for r in rows]) if rows else np.zeros(0)
-        nbat = np.concatenate([r["new_batch"] for r in rows]) if rows else np.zeros(0, np.bool_)
-        row_it = np.concatenate([r["widx"] for r in rows]) if rows else np.zeros(0, np.int32)
+        row_it = rows.pop("widx")
         row_rank = np.repeat(np.arange(W, dtype=np.int32), lens)
-        prog = Program(rank_ptr, iter_ptr, inst, gap, nbat, rep["x"], rep["size"])
+        prog = Program(rank_ptr, iter_ptr, inst, rows.pop("gap"), rows.pop("new_batch"), rep["x"], rep["size"])
         inst_slot, inst_it = rep["slot"], rep["it"]
         inst_type = np.searchsorted(types, rep["tk"])
-    log.info("persistent: %d ranks folded in %d blocks, %d slots", int(present.sum()), len(blocks), S)
+    log.info("persistent: %d ranks folded in %d blocks, %d slots", int(present.sum()), nblocks, S)
     return Folded(pl.window, caused.reshape(W, T), pl.compute, present, pl.info, X.reshape(S, T), NB, CNT, prog,
                   inst_slot, inst_type, type_x, inst_it, row_rank, row_it,
                   replay_its=None if restricted else replay_its, gap_sum=pl.compute if restricted else None)
+
+
+#: rows per slice where the program rows are mapped in slices
+_SLICE = 1 << 22
+
+
+def collect_rows(pl: Plan, parts_rows: Iterable[Mapping[str, Any]], n: int, nblocks: int
+                 ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
+    """The program rows of every part (packed, in rank order; ``n`` in all) in job-wide arrays:
+    ``gap``, ``new_batch``, ``widx`` and ``gid`` (the instance number); and per block the sorted
+    instance numbers they use (what :func:`block_fold` returns the replay arrays of)."""
+    out = {"gap": np.empty(n), "new_batch": np.empty(n, np.bool_), "widx": np.empty(n, np.int32),
+           "gid": np.empty(n, np.int64)}
+    blk = np.empty(n, np.int16)
+    sb = slot_block(pl.comm_ids, pl.slot_keys, nblocks).astype(np.int16)
+    a = 0
+    for packed, tg in zip(parts_rows, pl.to_global):  # one part's rows at a time
+        r = unpack(packed)
+        del packed
+        b = a + len(r["gap"])
+        g = tg[r["cslot"]]
+        out["gid"][a:b] = pl.base[g] + r["seq"] - pl.smin[g]
+        blk[a:b] = sb[g]
+        for k in ("gap", "new_batch", "widx"):
+            out[k][a:b] = r[k]
+        a = b
+        del r, g
+    if a != n:
+        raise RuntimeError(f"internal: {a} program rows, the parts' counts say {n}")
+    gid = out["gid"]
+    needed = [np.unique(gid[blk == b]) if nblocks > 1 else np.unique(gid) for b in range(nblocks)]
+    return out, needed
+
+
+def _kept_rows(pl: Plan, program_its: np.ndarray | None, restricted: bool) -> int:
+    """How many program rows the parts carry."""
+    return int(pl.counts[:, program_its].sum() if restricted and program_its is not None else pl.counts.sum())
 
 
 def type_medians(typ: np.ndarray, x: np.ndarray, full: np.ndarray, n: int) -> np.ndarray:
@@ -413,42 +493,19 @@ def fold_parts(parts: Sequence[Part], communicators: Mapping[str, Any], world_si
     th = thresholds or load_thresholds()
     pl = plan([p.meta() for p in parts], communicators)
     nb = len(parts[0].blocks)
-    rows = [p.rows for p in parts] if parts[0].rows is not None else None
-    row_gid = needed_by_block = None
-    if rows is not None:
-        row_gid, blk = program_instances(pl, rows, nb)
-        needed_by_block = _needed(row_gid, blk, nb)
+    rows = needed = None
+    if parts[0].rows is not None:
+        rows, needed = collect_rows(pl, [p.rows for p in parts], _kept_rows(pl, program_its, restricted), nb)
     cfg = block_config(pl, th)
-    blocks = [block_fold([p.blocks[b] for p in parts], pl.to_global, cfg,
-                         None if needed_by_block is None else needed_by_block[b]) for b in range(nb)]
-    needed = None if needed_by_block is None else np.concatenate(needed_by_block)
-    return assemble(pl, blocks, rows, row_gid, needed, replay_its=program_its, restricted=restricted)
+    blocks = (block_fold([p.blocks[b] for p in parts], pl.to_global, cfg, None if needed is None else needed[b])
+              for b in range(nb))
+    return assemble(pl, blocks, rows, replay_its=program_its, restricted=restricted)
 
 
 def block_config(pl: Plan, th: Thresholds) -> dict[str, Any]:
     """What every :func:`block_fold` needs of the plan (small: per slot, three integers)."""
     return {"base": pl.base, "smin": pl.smin, "expected": pl.expected, "scode": pl.scode, "W": pl.world_size,
             "T": len(pl.window), "bins": th.slot_bins_per_octave}
-
-
-def program_instances(pl: Plan, rows: Sequence[dict[str, np.ndarray]], nblocks: int,
-                      to_global: Sequence[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Per program row (``rows``: parts' rows, with their chunk slot ``cslot`` and ``seq``; the parts'
-    slot maps ``to_global``, default the plan's) its instance number and its block (int16)."""
-    gids, blks = [], []
-    sb = slot_block(pl.comm_ids, pl.slot_keys, nblocks).astype(np.int16)
-    for r, tg in zip(rows, pl.to_global if to_global is None else to_global):
-        g = tg[r["cslot"]]
-        gids.append(pl.base[g] + r["seq"] - pl.smin[g])
-        blks.append(sb[g])
-    gid = np.concatenate(gids) if gids else np.zeros(0, np.int64)
-    blk = np.concatenate(blks) if blks else np.zeros(0, np.int16)
-    return gid, blk
-
-
-def _needed(gid: np.ndarray, blk: np.ndarray, nblocks: int) -> list[np.ndarray]:
-    """Per block, the sorted instance numbers the program rows use."""
-    return [np.unique(gid[blk == b]) if nblocks > 1 else np.unique(gid) for b in range(nblocks)]
 
 
 def _meta(part: Part) -> Part:
@@ -472,12 +529,16 @@ def _chunk_task(source: Any, ranks: list[int], window: np.ndarray, keep: np.ndar
 
 #: ranks per map task in this process (the read batches of one task: its memory)
 INPROCESS_CHUNK = 1024
-#: reduce blocks in this process
+#: the operators of a rank in an iteration, about, to size the blocks before reading (Megatron-style
+#: 3D jobs log 10-40)
+_OPS_PER_RANK_ITERATION = 25
+#: reduce blocks in this process, at least (more for a large job: :data:`BLOCK_ROWS`)
 INPROCESS_BLOCKS = 1
 #: ranks per map task on a cluster
-DISTRIBUTED_CHUNK = 512
-#: window operators per reduce block on a cluster, about (one block's partial folds are a task's input)
-BLOCK_ROWS = 250_000
+DISTRIBUTED_CHUNK = 1024
+#: window operators per reduce block on a cluster, about (one block's partial folds, a fifth of them or
+#: less, are a task's input)
+BLOCK_ROWS = 4_000_000
 
 
 def gather_folded(job: Any, window: Any, communicators: Mapping[str, Any], *, scheduler: Any = None,
@@ -505,9 +566,10 @@ def gather_folded(job: Any, window: Any, communicators: Mapping[str, Any], *, sc
         Keep only ``program_its``'s rows in the program (the job has no compute tables whose
         per-row alignment needs all of them).
     chunk, nblocks : int, optional
-        Ranks per map task and reduce blocks (default: :data:`INPROCESS_CHUNK` and one block in
-        process; :data:`DISTRIBUTED_CHUNK` and about one block per :data:`BLOCK_ROWS` window
-        operators, at least two per worker, on a cluster). The result does not depend on them.
+        Ranks per map task and reduce blocks (default: :data:`INPROCESS_CHUNK` ranks in process,
+        :data:`DISTRIBUTED_CHUNK` on a cluster; about one block per :data:`BLOCK_ROWS` window
+        operators, at least :data:`INPROCESS_BLOCKS` in process and two per worker on a cluster).
+        The result does not depend on them.
     """
     from holmes.detect.jobmap import job_source
     from holmes.localize.evidence.sources import JobSource, open_source
@@ -521,11 +583,12 @@ def gather_folded(job: Any, window: Any, communicators: Mapping[str, Any], *, sc
         src = job_source(getattr(job, "job", job) if isinstance(job, JobSource) else job, ex) if ex.distributed \
             else open_source(job)
         W = open_source(job).world_size
+        blocks_for_size = -(-W * T * _OPS_PER_RANK_ITERATION // BLOCK_ROWS)
         if ex.distributed:
             chunk = chunk or DISTRIBUTED_CHUNK
-            nblocks = nblocks or max(2 * ex.workers, -(-W * T * 25 // BLOCK_ROWS))
+            nblocks = nblocks or max(2 * ex.workers, blocks_for_size)
         else:
-            chunk, nblocks = chunk or INPROCESS_CHUNK, nblocks or INPROCESS_BLOCKS
+            chunk, nblocks = chunk or INPROCESS_CHUNK, nblocks or max(INPROCESS_BLOCKS, blocks_for_size)
         keep = None
         if program:
             keep = np.zeros(T, np.bool_)
@@ -533,36 +596,35 @@ def gather_folded(job: Any, window: Any, communicators: Mapping[str, Any], *, sc
         parts = [ex.submit(_chunk_task, src, rs, win, keep, nblocks, th) for rs in split_items(list(range(W)), chunk)]
         metas = [ex.fetch(ex.submit(_meta, h)) for h in parts]
         pl = plan(metas, communicators)
-        rows: list[dict[str, np.ndarray]] | None = None
-        row_gid = needed_by_block = None
-        if program:
-            rows, gids, blks = [], [], []
-            for h, tg in zip(parts, pl.to_global):  # one part's rows at a time: their instance numbers
-                r = ex.fetch(ex.submit(_rows, h))
-                gid, blk = program_instances(pl, [r], nblocks, [tg])
-                gids.append(gid)
-                blks.append(blk)
-                rows.append({k: v for k, v in r.items() if k not in ("cslot", "seq")})
-                del r
-            row_gid = np.concatenate(gids) if gids else np.zeros(0, np.int64)
-            blk = np.concatenate(blks) if blks else np.zeros(0, np.int16)
-            del gids, blks
-            needed_by_block = _needed(row_gid, blk, nblocks)
-            del blk
+        rows = needed_by_block = None
+        if program:  # one part's rows at a time, fetched and placed
+            rows, needed_by_block = collect_rows(pl, (ex.fetch(ex.submit(_rows, h)) for h in parts),
+                                                 _kept_rows(pl, program_its, restricted), nblocks)
         del metas
         cfg = ex.share(block_config(pl, th))
         to_global = ex.share(pl.to_global)
-        handles = [ex.submit(block_fold, [ex.submit(_piece, h, b) for h in parts], to_global, cfg,
-                             None if needed_by_block is None else needed_by_block[b]) for b in range(nblocks)]
-        blocks = []
-        for h in handles:
-            blocks.append(ex.fetch(h))
-            ex.release(h)
-        for h in parts:
-            ex.release(h)
-        del parts, handles
-        needed = None if needed_by_block is None else np.zeros(0, np.int64)
-        f = assemble(pl, blocks, rows, row_gid, needed, replay_its=program_its, restricted=restricted)
+        def submit(b: int) -> Any:
+            return ex.submit(block_fold, [ex.submit(_piece, p, b) for p in parts], to_global, cfg,
+                             None if needed_by_block is None else needed_by_block[b])
+
+        def blocks() -> Iterator[dict[str, Any]]:
+            # a few blocks on the cluster at a time (each worker busy, one result on its way), fetched and dropped
+            ahead = deque(submit(b) for b in range(min(nblocks, ex.workers + 1)))
+            nxt = len(ahead)
+            while ahead:
+                h = ahead.popleft()
+                value = ex.fetch(h)
+                ex.release(h)
+                del h
+                if nxt < nblocks:
+                    ahead.append(submit(nxt))
+                    nxt += 1
+                yield value
+                del value
+            for p in parts:
+                ex.release(p)
+
+        f = assemble(pl, blocks(), rows, replay_its=program_its, restricted=restricted)
         return f, pl.missing
     finally:
         if ex is not scheduler:
