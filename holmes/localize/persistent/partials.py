@@ -371,7 +371,15 @@ def block_fold(pieces: Sequence[dict[str, np.ndarray]], to_global: Sequence[np.n
           np.bincount(sinv.ravel(), minlength=len(sk)).astype(np.float64))
     tk = type_keys(pl["scode"][s], u["opk"], u["nb"], bins_per_octave=pl["bins"])
     tk = tk.astype(np.int32) if len(tk) and tk.max() <= np.iinfo(np.int32).max else tk
-    out = {"caused": caused, "X": X, "NB": NB, "types": (tk, x, full)}
+    # per operator type, the transfer times of its instances every member logged, and of the others
+    ot = np.argsort(tk, kind="stable")
+    tks, starts = np.unique(tk[ot], return_index=True)
+    bounds = np.r_[starts, len(ot)]
+    types = {}
+    for k, a, b in zip(tks.tolist(), bounds[:-1].tolist(), bounds[1:].tolist()):
+        w = ot[a:b]
+        types[k] = (x[w[full[w]]], x[w[~full[w]]])
+    out = {"caused": caused, "X": X, "NB": NB, "types": types}
     if needed is not None:
         w = np.searchsorted(u["gid"], needed)
         out["replay"] = {"gid": needed, "x": x[w], "size": cnt[w], "tk": tk[w], "slot": s[w], "it": inst_it[w]}
@@ -389,26 +397,28 @@ def assemble(pl: Plan, blocks: Iterable[dict[str, Any]], rows: dict[str, np.ndar
     X = np.zeros(S * T)
     NB = np.zeros(S)
     CNT = np.zeros(S)
-    tks, xs, fulls, reps = [], [], [], []
+    by_type: dict[int, tuple[list[np.ndarray], list[np.ndarray]]] = {}
+    reps = []
     nblocks = 0
     for b in blocks:  # the sums are of integers: exact in any order
         np.add.at(caused, b["caused"][0], b["caused"][1])
         np.add.at(X, b["X"][0], b["X"][1])
         np.add.at(NB, b["NB"][0], b["NB"][1])
         np.add.at(CNT, b["NB"][0], b["NB"][2])
-        tks.append(b["types"][0])
-        xs.append(b["types"][1])
-        fulls.append(b["types"][2])
+        for k, (xf, xo) in b["types"].items():
+            got = by_type.setdefault(k, ([], []))
+            got[0].append(xf)
+            got[1].append(xo)
         reps.append(b.get("replay"))
         nblocks += 1
         del b
-    tk = np.concatenate(tks) if tks else np.zeros(0, np.int64)
-    types = np.unique(tk)
-    typ = np.searchsorted(types, tk)
-    x, full = (np.concatenate(xs), np.concatenate(fulls)) if xs else (np.zeros(0), np.zeros(0, np.bool_))
-    del tks, xs, fulls, tk
-    type_x = type_medians(typ, x, full, len(types))
-    del typ, x, full
+    types = np.array(sorted(by_type), np.int64)
+    type_x = np.zeros(len(types))
+    for i, k in enumerate(types.tolist()):  # the median over the instances every member logged, else all
+        xf, xo = by_type.pop(k)
+        v = np.concatenate(xf) if sum(len(a) for a in xf) else np.concatenate(xf + xo)
+        type_x[i] = np.median(v) if len(v) else 0.0
+        del xf, xo, v
     counts = pl.counts
     present = counts.sum(axis=1) > 0
     prog = None
@@ -474,16 +484,6 @@ def collect_rows(pl: Plan, parts_rows: Iterable[Mapping[str, Any]], n: int, nblo
 def _kept_rows(pl: Plan, program_its: np.ndarray | None, restricted: bool) -> int:
     """How many program rows the parts carry."""
     return int(pl.counts[:, program_its].sum() if restricted and program_its is not None else pl.counts.sum())
-
-
-def type_medians(typ: np.ndarray, x: np.ndarray, full: np.ndarray, n: int) -> np.ndarray:
-    """Per operator type, the median transfer time of its instances every member logged (else of all)."""
-    med = _group_median(typ[full] if not full.all() else typ, x[full] if not full.all() else x, n)
-    lack = np.isnan(med)
-    if lack.any():
-        m = lack[typ]
-        med[lack] = _group_median(typ[m], x[m], n)[lack]
-    return np.nan_to_num(med)
 
 
 def fold_parts(parts: Sequence[Part], communicators: Mapping[str, Any], world_size: int, window: Any, *,

@@ -108,7 +108,8 @@ def replay(prog: Program, *, gap: np.ndarray | None = None, x: np.ndarray | None
         np.ascontiguousarray(iterations, dtype=np.int64)
     tl = np.zeros((prog.world_size, prog.num_iterations)) if tail is None else \
         np.ascontiguousarray(tail, dtype=np.float64)
-    _replay(prog.iter_ptr, prog.inst, g, prog.new_batch, xx, prog.size, rank_of, np.empty(n, np.int64), its, out, tl)
+    nxt = np.empty(n, np.int32 if n <= np.iinfo(np.int32).max else np.int64)  # row links: row numbers
+    _replay(prog.iter_ptr, prog.inst, g, prog.new_batch, xx, prog.size, rank_of, nxt, its, out, tl)
     return out
 
 
