@@ -1,4 +1,5 @@
-"""Full-job ``holmes detect`` in process vs on a 2-worker Dask ``LocalCluster`` (issue #18).
+"""Full-job work in process vs on a 2-worker Dask ``LocalCluster``: ``holmes detect`` (issue #18) or
+the persistent analysis (``--analysis persistent``, issue #38).
 
 The job (8,192 GPUs x 100 iterations by default, a GPU 1.3x slow from iteration 0) is simulated
 once and cached as ``benchmarks/localize_scale.py --analysis persistent`` caches it (the same
@@ -26,10 +27,21 @@ in-process RSS / largest worker's, ``ratio_any_process`` the same over the large
 ``--compare-old`` also runs the Dask part with the settings before the memory fix (512 ranks a
 task, 8 tasks ahead), printed first as ``[old]``.
 
+``--analysis persistent``: ``holmes localize JOB --analysis persistent --format json`` in a fresh
+process, then the same with ``--scheduler ADDRESS`` (map over chunks of ranks on the workers, reduce
+by blocks of slots, report in the client); the two reports compared as JSON without ``bytes_read``
+and ``timing`` (the workers read the logs; wall times differ). Last line:
+``[persistent] dask_s=<s> inproc_s=<s> dask_max_worker_rss_mb=<MB> dask_client_rss_mb=<MB>
+scheduler_rss_mb=<MB> max_process_rss_mb=<MB> inproc_rss_mb=<MB> load=<1-min> same_result=<0|1>``;
+``--skip-inproc`` runs the Dask part only, against a report written earlier (``--reference``; without
+one ``same_result=-1``). The commands run with ``MALLOC_TRIM_THRESHOLD_=65536`` (what Dask's nanny sets
+for its workers: glibc hands freed memory back to the system, so RSS is what the process holds).
+
 Usage::
 
     python benchmarks/dask_scale.py                      # 8192 GPUs x 100 iterations
     python benchmarks/dask_scale.py --gpus 2048 --iterations 20 --compare-old
+    python benchmarks/dask_scale.py --gpus 32768 --analysis persistent
 """
 
 from __future__ import annotations
@@ -55,16 +67,22 @@ LAYOUT = {128: dict(tp=4, pp=4, dp=8), 2048: dict(tp=8, pp=8, dp=32), 4096: dict
           8192: dict(tp=8, pp=8, dp=128), 32768: dict(tp=8, pp=8, dp=512)}
 
 # runs the CLI in this child and prints its own peak RSS (MB) and wall time on the last line;
-# argv[1] (JSON) may set DaskExecutor's in_flight / max_chunk (to compare settings in one session)
+# argv[1] (JSON) may set DaskExecutor's in_flight / max_chunk (to compare settings in one session) and
+# "stdout": the file the command's output goes to
 _CHILD = """
-import functools, json, resource, sys, time
+import contextlib, functools, json, resource, sys, time
 from holmes.cli.main import main
 from holmes.parallel import DaskExecutor
 opts = json.loads(sys.argv[1])
+out = opts.pop("stdout", None)
 if opts:
     DaskExecutor.__init__ = functools.partialmethod(DaskExecutor.__init__, **opts)
 t0 = time.perf_counter()
-rc = main(sys.argv[2:])
+if out:
+    with open(out, "w") as f, contextlib.redirect_stdout(f):
+        rc = main(sys.argv[2:])
+else:
+    rc = main(sys.argv[2:])
 print(json.dumps(dict(rc=rc, s=time.perf_counter() - t0,
                       rss=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0)))
 """
@@ -81,8 +99,9 @@ def cached_job(cache: Path, size: int, iterations: int) -> Path:
 
 
 def run_cli(argv: list[str], opts: dict | None = None) -> dict:
+    env = {**os.environ, "MALLOC_TRIM_THRESHOLD_": os.environ.get("MALLOC_TRIM_THRESHOLD_", "65536")}
     got = subprocess.run([sys.executable, "-c", _CHILD, json.dumps(opts or {}), *argv], capture_output=True,
-                         text=True)
+                         text=True, env=env)
     if got.returncode != 0:
         raise SystemExit(f"holmes {' '.join(argv)} failed:\n{got.stderr[-3000:]}")
     return json.loads(got.stdout.strip().splitlines()[-1])
@@ -127,6 +146,61 @@ def dask_run(job: Path, out: Path, opts: dict) -> tuple[dict, list[float], float
                       opts)
         workers = list(client.run(_rss_mb).values())
     return res, workers, _peak_mb()
+
+
+def dask_localize(job: Path, out: Path) -> tuple[dict, list[float], float]:
+    """``holmes localize --analysis persistent --scheduler`` against a fresh 2-worker LocalCluster; (client
+    result, each worker's peak RSS, this process's peak RSS: the scheduler's)."""
+    from distributed import Client, LocalCluster
+
+    _reset_peak()
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=":0") as cluster, \
+            Client(cluster) as client:
+        res = run_cli(["localize", str(job), "--analysis", "persistent", "--format", "json", "-q",
+                       "--scheduler", cluster.scheduler_address], {"stdout": str(out)})
+        workers = list(client.run(_peak_mb).values())
+    return res, workers, _peak_mb()
+
+
+def same_report(a: Path, b: Path) -> bool:
+    """The two reports' JSON are equal but for ``bytes_read`` (what the report's own process read) and
+    ``timing``."""
+    ra, rb = json.loads(a.read_text()), json.loads(b.read_text())
+    for r in (ra, rb):
+        r.pop("bytes_read", None)
+        r.pop("timing", None)
+    return ra == rb
+
+
+def persistent_main(args: argparse.Namespace, job: Path, cache: Path) -> int:
+    print(f"{'run':>4} {'inproc s':>9} {'inproc RSS MB':>14} {'dask s':>7} {'worker RSS MB':>14} "
+          f"{'client RSS MB':>14} {'sched. RSS MB':>14} {'same':>5}", flush=True)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="holmes-dask-scale-", dir=cache) as tmp:
+        a, b = Path(tmp) / "inproc.json", Path(tmp) / "dask.json"
+        for k in range(args.repeats):
+            if args.skip_inproc:
+                a = Path(args.reference) if args.reference else None
+                inproc = {"s": float("nan"), "rss": float("nan")}
+            else:
+                inproc = run_cli(["localize", str(job), "--analysis", "persistent", "--format", "json", "-q"],
+                                 {"stdout": str(a)})
+            t0 = time.perf_counter()
+            client, workers, sched = dask_localize(job, b)
+            dask_s = time.perf_counter() - t0
+            same = same_report(a, b) if a is not None else -1  # -1: not compared
+            rows.append((inproc["s"], inproc["rss"], client["s"], max(workers), client["rss"], sched, same))
+            print(f"{k:>4} {inproc['s']:>9.1f} {inproc['rss']:>14.0f} {client['s']:>7.1f} "
+                  f"{'/'.join(f'{w:.0f}' for w in workers):>14} {client['rss']:>14.0f} {sched:>14.0f} "
+                  f"{int(same):>5}   (with cluster start/stop: {dask_s:.1f} s)", flush=True)
+            if args.keep_report and k == 0:
+                Path(args.keep_report).write_text(b.read_text())
+    med = [statistics.median(r[i] for r in rows) for i in range(6)]
+    print(f"[persistent] dask_s={med[2]:.1f} inproc_s={med[0]:.1f} dask_max_worker_rss_mb={med[3]:.0f} "
+          f"dask_client_rss_mb={med[4]:.0f} scheduler_rss_mb={med[5]:.0f} "
+          f"max_process_rss_mb={max(med[3], med[4], med[5]):.0f} inproc_rss_mb={med[1]:.0f} "
+          f"load={os.getloadavg()[0]:.1f} same_result={min(int(r[6]) for r in rows)}")
+    return 0 if all(r[6] == 1 for r in rows) or not args.smoke else 1
 
 
 def same_result(a: Path, b: Path) -> bool:
@@ -176,6 +250,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-chunk", type=int, help="DaskExecutor max_chunk (default: the library's, 64 ranks)")
     ap.add_argument("--compare-old", action="store_true",
                     help="also run the Dask part with the old settings (512 ranks a task, 8 tasks ahead)")
+    ap.add_argument("--analysis", choices=("detect", "persistent"), default="detect",
+                    help="the full-job work compared: holmes detect (default) or the persistent analysis")
+    ap.add_argument("--skip-inproc", action="store_true",
+                    help="--analysis persistent: no in-process run; compare with --reference (none: same_result=-1)")
+    ap.add_argument("--reference", help="--analysis persistent --skip-inproc: an in-process report (JSON)")
+    ap.add_argument("--keep-report", help="--analysis persistent: copy the Dask run's report here")
     ap.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "holmes-bench-scale"))
     ap.add_argument("--smoke", action="store_true",
                     help="CI: tiny sizes, 128 GPUs x 10 iterations, a fresh temporary cache; exits 1 unless "
@@ -189,6 +269,10 @@ def main(argv: list[str] | None = None) -> int:
     cache = Path(args.cache)
     cache.mkdir(parents=True, exist_ok=True)
     job = cached_job(cache, args.gpus, args.iterations)
+    if args.analysis == "persistent":
+        print(f"job: {job} ({args.gpus} GPUs x {args.iterations} iterations, persistent analysis); "
+              f"load: {os.getloadavg()[0]:.1f} (1-min average, {os.cpu_count()} cores)")
+        return persistent_main(args, job, cache)
     opts = {k: v for k, v in (("in_flight", args.in_flight), ("max_chunk", args.max_chunk)) if v is not None}
     settings = [("new", opts)] + ([("old", OLD)] if args.compare_old else [])
     print(f"job: {job} ({args.gpus} GPUs x {args.iterations} iterations); "

@@ -207,3 +207,33 @@ def test_persistent_analysis_on_dask_is_the_in_process_report(client, capsys):
     assert got == want
     assert cli(["localize", str(JOB), "--analysis", "irregular", "--scheduler", client.scheduler.address]) == 2
     assert "--analysis persistent" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def slow_job(tmp_path_factory):
+    from holmes.simulate import simulate
+
+    # 128 GPUs x 40 iterations (the replays run on 32 of them), a GPU 1.3x slow from iteration 0
+    out = tmp_path_factory.mktemp("persistent") / "job"
+    simulate(out, tp=2, pp=4, dp=16, micro_batches=2, iterations=40, seed=11, faults=["gpu:77@persistent:0-39*1.3"])
+    return out
+
+
+def test_persistent_analysis_of_a_slow_gpu_on_dask_is_the_in_process_report(client, slow_job, capsys):
+    import json
+
+    from holmes.localize.mapreduce import localize_persistent
+
+    want = holmes.localize(slow_job, analysis="persistent").to_json()
+    got = localize_persistent(slow_job, scheduler=client).to_json()
+    for r in (got, want):
+        r.pop("bytes_read"), r.pop("timing", None)
+    assert got == want and want["devices"][0]["id"] == "gpu:77" and want["fetched_ranks"] == 128
+    # the CLI: --scheduler gives the in-process report
+    outs = []
+    for extra in ([], ["--scheduler", client.scheduler.address]):
+        assert cli(["localize", str(slow_job), "--analysis", "persistent", "--format", "json", "-q", *extra]) == 0
+        d = json.loads(capsys.readouterr().out)
+        d.pop("bytes_read"), d.pop("timing", None)
+        outs.append(d)
+    assert outs[0] == outs[1] and outs[0]["devices"][0]["id"] == "gpu:77"

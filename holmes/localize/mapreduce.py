@@ -113,8 +113,11 @@ def localize_persistent(job: Any, *, scheduler: Any = None, **params: Any) -> Re
     **params
         Any :class:`~holmes.localize.LocalizeParams` field but ``analysis``.
     """
-    p = LocalizeParams(**{**params, "analysis": "persistent"})
-    window = persistent_window(job, p.pivot, p.window)
-    summary = persistent_summary(job, window, scheduler=scheduler, thresholds=p.t)
-    params.pop("analysis", None)
-    return localize_summary(job, summary, **params)
+    params["analysis"] = "persistent"
+    LocalizeParams(**params)  # bad parameters fail before the cluster is used
+    ex = get_executor(scheduler)
+    try:
+        return Localizer(analyses=[PersistentAnalysis(scheduler=ex)], **params).localize(job)
+    finally:
+        if ex is not scheduler:
+            ex.close()

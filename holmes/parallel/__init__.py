@@ -86,6 +86,14 @@ class Executor:
     def share(self, obj: Any) -> Any:
         return obj
 
+    def submit(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        """``fn(*args, **kw)`` as a handle (handles in ``args``, also inside a list, are passed as their
+        values): in process the value itself, on a cluster a future whose value stays on its worker."""
+        return fn(*args, **kw)
+
+    def release(self, handle: Any) -> None:
+        """Forget ``handle``'s value where it is held (a worker drops a task's result)."""
+
     @property
     def distributed(self) -> bool:
         """Whether tasks run in other processes (they then read the job from its path)."""
@@ -225,6 +233,15 @@ class DaskExecutor(Executor):
         from distributed import Future
 
         return self._result(handle, "fetching a result") if isinstance(handle, Future) else handle
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        return self.client.submit(fn, *args, pure=False, **kw)
+
+    def release(self, handle: Any) -> None:
+        from distributed import Future
+
+        if isinstance(handle, Future):
+            handle.release()
 
     def share(self, obj: Any) -> Any:
         # a task returning the object (not a scatter): the cluster can recompute it if its worker is lost

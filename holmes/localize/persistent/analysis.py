@@ -49,18 +49,17 @@ from holmes.calibration.thresholds import or_shipped
 from holmes.display import SHOWN_RANKS
 from holmes.errors import ConfigError
 from holmes.localize.evidence.confidence import device_confidence
-from holmes.localize.persistent.compute_source import row_compute
+from holmes.localize.persistent.compute_source import has_compute, row_compute
 from holmes.localize.persistent.peers import Roles
-from holmes.localize.persistent.rank import PersistentSummary, persistent_summaries, persistent_window
+from holmes.localize.persistent.partials import fold_parts, gather_folded, part_of, replayed_iterations
+from holmes.localize.persistent.rank import PersistentSummary, persistent_window
 from holmes.localize.persistent.suspects import (ComputeOutliers, NetworkOutliers, StageHost, Suspect,
                                                  compute_suspects, network_suspects, slot_classes, stage_hosts,
                                                  stage_volumes)
-from holmes.localize.persistent.wait import Folded, fold
+from holmes.localize.persistent.wait import Folded
 from holmes.localize.persistent.whatif import ideal_gaps, swap_compute
 from holmes.localize.persistent.whatif import replay as _replay
 from holmes.localize.report import DeviceScore
-from holmes.localize.persistent.whatif import ideal_gaps, swap_compute
-from holmes.localize.persistent.whatif import replay as _replay
 from holmes.stats import RATIO_FLOOR
 from holmes.topology import kinds
 
@@ -112,6 +111,9 @@ class PersistentAnalysis:
     summary : PersistentSummary, optional
         Every rank's summary, merged (built elsewhere, e.g. one task per rank); when given,
         ``gather`` reads no log and the window is the summary's.
+    scheduler : None, str, distributed.Client or Executor, optional
+        Where ``gather``'s map and reduce run (:mod:`~holmes.localize.persistent.partials`;
+        :func:`holmes.parallel.get_executor`): None in this process. The report is the same.
     """
 
     name = "persistent"
@@ -130,8 +132,9 @@ class PersistentAnalysis:
         return {"slowdown": getattr(finding.evidence, "slowdown", None),
                 "non_device_cause": getattr(finding.evidence, "non_device_cause", None)}
 
-    def __init__(self, summary: PersistentSummary | None = None) -> None:
+    def __init__(self, summary: PersistentSummary | None = None, scheduler: Any = None) -> None:
         self.summary = summary
+        self.scheduler = scheduler
 
     def select(self, run: Any) -> PersistentSelection:
         """The last ``window`` iterations of the pivot (or the given summary's window)."""
@@ -145,17 +148,32 @@ class PersistentAnalysis:
     def gather(self, run: Any, sel: PersistentSelection) -> PersistentEvidence:
         """Summarize every rank (map/reduce), fold, find suspects against their peers, replay."""
         src, p = run.source, run.params
-        summary = self.summary
-        if summary is not None:
-            src.note_read(summary.ranks)
+        T = len(sel.window)
+        its = replayed_iterations(T, p.t.whatif_iterations) if p.whatif else None
+        # the program holds the replayed iterations' rows only, unless compute tables (aligned with
+        # every row) are read
+        restricted = its is not None and not has_compute(src)
+        if self.summary is not None:
+            src.note_read(self.summary.ranks)
+            keep = None
+            if p.whatif:
+                keep = np.zeros(T, np.bool_)
+                keep[its if restricted else slice(None)] = True
+            part = part_of(self.summary, list(range(src.world_size)), keep=keep)
+            f = fold_parts([part], src.communicators, src.world_size, sel.window, program_its=its,
+                           restricted=restricted, thresholds=p.t)
+            del part
+            missing = dict(self.summary.missing)
         else:
-            summary = persistent_summaries(src, sel.window, thresholds=p.t)
-        if summary.missing:
-            run.assume(f"persistent: {len(summary.missing)} rank(s) unreadable; their operators are missing from "
+            f, missing = gather_folded(src, sel.window, src.communicators, scheduler=self.scheduler,
+                                       program_its=its, program=p.whatif, restricted=restricted, thresholds=p.t)
+            if self.scheduler is not None:  # read on the workers
+                for r, why in missing.items():
+                    src.missing.setdefault(r, why)
+                src.note_read(r for r in range(src.world_size) if r not in missing)
+        if missing:
+            run.assume(f"persistent: {len(missing)} rank(s) unreadable; their operators are missing from "
                        f"the comparison and the replay")
-        f = fold(summary, src.communicators, program=p.whatif, consume=self.summary is None, thresholds=p.t)
-        if self.summary is None:
-            del summary
         roles = Roles.from_communicators(src.communicators, src.world_size)
         ev = PersistentEvidence(sel.window, f.caused, f.compute, roles)
         co: ComputeOutliers = compute_suspects(roles, f.caused, f.compute, z=p.t.persistent_z,
@@ -189,9 +207,7 @@ class PersistentAnalysis:
             return
         p = run.params
         limits = (p.t.whatif_max_groups, p.t.whatif_max_ranks)
-        T = prog.num_iterations
-        n_its = p.t.whatif_iterations
-        its = np.unique(np.linspace(0, T - 1, n_its).round().astype(np.int64)) if T > n_its else None
+        its = f.replay_its
 
         # where the job has compute tables (every rank read): each rank's work after its last operator
         # of an iteration (the optimizer step) ends its step, as logged and at the ideal
@@ -225,7 +241,7 @@ class PersistentAnalysis:
             f_peer = np.where(C > 0, np.minimum(ev.roles.work_reference(C) / C, 1.0), 1.0)
         x_ideal = f.type_x[f.inst_type] if len(f.type_x) else x
         g_ideal = ideal_gaps(gap, row_rank, row_it, C.shape, f.present,
-                             *((rc.comp, rc.ideal) if use and rc is not None else ()))
+                             *((rc.comp, rc.ideal) if use and rc is not None else ()), rest_sum=f.gap_sum)
         ideal = replay(prog, gap=g_ideal, x=x_ideal, **({"tail": tails[1]} if tails is not None else {}))
         t_ideal = float(np.nanmean(ideal[ok])) if np.isfinite(ideal[ok]).any() else float("nan")
         ev.step_actual, ev.step_ideal = t_act, t_ideal

@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 
 from holmes._jit import njit
-from holmes.calibration.thresholds import Thresholds, load_thresholds, or_shipped
-from holmes.localize.persistent.rank import _RBITS, FIELDS, PersistentSummary
+from holmes.calibration.thresholds import Thresholds, or_shipped
+from holmes.localize.persistent.rank import _RBITS, PersistentSummary
 from holmes.localize.persistent.whatif import Program
 
 __all__ = ["Folded", "fold"]
@@ -73,95 +73,22 @@ class Folded:
     inst_it: np.ndarray           # per instance, its window iteration
     row_rank: np.ndarray          # per program row, its rank
     row_it: np.ndarray            # per program row, its window iteration
+    replay_its: np.ndarray | None = None  # the program's iterations the replays run on (None: all)
+    gap_sum: np.ndarray | None = None     # (W, T) the gaps' sums over all rows, where the program holds only some
 
 
 def fold(summary: PersistentSummary, communicators: Mapping[str, Any], *, program: bool = True,
          consume: bool = False, thresholds: Thresholds | None = None) -> Folded:
     """Fold a merged summary into the persistent analysis's tables (ranks in ascending order);
-    ``consume``: empty ``summary.per_rank`` on the way (halves the peak memory); ``thresholds``:
-    whose ``slot_bins_per_octave`` and ``dense_lookup_max`` apply (default the shipped ones)."""
-    th = thresholds or load_thresholds()
-    W, win = summary.world_size, summary.window
-    T = len(win)
-    ranks = summary.ranks
-    comm_ids = sorted({c for r in ranks for c in summary.per_rank[r].comms})
-    code = {c: i for i, c in enumerate(comm_ids)}
-    gkeys = []
-    for r in ranks:
-        s = summary.per_rank[r]
-        lut = np.array([code[c] for c in s.comms], np.int64)
-        gkeys.append((lut[s.keys >> 2 * _RBITS] << 2 * _RBITS) | (s.keys & ((1 << 2 * _RBITS) - 1)))
-    slot_keys = np.unique(np.concatenate(gkeys)) if gkeys else np.zeros(0, np.int64)
-    lens = np.zeros(W, np.int64)
-    for r in ranks:
-        lens[r] = len(summary.per_rank[r].ops["seq"])
-    rank_ptr = np.r_[0, np.cumsum(lens)].astype(np.int64)
-    n = int(rank_ptr[-1])
-    cols = {k: np.empty(n, dt) for k, dt in FIELDS.items()}
-    compute = np.zeros((W, T))
-    iter_ptr = np.zeros((W, T + 1), np.int64)
-    for r, gk in zip(ranks, gkeys):
-        s = summary.per_rank.pop(r) if consume else summary.per_rank[r]
-        a, b = rank_ptr[r], rank_ptr[r + 1]
-        for k in FIELDS:
-            cols[k][a:b] = s.ops[k]
-        cols["slot"][a:b] = np.searchsorted(slot_keys, gk)[s.ops["slot"]]
-        compute[r] = s.compute
-        iter_ptr[r] = s.iter_ptr + a
-    for r in range(W):
-        if lens[r] == 0:
-            iter_ptr[r] = rank_ptr[r]
-    S = len(slot_keys)
-    row_rank = np.repeat(np.arange(W, dtype=np.int32), lens)
-    smin = np.full(S, _BIG, np.int64)
-    smax = np.full(S, -1, np.int64)
-    _seq_range(cols["slot"], cols["seq"], smin, smax)
-    size = np.where(smax >= 0, smax - smin + 1, 0)
-    base = np.r_[0, np.cumsum(size)].astype(np.int64)
-    inst = base[cols["slot"]] + cols["seq"] - smin[cols["slot"]]
-    n_inst = int(base[-1])
-    cnt = np.zeros(n_inst, np.int64)
-    d1 = np.full(n_inst, _BIG, np.int64)
-    d2 = np.full(n_inst, _BIG, np.int64)
-    r1 = np.full(n_inst, -1, np.int64)
-    g1 = np.zeros(n_inst, np.int64)
-    it1 = np.full(n_inst, -1, np.int64)
-    nb = np.zeros(n_inst, np.int64)
-    inst_op = np.zeros(n_inst, np.int8)
-    inst_op[inst] = cols["opk"]
-    for k in ("slot", "seq", "opk"):
-        del cols[k]
-    _fold(inst, row_rank, cols["dur"], cols["own"], cols["widx"], cols["nbytes"], cnt, d1, d2, r1, g1, it1, nb)
-    for k in ("dur", "own", "nbytes"):  # the replays need none of these: free them before
-        del cols[k]
-    inst_slot = np.repeat(np.arange(S, dtype=np.int64), size)
-    # waiting caused: the last member of each instance, (n - 1) x its own work up to the others' wait
-    ok = (cnt >= 2) & (d2 < _BIG) & (r1 >= 0) & (it1 >= 0)
-    own = np.minimum(d2[ok] - d1[ok], g1[ok]).clip(0).astype(np.float64)
-    caused = np.bincount(r1[ok] * T + it1[ok], weights=(cnt[ok] - 1) * own, minlength=W * T).reshape(W, T)
-    # transfer time per slot and iteration: the instances' shortest copies (of instances every member
-    # logged: with a member's log missing, the shortest copy may be a wait)
-    info = [_slot_info(int(k), comm_ids, communicators) for k in slot_keys.tolist()]
-    expected = np.array([len(i[2]) for i in info], np.int64)
-    has = cnt > 0
-    full = has & (cnt >= expected[inst_slot])
-    x = np.where(has & (d1 < _BIG), d1, 0).astype(np.float64)
-    inst_it = np.where(it1 >= 0, it1, 0)
-    X = np.bincount(inst_slot[full] * T + inst_it[full], weights=x[full], minlength=S * T).reshape(S, T) \
-        if T else np.zeros((S, 0))
-    inst_type, type_x = operator_types(info, communicators, inst_slot, inst_op, nb, x, full, has,
-                                       bins_per_octave=th.slot_bins_per_octave, dense_max=th.dense_lookup_max)
-    del inst_op
-    NB = np.bincount(inst_slot[has], weights=nb[has].astype(np.float64), minlength=S)
-    CNT = np.bincount(inst_slot[has], minlength=S).astype(np.float64)
-    prog = None
-    if program:
-        prog = Program(rank_ptr, iter_ptr, inst, cols["gap"], cols["new_batch"], x, cnt)
-    present = lens > 0
-    log.info("persistent: %d ranks folded, %d operators, %d instances, %d slots", len(ranks), n, n_inst, S)
-    return Folded(win, caused, compute, present, info, X, NB, CNT, prog, inst_slot, inst_type, type_x, inst_it,
-                  row_rank,
-                  cols["widx"])
+    ``consume``: empty ``summary.per_rank`` on the way; ``thresholds``: whose
+    ``slot_bins_per_octave`` applies (default the shipped ones). The summary is one
+    :class:`~holmes.localize.persistent.partials.Part` of the map/reduce of
+    :mod:`~holmes.localize.persistent.partials`, folded as every other."""
+    from holmes.localize.persistent.partials import fold_parts, part_of
+
+    keep = np.ones(len(summary.window), np.bool_) if program else None
+    part = part_of(summary, list(range(summary.world_size)), keep=keep, consume=consume)
+    return fold_parts([part], communicators, summary.world_size, summary.window, thresholds=thresholds)
 
 
 def operator_types(info: list[tuple], communicators: Mapping[str, Any], inst_slot: np.ndarray, inst_op: np.ndarray,
@@ -183,6 +110,19 @@ def operator_types(info: list[tuple], communicators: Mapping[str, Any], inst_slo
     >>> t.tolist(), m[t].tolist()           # the two all-gathers (op 1) share a type and a median
     ([0, 1, 0, 2], [5.0, 9.0, 5.0, 1.0])
     """
+    typ, n = dense_types(type_keys(slot_type_codes(info, communicators)[inst_slot], inst_op, nb,
+                                   bins_per_octave=bins_per_octave), dense_max)
+    med = _group_median(typ[full] if not full.all() else typ, x[full] if not full.all() else x, n)
+    lack = np.isnan(med)
+    if lack.any():  # types none of whose instances every member logged: over those any member logged
+        m = has & lack[typ]
+        med[lack] = _group_median(typ[m], x[m], n)[lack]
+    return typ, np.nan_to_num(med)
+
+
+def slot_type_codes(info: list[tuple], communicators: Mapping[str, Any]) -> np.ndarray:
+    """Per slot, the code of its kind for :func:`operator_types`: collectives by communicator kind and
+    size, P2P by kind and direction along the communicator's rank order."""
     skey: dict[tuple, int] = {}
     scode = np.zeros(len(info), np.int64)
     for s, i in enumerate(info):
@@ -195,14 +135,25 @@ def operator_types(info: list[tuple], communicators: Mapping[str, Any], inst_slo
         else:
             k = ("c", i[1], len(i[2]))
         scode[s] = skey.setdefault(k, len(skey))
-    key = scode[inst_slot]
+    return scode
+
+
+def type_keys(scode: np.ndarray, inst_op: np.ndarray, nb: np.ndarray, *, bins_per_octave: int | None = None
+              ) -> np.ndarray:
+    """Per instance its operator-type key: its slot's kind code (``scode``, per instance), its operator
+    and its size class (``1 / bins_per_octave`` of a factor of two)."""
     bins = or_shipped(bins_per_octave, "slot_bins_per_octave")
-    key <<= _BYTE_BITS
+    key = np.asarray(scode, np.int64) << _BYTE_BITS
     key += inst_op
     key <<= _BYTE_BITS
     if nb.any():
         key += np.clip(np.round(np.log2(nb.astype(np.float64) + 1.0) * bins), 0, _BYTE_MAX).astype(np.int64)
-    span = (len(skey) or 1) << (2 * _BYTE_BITS)
+    return key
+
+
+def dense_types(key: np.ndarray, dense_max: int | None = None) -> tuple[np.ndarray, int]:
+    """The type keys numbered densely in their order (and how many there are)."""
+    span = int(key.max()) + 1 if len(key) else 1
     if span <= or_shipped(dense_max, "dense_lookup_max"):  # few slot kinds (always, in practice): dense, no sort
         seen = np.zeros(span, np.bool_)
         seen[key] = True
@@ -210,14 +161,7 @@ def operator_types(info: list[tuple], communicators: Mapping[str, Any], inst_slo
         typ = lut.astype(np.int16 if lut[-1] <= np.iinfo(np.int16).max else np.int32)[key]
     else:
         typ = np.unique(key, return_inverse=True)[1].astype(np.int32).ravel()
-    del key
-    n = int(typ.max()) + 1 if len(typ) else 0
-    med = _group_median(typ[full] if not full.all() else typ, x[full] if not full.all() else x, n)
-    lack = np.isnan(med)
-    if lack.any():  # types none of whose instances every member logged: over those any member logged
-        m = has & lack[typ]
-        med[lack] = _group_median(typ[m], x[m], n)[lack]
-    return typ, np.nan_to_num(med)
+    return typ, int(typ.max()) + 1 if len(typ) else 0
 
 
 def _group_median(g: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:

@@ -108,12 +108,14 @@ def replay(prog: Program, *, gap: np.ndarray | None = None, x: np.ndarray | None
         np.ascontiguousarray(iterations, dtype=np.int64)
     tl = np.zeros((prog.world_size, prog.num_iterations)) if tail is None else \
         np.ascontiguousarray(tail, dtype=np.float64)
-    _replay(prog.iter_ptr, prog.inst, g, prog.new_batch, xx, prog.size, rank_of, np.empty(n, np.int64), its, out, tl)
+    nxt = np.empty(n, np.int32 if n <= np.iinfo(np.int32).max else np.int64)  # row links: row numbers
+    _replay(prog.iter_ptr, prog.inst, g, prog.new_batch, xx, prog.size, rank_of, nxt, its, out, tl)
     return out
 
 
 def ideal_gaps(gap: np.ndarray, row_rank: np.ndarray, row_it: np.ndarray, shape: tuple[int, int],
-               present: np.ndarray, comp: np.ndarray | None = None, comp_ideal: np.ndarray | None = None) -> np.ndarray:
+               present: np.ndarray, comp: np.ndarray | None = None, comp_ideal: np.ndarray | None = None, *,
+               rest_sum: np.ndarray | None = None) -> np.ndarray:
     """Per program row, its gap in the what-if *ideal* (WIA's: no variation along rank, stage or iteration).
 
     A gap is the rank's compute records before the operator, where the job has compute tables
@@ -135,6 +137,10 @@ def ideal_gaps(gap: np.ndarray, row_rank: np.ndarray, row_it: np.ndarray, shape:
         Ranks with rows (the mean is over them).
     comp, comp_ideal : float64 arrays, optional
         Per row, the compute records before it, as logged and at their names' means.
+    rest_sum : float64 array (W, T), optional
+        Per rank and iteration the sum of the rest over *all* its rows, where the rows given are
+        only some (a program of the replayed iterations; without ``comp`` it is the sum of the
+        gaps). Default: from the rows given.
 
     Examples
     --------
@@ -155,7 +161,8 @@ def ideal_gaps(gap: np.ndarray, row_rank: np.ndarray, row_it: np.ndarray, shape:
     with np.errstate(divide="ignore", invalid="ignore"):
         held = np.where(comp > 0, np.clip(gap / comp, 0.0, 1.0), 0.0)
     rest = np.maximum(gap - comp, 0.0)
-    R = np.bincount(row_rank.astype(np.int64) * T + row_it, weights=rest, minlength=W * T).reshape(W, T)
+    R = rest_sum if rest_sum is not None else \
+        np.bincount(row_rank.astype(np.int64) * T + row_it, weights=rest, minlength=W * T).reshape(W, T)
     r_all = float(R[present].mean()) if np.any(present) else 0.0
     with np.errstate(divide="ignore", invalid="ignore"):
         f = np.where(R > 0, r_all / R, 1.0)
