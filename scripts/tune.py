@@ -47,8 +47,10 @@ from holmes.calibration.confidence import DEFAULT_PATH, FEATURES, ConfidenceCali
 from holmes.eval.calibration_data import job_outcomes, load_or_build  # noqa: E402
 
 DATASET = REPO / "fixtures" / "calibration" / "evidence-dev.parquet"
-#: the segmentations tried: (rank_buckets, by_path)
-GRID = tuple((rb, bp, ba) for ba in (False, True) for bp in (False, True) for rb in (1, 2, 3))
+#: the isotonic blocks' smoothing tried (pseudo-rows at the segment's mean rate; 0: none)
+SMOOTH = (0.0, 1.0, 2.0, 4.0)
+#: the segmentations tried: (rank_buckets, by_path, by_analysis, smooth)
+GRID = tuple((rb, bp, ba, sm) for sm in SMOOTH for ba in (False, True) for bp in (False, True) for rb in (1, 2, 3))
 #: the regularization of the logistic family
 C_GRID = (0.01, 0.03, 0.1, 0.3, 1.0)
 FOLDS = 5
@@ -107,24 +109,37 @@ def fit_logistic(X: np.ndarray, y: np.ndarray, groups: np.ndarray, C: float, met
                                  by_path=False, logistic=_logistic(X, y, C), meta=meta or {})
 
 
-def _isotonic(x: np.ndarray, y: np.ndarray) -> tuple[tuple[float, ...], tuple[float, ...]]:
+def _isotonic(x: np.ndarray, y: np.ndarray, smooth: float = 0.0) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """The isotonic map of ``y`` on ``x`` as points. ``smooth`` > 0: each block's rate is pulled
+    towards the segment's mean rate by ``smooth`` pseudo-rows, ``(k + smooth * mean) / (n + smooth)``
+    (a block of 3 rows with no root cause says 0 only by chance), then made non-decreasing again."""
     from sklearn.isotonic import IsotonicRegression
 
     iso = IsotonicRegression(y_min=0.0, y_max=1.0, out_of_bounds="clip").fit(x, y)
-    return tuple(map(float, iso.X_thresholds_)), tuple(map(float, iso.y_thresholds_))
+    xt, yt = np.asarray(iso.X_thresholds_, dtype=float), np.asarray(iso.y_thresholds_, dtype=float)
+    if smooth > 0 and len(y):
+        fitted = iso.predict(x)
+        mean = float(np.mean(y))
+        rate = {}
+        for v in np.unique(yt):
+            m = np.isclose(fitted, v, rtol=0.0, atol=1e-12)
+            n, k = int(m.sum()), float(np.asarray(y, dtype=float)[m].sum())
+            rate[float(v)] = (k + smooth * mean) / (n + smooth) if n else float(v)
+        yt = np.maximum.accumulate(np.array([rate[float(v)] for v in yt]))
+    return tuple(map(float, xt)), tuple(map(float, yt))
 
 
 def fit_segments(X: np.ndarray, y: np.ndarray, rank_buckets: int, by_path: bool, by_analysis: bool = False,
-                 meta=None) -> ConfidenceCalibration:
+                 smooth: float = 0.0, meta=None) -> ConfidenceCalibration:
     """One isotonic map of the evidence logit per segment with at least ``MIN_ROWS`` rows, and ``all``."""
     ev = X[:, FEATURES.index("logit_evidence")]
     has = X[:, FEATURES.index("has_evidence")] > 0
     segs = np.asarray(segment_of(X, rank_buckets=rank_buckets, by_path=by_path, by_analysis=by_analysis))
-    out = {"all": _isotonic(ev[has], y[has])}
+    out = {"all": _isotonic(ev[has], y[has], smooth)}
     for sname in sorted(set(segs.tolist())):
         m = (segs == sname) & has
         if m.sum() >= MIN_ROWS:
-            out[sname] = _isotonic(ev[m], y[m])
+            out[sname] = _isotonic(ev[m], y[m], smooth)
     return ConfidenceCalibration(features=FEATURES, segments=out, rank_buckets=rank_buckets, by_path=by_path,
                                  by_analysis=by_analysis, meta=meta or {})
 
@@ -182,14 +197,14 @@ def fit(table, *, wrong_cost: float = 10.0, min_conf: float = 0.9, family: str =
         f"right={raw[1]} wrong_confident={raw[2]} utility={raw[0]:g}")
     log(f"{'model':36} {'utility':>8} {'right':>6} {'wrong_conf':>10} {'ece_cv':>7}")
     best = None
-    cands = [(f"isotonic rank_buckets={rb} by_path={bp}" + (" by_analysis=True" if ba else ""), ("segments", rb, bp, ba))
-             for rb, bp, ba in GRID]
+    cands = [(f"isotonic rank_buckets={rb} by_path={bp}" + (" by_analysis=True" if ba else "")
+              + (f" smooth={sm:g}" if sm else ""), ("segments", rb, bp, ba, sm)) for rb, bp, ba, sm in GRID]
     cands += [(f"logistic+isotonic C={C:g}", ("logistic", C)) for C in C_GRID]
     for name, spec in cands:
         if family != "all" and spec[0] != family:
             continue
         if spec[0] == "segments":
-            pred = lambda Xt, yt, gt, spec=spec: fit_segments(Xt, yt, spec[1], spec[2], spec[3]).predict_proba  # noqa: E731
+            pred = lambda Xt, yt, gt, spec=spec: fit_segments(Xt, yt, spec[1], spec[2], spec[3], spec[4]).predict_proba  # noqa: E731
         else:
             pred = lambda Xt, yt, gt, spec=spec: fit_logistic(Xt, yt, gt, spec[1]).predict_proba  # noqa: E731
         q = _oof(X, y, groups, folds_of, reports, pred)
@@ -208,7 +223,7 @@ def fit(table, *, wrong_cost: float = 10.0, min_conf: float = 0.9, family: str =
     meta["model"] = name
     log(f"# chosen {name}: cross-validated right={right} wrong_confident={wrong} ece={e:.4f}")
     if spec[0] == "segments":
-        return fit_segments(X, y, spec[1], spec[2], spec[3], meta)
+        return fit_segments(X, y, spec[1], spec[2], spec[3], spec[4], meta)
     return fit_logistic(X, y, groups, spec[1], meta)
 
 
