@@ -224,9 +224,21 @@ def worker(rank: int, world: int, init_file: str, out_dir: str, a: argparse.Name
             model.zero_grad(set_to_none=False)
             model(x).square().mean().backward()
 
+        if a.comm_hook:  # the same model with torch's own allreduce comm hook: its buckets' all_reduces
+            # go through torch.distributed.all_reduce, i.e. the logger's namespace fast path
+            from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
+
+            net2 = torch.nn.Sequential(*[torch.nn.Linear(a.size, a.size) for _ in range(a.layers)])
+            model2 = DDP(net2, bucket_cap_mb=cap)
+            model2.register_comm_hook(None, allreduce_hook)
+
+            def hooked_step() -> None:
+                model2.zero_grad(set_to_none=False)
+                model2(x).square().mean().backward()
+
     # (wall ns, thread CPU ns) per step and arm; "floor" (--floor): the dispatcher hook's Python
     # kernels installed but recording nothing, i.e. what PyTorch's Python-kernel mechanism alone costs
-    arms = ("off", "on", "floor") if a.floor else ("off", "on")
+    arms = ("off", "on") + (("floor",) if a.floor else ()) + (("hook",) if a.setup == "ddp" and a.comm_hook else ())
     times: dict[str, list[tuple[int, int]]] = {m: [] for m in arms}
     floor = DispatchHook(None) if a.floor else None
     orders = list(itertools.permutations(arms))
@@ -246,22 +258,33 @@ def worker(rank: int, world: int, init_file: str, out_dir: str, a: argparse.Name
             # every arm pays the same switching before its barrier (enabling installs the dispatcher
             # hook's kernels: Python work that would otherwise precede the logged steps only)
             logger.enable()
-            if mode != "on":
+            if mode not in ("on", "hook"):
                 logger.disable()
             if mode == "floor":
                 floor.install()
             dist.barrier()
             c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
-            if mode == "on":
+            if mode in ("on", "hook"):
                 logger.step()
+            if mode == "on":
                 n_on += 1
-            train_step()
+            (hooked_step if mode == "hook" else train_step)()
             t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
             logger.disable()
             if floor is not None:
                 floor.uninstall()
             if rep >= a.warmup:
                 times[mode].append((t1 - t0, c1 - c0))
+    hook_rows = 0
+    if "hook" in arms:  # the rows one hooked step logs (the namespace path), counted apart
+        logger.enable()
+        before = logger.recorder.rows_written + len(logger.recorder._done)
+        logger.step()
+        hooked_step()
+        logger.step()
+        logger.recorder.flush()
+        hook_rows = logger.recorder.rows_written - before
+        logger.disable()
     logger.close(finalize=False)
     if rank == 0:
         with open(result_file, "w") as f:
@@ -269,7 +292,8 @@ def worker(rank: int, world: int, init_file: str, out_dir: str, a: argparse.Name
             json.dump({"times": times, "ops_per_step": round(rows / max(n_on, 1)) if a.setup == "ddp" else
                        (2 * a.layers if tp is not None else 0) + a.buckets,
                        "n_async": round(rows / max(n_on, 1)) if a.setup == "ddp" else a.buckets,
-                       "rows": logger.recorder.rows_written, "elapsed_s": time.monotonic() - t_begin}, f)
+                       "rows": logger.recorder.rows_written, "hook_rows": hook_rows,
+                       "elapsed_s": time.monotonic() - t_begin}, f)
     dist.destroy_process_group()
 
 
@@ -297,6 +321,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--floor", action=argparse.BooleanOptionalAction, default=None,
                     help="a third arm: the dispatcher hook's Python kernels installed, recording nothing (what "
                          "PyTorch's Python-kernel mechanism costs by itself; default: with --setup ddp)")
+    ap.add_argument("--comm-hook", action="store_true",
+                    help="--setup ddp: a fourth arm, the same model with torch's own allreduce comm hook "
+                         "(register_comm_hook(None, allreduce_hook)) and the logger on: its buckets take the "
+                         "namespace fast path instead of the dispatcher hook; against the plain model off")
     ap.add_argument("--save", help="write the per-step times (JSON) here")
     ap.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     ap.add_argument("--smoke", action="store_true",
@@ -380,6 +408,15 @@ def main(argv: list[str] | None = None) -> int:
               f"rest ({cpu_over - fc_over:+.3f}% thread CPU)")
         floor_keys = (f" floor_pct={f_over:.3f} floor_ci95_pct={(fhi - flo) / 2:.3f} floor_cpu_pct={fc_over:.3f} "
                       f"floor_cpu_ci95_pct={(fchi - fclo) / 2:.3f}")
+    if "hook" in times:  # DDP with torch's allreduce comm hook, logged through the namespace path
+        h_over, hlo, hhi = (_pct(v) for v in hodges_lehmann(_log_ratios(times, 0, "hook")))
+        hc_over, hclo, hchi = (_pct(v) for v in hodges_lehmann(_log_ratios(times, 1, "hook")))
+        med_hook = statistics.median(x[0] for x in times["hook"]) / 1e6
+        print(f"comm-hook arm (register_comm_hook(None, allreduce_hook), logger on, {r.get('hook_rows', 0)} rows a "
+              f"step; median step {med_hook:.3f} ms): wall {h_over:+.3f}% ({hlo:+.3f}..{hhi:+.3f}), thread CPU "
+              f"{hc_over:+.3f}% ({hclo:+.3f}..{hchi:+.3f}) against the plain model off")
+        floor_keys += (f" comm_hook_pct={h_over:.3f} comm_hook_ci95_pct={(hhi - hlo) / 2:.3f} "
+                       f"comm_hook_cpu_pct={hc_over:.3f} comm_hook_rows={r.get('hook_rows', 0)}")
     print(f"load (1-min average) {load0[0]:.1f} at the start, {load1[0]:.1f} at the end; pinned: {a.pin}")
     print(f"overhead_pct={overhead:.3f} overhead_ci95_pct={half:.3f} per_op_us={per_op_us:.2f} "
           f"cpu_overhead_pct={cpu_over:.3f} cpu_overhead_ci95_pct={(chi - clo) / 2:.3f} ops_per_step={ops} "

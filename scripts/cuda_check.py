@@ -326,7 +326,7 @@ def check_kineto(out: Path, cpu: bool) -> dict:
 
 def check_overhead(out: Path, cpu: bool) -> dict:
     bench = Path(__file__).resolve().parent.parent / "benchmarks" / "logger_overhead.py"
-    res = _run([sys.executable, str(bench), "--setup", "ddp"], 240)
+    res = _run([sys.executable, str(bench), "--setup", "ddp", "--comm-hook"], 300)
     last = [ln for ln in res["tail"].splitlines() if "overhead_pct=" in ln]
     return {"ok": res["rc"] == 0, "last": last[-1] if last else None, "rc": res["rc"], "s": res["s"],
             "tail": res["tail"][-600:] if res["rc"] else ""}
