@@ -52,7 +52,7 @@ from holmes._jit import njit
 from holmes.calibration.thresholds import Thresholds, load_thresholds, or_shipped
 from holmes.errors import ConfigError
 from holmes.localize.persistent.rank import _RBITS, PersistentSummary, persistent_summaries
-from holmes.localize.persistent.wait import (_BIG, _MASK, Folded, _fold, _group_median, _seq_range, _slot_info,
+from holmes.localize.persistent.wait import (_BIG, _MASK, Folded, _fold, _seq_range, _slot_info,
                                              slot_type_codes, type_keys)
 from holmes.localize.persistent.whatif import Program
 
@@ -383,7 +383,8 @@ def block_fold(pieces: Sequence[dict[str, np.ndarray]], to_global: Sequence[np.n
     out = {"caused": caused, "X": X, "NB": NB, "types": types}
     if needed is not None:
         w = np.searchsorted(u["gid"], needed)
-        out["replay"] = {"gid": needed, "x": x[w], "size": cnt[w], "tk": tk[w], "slot": s[w], "it": inst_it[w]}
+        out["replay"] = {"gid": needed, "x": x[w], "size": cnt[w].astype(np.int32), "tk": tk[w],
+                         "slot": s[w].astype(np.int32), "it": inst_it[w].astype(np.int32)}
     return out
 
 
@@ -442,9 +443,10 @@ def assemble(pl: Plan, blocks: Iterable[dict[str, Any]], rows: dict[str, np.ndar
         iter_ptr = rank_ptr[:-1, None] + np.c_[np.zeros(W, np.int64), np.cumsum(kc, axis=1)]
         row_it = rows.pop("widx")
         row_rank = np.repeat(np.arange(W, dtype=np.int32), lens)
-        prog = Program(rank_ptr, iter_ptr, inst, rows.pop("gap"), rows.pop("new_batch"), rep["x"], rep["size"])
+        prog = Program(rank_ptr, iter_ptr, inst, rows.pop("gap"), rows.pop("new_batch"), rep["x"], rep["size"],
+                       row_rank=row_rank)
         inst_slot, inst_it = rep["slot"], rep["it"]
-        inst_type = np.searchsorted(types, rep["tk"])
+        inst_type = np.searchsorted(types, rep["tk"]).astype(np.int32)
     log.info("persistent: %d ranks folded in %d blocks, %d slots", int(present.sum()), nblocks, S)
     return Folded(pl.window, caused.reshape(W, T), pl.compute, present, pl.info, X.reshape(S, T), NB, CNT, prog,
                   inst_slot, inst_type, type_x, inst_it, row_rank, row_it,

@@ -75,6 +75,9 @@ class Program:
     new_batch: np.ndarray
     x: np.ndarray
     size: np.ndarray
+    #: per row, its rank (optional: the replay derives it from ``rank_ptr``; given, it is not rebuilt
+    #: for every replay)
+    row_rank: np.ndarray | None = None
 
     @classmethod
     def from_arrays(cls, **kw: object) -> "Program":
@@ -102,7 +105,8 @@ def replay(prog: Program, *, gap: np.ndarray | None = None, x: np.ndarray | None
     g = prog.gap if gap is None else np.ascontiguousarray(gap, dtype=np.float64)
     xx = prog.x if x is None else np.ascontiguousarray(x, dtype=np.float64)
     n = len(prog.inst)
-    rank_of = np.repeat(np.arange(prog.world_size, dtype=np.int32), np.diff(prog.rank_ptr))
+    rank_of = prog.row_rank if prog.row_rank is not None else \
+        np.repeat(np.arange(prog.world_size, dtype=np.int32), np.diff(prog.rank_ptr))
     out = np.full(prog.num_iterations, np.nan)
     its = np.arange(prog.num_iterations, dtype=np.int64) if iterations is None else \
         np.ascontiguousarray(iterations, dtype=np.int64)
