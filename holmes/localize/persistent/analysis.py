@@ -269,8 +269,12 @@ class PersistentAnalysis:
                     comp, tl = rc.at_peers(s.ranks, peers)
                     alt = replay(prog, gap=swap_compute(gap, rc.comp, comp), tail=tl)
                 else:
-                    m = np.isin(row_rank, s.ranks)
-                    alt = replay(prog, gap=np.where(m, gap * f_peer[row_rank, row_it], gap))
+                    g_alt = gap.copy()  # its rows (one range per rank) at its peers' work: one copy of the gaps
+                    for r in sorted(set(s.ranks)):
+                        a, b = int(prog.rank_ptr[r]), int(prog.rank_ptr[r + 1])
+                        g_alt[a:b] = gap[a:b] * f_peer[r, row_it[a:b]]
+                    alt = replay(prog, gap=g_alt)
+                    del g_alt
                 key = kinds.gpu(s.ranks[0])
             else:
                 m = np.isin(f.inst_slot, s.slots)

@@ -50,8 +50,9 @@ import pyarrow as pa
 
 from holmes._jit import njit
 from holmes.calibration.thresholds import Thresholds, load_thresholds, or_shipped
+from holmes.errors import ConfigError
 from holmes.localize.persistent.rank import _RBITS, PersistentSummary, persistent_summaries
-from holmes.localize.persistent.wait import (_BIG, _MASK, Folded, _fold, _group_median, _seq_range, _slot_info,
+from holmes.localize.persistent.wait import (_BIG, _MASK, Folded, _fold, _seq_range, _slot_info,
                                              slot_type_codes, type_keys)
 from holmes.localize.persistent.whatif import Program
 
@@ -382,7 +383,8 @@ def block_fold(pieces: Sequence[dict[str, np.ndarray]], to_global: Sequence[np.n
     out = {"caused": caused, "X": X, "NB": NB, "types": types}
     if needed is not None:
         w = np.searchsorted(u["gid"], needed)
-        out["replay"] = {"gid": needed, "x": x[w], "size": cnt[w], "tk": tk[w], "slot": s[w], "it": inst_it[w]}
+        out["replay"] = {"gid": needed, "x": x[w], "size": cnt[w].astype(np.int32), "tk": tk[w],
+                         "slot": s[w].astype(np.int32), "it": inst_it[w].astype(np.int32)}
     return out
 
 
@@ -425,24 +427,26 @@ def assemble(pl: Plan, blocks: Iterable[dict[str, Any]], rows: dict[str, np.ndar
     inst_slot = inst_type = inst_it = np.zeros(0, np.int64)
     row_rank = row_it = np.zeros(0, np.int64)
     if rows is not None:
-        rep = {k: np.concatenate([r[k] for r in reps]) for k in ("gid", "x", "size", "tk", "slot", "it")}
+        # the replay's instances in block order, each block's by number: row -> (block, number) is sorted alike
+        rkey = np.concatenate([(np.int64(b) << _GID_BITS) | r.pop("gid") for b, r in enumerate(reps)])
+        rep = {k: np.concatenate([r.pop(k) for r in reps]) for k in ("x", "size", "tk", "slot", "it")}
         del reps
-        o = np.argsort(rep["gid"], kind="stable")
-        rep = {k: v[o] for k, v in rep.items()}
-        gid = rows.pop("gid")
-        inst = np.empty(len(gid), np.int64 if len(rep["gid"]) > np.iinfo(np.int32).max else np.int32)
+        gid, blk = rows.pop("gid"), rows.pop("blk")
+        inst = np.empty(len(gid), np.int64 if len(rkey) > np.iinfo(np.int32).max else np.int32)
         for a in range(0, len(gid), _SLICE):  # in slices: no second int64 array of the rows
-            inst[a:a + _SLICE] = np.searchsorted(rep["gid"], gid[a:a + _SLICE])
-        del gid
+            inst[a:a + _SLICE] = np.searchsorted(rkey, (blk[a:a + _SLICE].astype(np.int64) << _GID_BITS)
+                                                 | gid[a:a + _SLICE])
+        del gid, blk, rkey
         kc = counts[:, replay_its] if restricted and replay_its is not None else counts
         lens = kc.sum(axis=1)
         rank_ptr = np.r_[0, np.cumsum(lens)].astype(np.int64)
         iter_ptr = rank_ptr[:-1, None] + np.c_[np.zeros(W, np.int64), np.cumsum(kc, axis=1)]
         row_it = rows.pop("widx")
         row_rank = np.repeat(np.arange(W, dtype=np.int32), lens)
-        prog = Program(rank_ptr, iter_ptr, inst, rows.pop("gap"), rows.pop("new_batch"), rep["x"], rep["size"])
+        prog = Program(rank_ptr, iter_ptr, inst, rows.pop("gap"), rows.pop("new_batch"), rep["x"], rep["size"],
+                       row_rank=row_rank)
         inst_slot, inst_it = rep["slot"], rep["it"]
-        inst_type = np.searchsorted(types, rep["tk"])
+        inst_type = np.searchsorted(types, rep["tk"]).astype(np.int32)
     log.info("persistent: %d ranks folded in %d blocks, %d slots", int(present.sum()), nblocks, S)
     return Folded(pl.window, caused.reshape(W, T), pl.compute, present, pl.info, X.reshape(S, T), NB, CNT, prog,
                   inst_slot, inst_type, type_x, inst_it, row_rank, row_it,
@@ -451,16 +455,21 @@ def assemble(pl: Plan, blocks: Iterable[dict[str, Any]], rows: dict[str, np.ndar
 
 #: rows per slice where the program rows are mapped in slices
 _SLICE = 1 << 22
+#: bits of an instance number in a (block, number) key
+_GID_BITS = 40
 
 
 def collect_rows(pl: Plan, parts_rows: Iterable[Mapping[str, Any]], n: int, nblocks: int
                  ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
     """The program rows of every part (packed, in rank order; ``n`` in all) in job-wide arrays:
-    ``gap``, ``new_batch``, ``widx`` and ``gid`` (the instance number); and per block the sorted
-    instance numbers they use (what :func:`block_fold` returns the replay arrays of)."""
-    out = {"gap": np.empty(n), "new_batch": np.empty(n, np.bool_), "widx": np.empty(n, np.int32),
-           "gid": np.empty(n, np.int64)}
-    blk = np.empty(n, np.int16)
+    ``gap``, ``new_batch``, ``widx``, ``gid`` (the instance number) and ``blk`` (its block); and per
+    block the sorted instance numbers they use (what :func:`block_fold` returns the replay arrays
+    of)."""
+    T = len(pl.window)
+    out = {"gap": np.empty(n), "new_batch": np.empty(n, np.bool_),
+           "widx": np.empty(n, np.int16 if T <= np.iinfo(np.int16).max else np.int32), "gid": np.empty(n, np.int64),
+           "blk": np.empty(n, np.int16)}
+    blk = out["blk"]
     sb = slot_block(pl.comm_ids, pl.slot_keys, nblocks).astype(np.int16)
     a = 0
     for packed, tg in zip(parts_rows, pl.to_global):  # one part's rows at a time
@@ -477,6 +486,8 @@ def collect_rows(pl: Plan, parts_rows: Iterable[Mapping[str, Any]], n: int, nblo
     if a != n:
         raise RuntimeError(f"internal: {a} program rows, the parts' counts say {n}")
     gid = out["gid"]
+    if int(pl.base[-1]) >= 1 << _GID_BITS:
+        raise ConfigError(f"{int(pl.base[-1])} operator instances in the window: more than this analysis numbers")
     needed = [np.unique(gid[blk == b]) if nblocks > 1 else np.unique(gid) for b in range(nblocks)]
     return out, needed
 

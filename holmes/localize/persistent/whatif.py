@@ -75,6 +75,9 @@ class Program:
     new_batch: np.ndarray
     x: np.ndarray
     size: np.ndarray
+    #: per row, its rank (optional: the replay derives it from ``rank_ptr``; given, it is not rebuilt
+    #: for every replay)
+    row_rank: np.ndarray | None = None
 
     @classmethod
     def from_arrays(cls, **kw: object) -> "Program":
@@ -102,7 +105,8 @@ def replay(prog: Program, *, gap: np.ndarray | None = None, x: np.ndarray | None
     g = prog.gap if gap is None else np.ascontiguousarray(gap, dtype=np.float64)
     xx = prog.x if x is None else np.ascontiguousarray(x, dtype=np.float64)
     n = len(prog.inst)
-    rank_of = np.repeat(np.arange(prog.world_size, dtype=np.int32), np.diff(prog.rank_ptr))
+    rank_of = prog.row_rank if prog.row_rank is not None else \
+        np.repeat(np.arange(prog.world_size, dtype=np.int32), np.diff(prog.rank_ptr))
     out = np.full(prog.num_iterations, np.nan)
     its = np.arange(prog.num_iterations, dtype=np.int64) if iterations is None else \
         np.ascontiguousarray(iterations, dtype=np.int64)
@@ -156,17 +160,26 @@ def ideal_gaps(gap: np.ndarray, row_rank: np.ndarray, row_it: np.ndarray, shape:
     """
     W, T = shape
     gap = np.asarray(gap, dtype=np.float64)
-    if comp is None or comp_ideal is None:
-        comp = comp_ideal = np.zeros(len(gap))
+    if comp is None or comp_ideal is None:  # no compute records: the rest is the whole gap (two arrays of the rows, not six)
+        rest = np.maximum(gap, 0.0)
+        R = rest_sum if rest_sum is not None else \
+            np.bincount(row_rank.astype(np.int64) * T + row_it, weights=rest, minlength=W * T).reshape(W, T)
+        rest *= _rest_factor(R, present)[row_rank, row_it]
+        rest += 0.0  # as rest * f + 0 (no negative zero)
+        return rest
     with np.errstate(divide="ignore", invalid="ignore"):
         held = np.where(comp > 0, np.clip(gap / comp, 0.0, 1.0), 0.0)
     rest = np.maximum(gap - comp, 0.0)
     R = rest_sum if rest_sum is not None else \
         np.bincount(row_rank.astype(np.int64) * T + row_it, weights=rest, minlength=W * T).reshape(W, T)
+    return rest * _rest_factor(R, present)[row_rank, row_it] + comp_ideal * held
+
+
+def _rest_factor(R: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """Per rank and iteration, the factor that brings its rest ``R`` to the job's mean rest."""
     r_all = float(R[present].mean()) if np.any(present) else 0.0
     with np.errstate(divide="ignore", invalid="ignore"):
-        f = np.where(R > 0, r_all / R, 1.0)
-    return rest * f[row_rank, row_it] + comp_ideal * held
+        return np.where(R > 0, r_all / R, 1.0)
 
 
 def swap_compute(gap: np.ndarray, comp: np.ndarray, new: np.ndarray) -> np.ndarray:
