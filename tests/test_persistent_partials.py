@@ -15,7 +15,7 @@ from holmes.localize import localize
 from holmes.localize.persistent import partials
 from holmes.localize.persistent.partials import gather_folded, replayed_iterations
 from holmes.localize.persistent.rank import persistent_summaries, persistent_window
-from holmes.localize.persistent.wait import fold
+from holmes.localize.persistent.partials import fold
 from holmes.localize.persistent.whatif import replay
 
 

@@ -22,7 +22,7 @@ from holmes.io import MemoryJob, compute_table, ops_table
 from holmes.localize.persistent.analysis import PersistentAnalysis
 from holmes.localize.persistent.compute_source import compute_by_iteration, row_compute
 from holmes.localize.persistent.rank import persistent_summaries, persistent_window
-from holmes.localize.persistent.wait import fold
+from holmes.localize.persistent.partials import fold
 from holmes.localize.persistent.whatif import replay, swap_compute
 from holmes.localize.pipeline import Localizer
 

@@ -1,6 +1,6 @@
 """The persistent analysis's gather as an explicit map and reduce over chunks of ranks.
 
-Folding every rank's operators at once (:func:`~holmes.localize.persistent.wait.fold` on a merged
+Folding every rank's operators at once (:func:`fold` on a merged
 :class:`~holmes.localize.persistent.rank.PersistentSummary`) holds about 50 bytes per operator of
 the job: 3 GB at 8,192 GPUs x 100 iterations. Here the same tables are built in three steps, in
 process or on a cluster (:mod:`holmes.parallel`), with nothing the size of the job in one process:
@@ -9,7 +9,7 @@ process or on a cluster (:mod:`holmes.parallel`), with nothing the size of the j
    summarize each rank (:func:`~holmes.localize.persistent.rank.persistent_summaries`) and reduce
    the chunk to a :class:`Part`: per rank its own work and operator counts per iteration; per
    *instance* (slot + ``seq``) the chunk's partial fold (member count, shortest and second-shortest
-   copy, ...: what :func:`~holmes.localize.persistent.wait.fold` keeps), split into ``nblocks``
+   copy, ...: what :func:`fold` keeps), split into ``nblocks``
    blocks by a hash of the slot; and the what-if program's rows of the replayed iterations only;
 2. **plan** (:func:`plan`, the client, small): the job's slots (sorted as ``fold`` sorts them) and
    each slot's ``seq`` range, hence every instance's number;
@@ -26,7 +26,7 @@ Examples
 --------
 >>> import holmes
 >>> from holmes.localize.persistent.rank import persistent_window, persistent_summaries
->>> from holmes.localize.persistent.wait import fold
+>>> from holmes.localize.persistent.partials import fold
 >>> job = holmes.read_job("fixtures/gpu16-clean")
 >>> win = persistent_window(job)
 >>> parts = [chunk_part(job, r, win, nblocks=3) for r in ([0, 1, 2, 3, 4], list(range(5, 16)))]
@@ -55,8 +55,11 @@ from holmes.localize.persistent.rank import _RBITS, PersistentSummary, persisten
 from holmes.localize.persistent.wait import (_BIG, _MASK, Folded, _fold, _seq_range, _slot_info,
                                              slot_type_codes, type_keys)
 from holmes.localize.persistent.whatif import Program
+from holmes.parallel.sizes import (BLOCK_ROWS, DISTRIBUTED_CHUNK, INPROCESS_BLOCKS, INPROCESS_CHUNK,
+                                   INSTANCE_KEY_BITS, OPS_PER_RANK_ITERATION, PROGRAM_SLICE_ROWS,
+                                   SLOT_HASH_MULTIPLIERS)
 
-__all__ = ["Part", "Plan", "chunk_part", "part_of", "plan", "block_fold", "assemble", "fold_parts",
+__all__ = ["Part", "Plan", "chunk_part", "part_of", "plan", "block_fold", "assemble", "fold_parts", "fold",
            "replayed_iterations"]
 
 log = logging.getLogger(__name__)
@@ -163,7 +166,8 @@ def slot_block(comms: Sequence[str], keys: np.ndarray, nblocks: int) -> np.ndarr
         return np.zeros(len(keys), np.int64)
     ch = np.array([zlib.crc32(c.encode()) for c in comms] or [0], np.int64)
     k = keys.astype(np.int64)
-    h = ch[k >> 2 * _RBITS] + 1_000_003 * ((k >> _RBITS) & _MASK) + 7_919 * (k & _MASK)
+    m_send, m_recv = SLOT_HASH_MULTIPLIERS
+    h = ch[k >> 2 * _RBITS] + m_send * ((k >> _RBITS) & _MASK) + m_recv * (k & _MASK)
     return h % nblocks
 
 
@@ -262,7 +266,7 @@ class Plan:
 
 
 def plan(metas: Sequence[Part], communicators: Mapping[str, Any]) -> Plan:
-    """Step 2: the job's slots, sorted as :func:`~holmes.localize.persistent.wait.fold` sorts them
+    """Step 2: the job's slots, sorted as :func:`fold` sorts them
     (communicators by id), each slot's ``seq`` range and first instance number; the parts' per-rank
     tables placed in job-wide arrays."""
     first = metas[0]
@@ -453,10 +457,8 @@ def assemble(pl: Plan, blocks: Iterable[dict[str, Any]], rows: dict[str, np.ndar
                   replay_its=None if restricted else replay_its, gap_sum=pl.compute if restricted else None)
 
 
-#: rows per slice where the program rows are mapped in slices
-_SLICE = 1 << 22
-#: bits of an instance number in a (block, number) key
-_GID_BITS = 40
+_SLICE = PROGRAM_SLICE_ROWS
+_GID_BITS = INSTANCE_KEY_BITS
 
 
 def collect_rows(pl: Plan, parts_rows: Iterable[Mapping[str, Any]], n: int, nblocks: int
@@ -538,18 +540,7 @@ def _chunk_task(source: Any, ranks: list[int], window: np.ndarray, keep: np.ndar
     return chunk_part(open_job(source), ranks, window, keep=keep, nblocks=nblocks, thresholds=thresholds)
 
 
-#: ranks per map task in this process (the read batches of one task: its memory)
-INPROCESS_CHUNK = 1024
-#: the operators of a rank in an iteration, about, to size the blocks before reading (Megatron-style
-#: 3D jobs log 10-40)
-_OPS_PER_RANK_ITERATION = 25
-#: reduce blocks in this process, at least (more for a large job: :data:`BLOCK_ROWS`)
-INPROCESS_BLOCKS = 1
-#: ranks per map task on a cluster
-DISTRIBUTED_CHUNK = 1024
-#: window operators per reduce block on a cluster, about (one block's partial folds, a fifth of them or
-#: less, are a task's input)
-BLOCK_ROWS = 4_000_000
+_OPS_PER_RANK_ITERATION = OPS_PER_RANK_ITERATION
 
 
 def gather_folded(job: Any, window: Any, communicators: Mapping[str, Any], *, scheduler: Any = None,
@@ -640,3 +631,15 @@ def gather_folded(job: Any, window: Any, communicators: Mapping[str, Any], *, sc
     finally:
         if ex is not scheduler:
             ex.close()
+
+
+def fold(summary: PersistentSummary, communicators: Mapping[str, Any], *, program: bool = True,
+         consume: bool = False, thresholds: Thresholds | None = None) -> Folded:
+    """Fold a merged summary into the persistent analysis's tables (ranks in ascending order);
+    ``consume``: empty ``summary.per_rank`` on the way; ``thresholds``: whose
+    ``slot_bins_per_octave`` applies (default the shipped ones). The summary is one
+    :class:`~holmes.localize.persistent.partials.Part` of the map/reduce of
+    :mod:`~holmes.localize.persistent.partials`, folded as every other."""
+    keep = np.ones(len(summary.window), np.bool_) if program else None
+    part = part_of(summary, list(range(summary.world_size)), keep=keep, consume=consume)
+    return fold_parts([part], communicators, summary.world_size, summary.window, thresholds=thresholds)

@@ -24,6 +24,7 @@ Examples
 >>> from holmes.localize.persistent.rank import persistent_window, persistent_rank_summary, merge_summaries
 >>> job = holmes.read_job("fixtures/gpu16-clean")
 >>> win = persistent_window(job)
+>>> from holmes.localize.persistent.partials import fold
 >>> f = fold(merge_summaries(*[persistent_rank_summary(job, r, win) for r in range(16)]), job.communicators)
 >>> f.caused.shape == f.compute.shape == (16, len(win)), bool(f.caused.min() >= 0)
 (True, True)
@@ -43,7 +44,7 @@ from holmes.calibration.thresholds import Thresholds, or_shipped
 from holmes.localize.persistent.rank import _RBITS, PersistentSummary
 from holmes.localize.persistent.whatif import Program
 
-__all__ = ["Folded", "fold"]
+__all__ = ["Folded", "operator_types"]
 
 log = logging.getLogger(__name__)
 
@@ -75,20 +76,6 @@ class Folded:
     row_it: np.ndarray            # per program row, its window iteration
     replay_its: np.ndarray | None = None  # the program's iterations the replays run on (None: all)
     gap_sum: np.ndarray | None = None     # (W, T) the gaps' sums over all rows, where the program holds only some
-
-
-def fold(summary: PersistentSummary, communicators: Mapping[str, Any], *, program: bool = True,
-         consume: bool = False, thresholds: Thresholds | None = None) -> Folded:
-    """Fold a merged summary into the persistent analysis's tables (ranks in ascending order);
-    ``consume``: empty ``summary.per_rank`` on the way; ``thresholds``: whose
-    ``slot_bins_per_octave`` applies (default the shipped ones). The summary is one
-    :class:`~holmes.localize.persistent.partials.Part` of the map/reduce of
-    :mod:`~holmes.localize.persistent.partials`, folded as every other."""
-    from holmes.localize.persistent.partials import fold_parts, part_of
-
-    keep = np.ones(len(summary.window), np.bool_) if program else None
-    part = part_of(summary, list(range(summary.world_size)), keep=keep, consume=consume)
-    return fold_parts([part], communicators, summary.world_size, summary.window, thresholds=thresholds)
 
 
 def operator_types(info: list[tuple], communicators: Mapping[str, Any], inst_slot: np.ndarray, inst_op: np.ndarray,
