@@ -159,6 +159,19 @@ def chunk_part(job: Any, ranks: Sequence[int], window: Any, *, keep: np.ndarray 
     return part_of(s, rs, keep=keep, nblocks=nblocks, consume=True)
 
 
+def _recode(pieces: list[tuple[Sequence[str], np.ndarray]]) -> tuple[list[str], list[np.ndarray], np.ndarray]:
+    """Slot keys of several pieces (each with its own communicator numbering) in one numbering:
+    the sorted union of their communicator ids, each piece's keys re-coded to it, and the union
+    of those keys (sorted, unique)."""
+    comm_ids = sorted({c for cs, _ in pieces for c in cs})
+    code = {c: i for i, c in enumerate(comm_ids)}
+    out = []
+    for cs, keys in pieces:
+        lut = np.array([code[c] for c in cs] or [0], np.int64)
+        out.append((lut[keys >> 2 * _RBITS] << 2 * _RBITS) | (keys & _LOW))
+    return comm_ids, out, (np.unique(np.concatenate(out)) if out else np.zeros(0, np.int64))
+
+
 def slot_block(comms: Sequence[str], keys: np.ndarray, nblocks: int) -> np.ndarray:
     """Per slot, its block: a hash of its communicator's id, sender and receiver (the same in every
     process, whatever the chunk)."""
@@ -179,13 +192,8 @@ def part_of(summary: PersistentSummary, ranks: Sequence[int] | None = None, *, k
     have = [r for r in rs if r in summary.per_rank]
     missing = {r: summary.missing[r] for r in rs if r in summary.missing}
     per = [summary.per_rank.pop(r) if consume else summary.per_rank[r] for r in have]
-    comms = tuple(sorted({c for s in per for c in s.comms}))
-    code = {c: i for i, c in enumerate(comms)}
-    gk = []
-    for s in per:
-        lut = np.array([code[c] for c in s.comms] or [0], np.int64)
-        gk.append((lut[s.keys >> 2 * _RBITS] << 2 * _RBITS) | (s.keys & _LOW))
-    ckeys = np.unique(np.concatenate(gk)) if gk else np.zeros(0, np.int64)
+    comm_list, gk, ckeys = _recode([(s.comms, s.keys) for s in per])
+    comms = tuple(comm_list)
     R = len(rs)
     pos = {r: i for i, r in enumerate(rs)}
     compute = np.zeros((R, T))
@@ -271,13 +279,7 @@ def plan(metas: Sequence[Part], communicators: Mapping[str, Any]) -> Plan:
     tables placed in job-wide arrays."""
     first = metas[0]
     W, T = first.world_size, len(first.window)
-    comm_ids = sorted({c for p in metas for c in p.comms})
-    code = {c: i for i, c in enumerate(comm_ids)}
-    gks = []
-    for p in metas:
-        lut = np.array([code[c] for c in p.comms] or [0], np.int64)
-        gks.append((lut[p.ckeys >> 2 * _RBITS] << 2 * _RBITS) | (p.ckeys & _LOW))
-    slot_keys = np.unique(np.concatenate(gks)) if gks else np.zeros(0, np.int64)
+    comm_ids, gks, slot_keys = _recode([(p.comms, p.ckeys) for p in metas])
     S = len(slot_keys)
     smin = np.full(S, _BIG, np.int64)
     smax = np.full(S, -1, np.int64)
