@@ -14,15 +14,6 @@ dist = pytest.importorskip("torch.distributed")
 pytestmark = pytest.mark.torch
 
 
-@pytest.fixture
-def world1(tmp_path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
 def test_a_hook_without_a_logger_only_redispatches_and_records_once_attached(tmp_path, world1):
     pg = dist.group.WORLD
     hook = DispatchHook(None).install()

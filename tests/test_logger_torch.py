@@ -38,15 +38,6 @@ def _run(args, timeout):
     return out
 
 
-@pytest.fixture
-def world1(tmp_path):
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        dist.destroy_process_group()
-
-
 def test_enable_disable_restores_the_same_functions(tmp_path, world1):
     before = {n: getattr(dist, n) for n in holmes.logger.WRAPPED_FUNCTIONS if hasattr(dist, n)}
     init_before = dist.P2POp.__dict__["__init__"]

@@ -199,8 +199,7 @@ class Localizer:
                 sel = a.select(run)
                 ev = a.gather(run, sel)
                 findings.append(Finding(a.name, sel, ev, a.rank(run, ev, sel)))
-                ends = getattr(a, "ends_run", None)
-                hung = bool(ends is not None and ends(findings[-1]))
+                hung = _ends_run(findings[-1])
         run.source.on_read = None
         return self.report(run, findings)
 

@@ -519,7 +519,7 @@ def rank_cells(ev: Evidence, calibration: float, name: str = "irregular",
     # cables, where no other event tells them apart) are one suspicion: alike
     best_in: dict[str, set[int]] = {}
     for i, e in enumerate(ev.events):
-        for d in (e.devices[:e.best] if e.best else e.devices):
+        for d in e.best_devices:
             best_in.setdefault(d, set()).add(i)
     same: dict[frozenset[int], list[str]] = {}
     for d, es in best_in.items():

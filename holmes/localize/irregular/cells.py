@@ -69,7 +69,7 @@ def device_pvalues(events: list["Event"], rows: Mapping[str, int], iterations: i
 
     per: dict[str, list[tuple[float, str]]] = {}
     for e in events:
-        for d in (e.devices[:e.best] if e.best else e.devices):  # the devices that best explain it
+        for d in e.best_devices:
             per.setdefault(d, []).append((e.pvalue, e.kind, e.cell_pvalue))
     out: dict[str, float] = {}
     for d, lst in per.items():
@@ -131,6 +131,11 @@ class Event:
     devices: list[str] = field(default_factory=list)
     cell_pvalue: float | None = None
     best: int = 0
+
+    @property
+    def best_devices(self) -> list[str]:
+        """The devices that best explain it (the first :attr:`best`; all when 0)."""
+        return self.devices[:self.best] if self.best else self.devices
 
 
 class CellEvidence:
@@ -404,7 +409,7 @@ class CellEvidence:
         ex, usual = self.transfers.op_times(e.channels, e.iteration, self.usual_q)
         if ex.size != 1:
             return _rest_over_top(ex, usual, self.t.transient_min_ops)
-        best = e.devices[:e.best] if e.best else e.devices
+        best = e.best_devices
         ratios = [_rest_over_top(*self.transfers.op_times(self._crossing.get(d, []), e.iteration, self.usual_q),
                                  self.t.transient_min_ops) for d in best]
         ratios = [r for r in ratios if np.isfinite(r)]

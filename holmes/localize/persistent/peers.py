@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Roles", "faster_half_mean"]
+__all__ = ["Roles", "faster_half_mean", "kind_and_ranks"]
 
 
 def faster_half_mean(v: np.ndarray) -> np.ndarray:
@@ -51,6 +51,12 @@ def faster_half_mean(v: np.ndarray) -> np.ndarray:
     """
     k = max(1, v.shape[0] // 2)
     return np.sort(v, axis=0)[:k].mean(axis=0)
+
+
+def kind_and_ranks(c: Any) -> tuple[str, Any]:
+    """A communicator's kind and member ranks, from a :class:`~holmes.topology.layout.Communicator`
+    or a ``(kind, ranks)`` pair."""
+    return (c.kind, c.ranks) if hasattr(c, "kind") else (c[0], c[1])
 
 
 @dataclass
@@ -89,7 +95,7 @@ class Roles:
         stage = np.zeros(W, dtype=np.int64)
         members: list[np.ndarray] = []
         for c in communicators.values():
-            kind, ranks = (c.kind, c.ranks) if hasattr(c, "kind") else (c[0], c[1])
+            kind, ranks = kind_and_ranks(c)
             rk = np.asarray([int(r) for r in ranks if 0 <= int(r) < W], dtype=np.int64)
             if kind == "pp" and rk.size:
                 stage[rk] = np.arange(rk.size)

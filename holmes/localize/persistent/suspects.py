@@ -35,7 +35,7 @@ import numpy as np
 from holmes.calibration.thresholds import Thresholds, load_thresholds, or_shipped
 from holmes.display import SHOWN_CANDIDATES
 from holmes.localize.evidence.ranking import default_prior, network_devices
-from holmes.localize.persistent.peers import Roles, faster_half_mean
+from holmes.localize.persistent.peers import Roles, faster_half_mean, kind_and_ranks
 from holmes.stats import MAD_SIGMA, MEDIAN_SE
 from holmes.topology import kinds
 
@@ -208,7 +208,7 @@ def stage_volumes(slot_info: list[tuple], NB: np.ndarray, roles: Roles, communic
         if info[0] != "c":
             continue
         c = communicators.get(info[-1]) if communicators is not None else None
-        kind = (c.kind if hasattr(c, "kind") else c[0]) if c is not None else None
+        kind = kind_and_ranks(c)[0] if c is not None else None
         members = [int(r) for r in info[2]]
         stages = {int(roles.stage[r]) for r in members}
         if kind != "dp" or len(stages) != 1:
@@ -314,7 +314,7 @@ def slot_classes(slot_info: list[tuple], stage: np.ndarray, NB: np.ndarray, CNT:
         if info[0] == "p":
             snd, rcv = int(members[0]), int(members[1])
             c = communicators.get(info[-1]) if communicators is not None else None   # its comm_id
-            ranks = [int(r) for r in (c.ranks if hasattr(c, "ranks") else c[1])] if c is not None else []
+            ranks = [int(r) for r in kind_and_ranks(c)[1]] if c is not None else []
             if snd in ranks and rcv in ranks:
                 d = int(np.sign(ranks.index(rcv) - ranks.index(snd)))
             else:

@@ -41,6 +41,7 @@ import numpy as np
 
 from holmes._jit import njit
 from holmes.calibration.thresholds import Thresholds, or_shipped
+from holmes.localize.persistent.peers import kind_and_ranks
 from holmes.localize.persistent.rank import _RBITS, PersistentSummary
 from holmes.localize.persistent.whatif import Program
 
@@ -115,7 +116,7 @@ def slot_type_codes(info: list[tuple], communicators: Mapping[str, Any]) -> np.n
     for s, i in enumerate(info):
         if i[0] == "p":
             c = communicators.get(i[-1])   # the slot's comm_id
-            ranks = [int(r) for r in (c.ranks if hasattr(c, "ranks") else c[1])] if c is not None else []
+            ranks = [int(r) for r in kind_and_ranks(c)[1]] if c is not None else []
             snd, rcv = i[2]
             d = int(np.sign(ranks.index(rcv) - ranks.index(snd))) if snd in ranks and rcv in ranks else 0
             k: tuple = ("p", i[1], d)
