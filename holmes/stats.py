@@ -35,7 +35,7 @@ import numpy as np
 from holmes._jit import njit
 
 __all__ = ["MAD_SIGMA", "NORMAL_Q25_Q05", "HEALTHY_SPREAD_QS", "MEDIAN_SE", "TIE_RTOL", "P_FLOOR", "PROB_FLOOR", "SHAPE_EPS", "RATIO_FLOOR", "BELOW_ONE", "low_spread", "pooled_low_spread", "row_spread", "robust_sigma", "group_order", "group_quantiles", "group_medians",
-           "median_by_group",
+           "median_by_group", "recurring",
            "healthy_low", "excess_over_low", "quantile_sorted", "nan_quiet"]
 
 MAD_SIGMA = 1.4826
@@ -266,3 +266,28 @@ def row_spread(x: np.ndarray) -> np.ndarray:
         d = np.diff(x, axis=1)
         dm = MAD_SIGMA * np.nanmedian(np.abs(d - np.nanmedian(d, axis=1, keepdims=True)), axis=1) / np.sqrt(2.0)
     return np.fmin(low, dm)
+
+
+def recurring(keys: Sequence[object], slots: int, alpha: float) -> set[object]:
+    """The keys that recur more often than chance allows.
+
+    ``keys`` are the places (a rank, a host) where ``len(keys)`` events fell, out of ``slots``
+    equally likely places. A key holding ``c`` of them recurs when the chance that *any* place
+    holds ``c`` or more, were the events spread at random (``slots`` times the binomial tail),
+    is at most ``alpha``. One event on a place is never a recurrence.
+
+    >>> sorted(recurring(["gpu:2"] * 4 + ["gpu:0"], 4, 0.1))
+    ['gpu:2']
+    >>> recurring(["gpu:0", "gpu:3", "gpu:3", "gpu:1"], 4, 0.1)
+    set()
+    """
+    from scipy.stats import binom
+
+    n = len(keys)
+    if n < 2 or slots < 1:
+        return set()
+    counts: dict[object, int] = {}
+    for k in keys:
+        counts[k] = counts.get(k, 0) + 1
+    p = 1.0 / max(slots, 1)
+    return {k for k, c in counts.items() if c >= 2 and slots * float(binom.sf(c - 1, n, p)) <= alpha}

@@ -30,6 +30,11 @@ pytestmark = pytest.mark.torch
 
 REPO = Path(__file__).resolve().parents[1]
 WORLD, SLOW, STEPS = 4, 2, 16
+#: why a live verdict may be wrong on a correctly captured job: four processes on a shared 2-core
+#: machine make real, unplanned stragglers (one capture of 16 read a healthy FSDP2 rank 10% slower
+#: in 11 of 16 steps, persistently). The verdicts on fixed captures of these jobs are strict tests
+#: (tests/test_setup_captures.py).
+LIVE = "live capture on a shared machine (the fixed captures are tests/test_setup_captures.py)"
 
 
 def _capture(tmp_path: Path, script: str, *extra: str, delay: float = 0.1) -> tuple[Path, Path, Path]:
@@ -93,7 +98,7 @@ def test_ddp_every_bucket_captured_and_slow_rank_named(tmp_path):
             assert ops == _torch_counts(count_dir, r) and ops["all_reduce"] >= STEPS
             assert set(job.ops(r).column("iteration").to_pylist()) == set(range(STEPS))
         _check_collectives_match(job)
-    _check_localized(slow, healthy, known_issue="DDP verdicts flaky on a loaded machine (reported to the lead, #33)")
+    _check_localized(slow, healthy, known_issue=LIVE)
 
 
 def test_fsdp2_every_collective_captured_and_slow_rank_named(tmp_path):
@@ -112,7 +117,7 @@ def test_fsdp2_every_collective_captured_and_slow_rank_named(tmp_path):
             # asynchronous: an operator ends when its work completed, after it was issued
             assert all(e >= s for s, e in zip(t["start_ns"], t["end_ns"]))
         _check_collectives_match(job)
-    _check_localized(slow, healthy, known_issue="FSDP2 verdicts flaky on a loaded machine (reported to the lead, #33)")
+    _check_localized(slow, healthy, known_issue=LIVE)
 
 
 @pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
@@ -139,4 +144,4 @@ def test_pipelining_every_p2p_captured_and_slow_rank_named(tmp_path, schedule):
             recvs = sorted((c, s) for c, o, s, p in zip(b["comm_id"], b["op"], b["seq"], b["peer"])
                            if o == "recv" and p == r)
             assert sends == recvs and len(sends) >= mb * STEPS
-    _check_localized(slow, healthy, known_issue="pipelining verdicts (reported to the lead, issue #33)")
+    _check_localized(slow, healthy, known_issue=LIVE)

@@ -313,7 +313,8 @@ class PivotSearch(IrregularAnalysis):
                                                     speedup=p.t.exonerate_speedup))
         mu = p.t.cause_min_iterations
         drop_usual_compute(ev, search.graph.ranks, p.t.compute_z, sel.usual, min_usual=mu)
-        stalls = drop_stalls(ev, search.graph.ranks, p.t.cell_transient, p.t.cell_usual_q, p.t.transient_min_ops)
+        stalls = drop_stalls(ev, search.graph.ranks, p.t.cell_transient, p.t.cell_usual_q, p.t.transient_min_ops,
+                             p.t.transient_recur_p, run.source.world_size)
         if stalls:
             run.assume(f"{len(stalls)} one-off compute stall(s) (one compute gap grew while the rank's other compute "
                        "of the iteration ran as usual), not counted as a device fault: " +

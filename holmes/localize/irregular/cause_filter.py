@@ -31,7 +31,7 @@ import numpy as np
 
 from holmes.calibration.thresholds import or_shipped
 from holmes.localize.evidence.search import COMPUTE, RootCause
-from holmes.stats import MAD_SIGMA
+from holmes.stats import MAD_SIGMA, recurring
 from holmes.topology import kinds
 
 __all__ = ["cause_cost", "cause_z", "components", "computed_longer", "drop_diffuse", "drop_minor", "drop_stalls",
@@ -262,12 +262,21 @@ def one_off_stall(ranks: Mapping[int, Any], c: RootCause, min_spread: float, qua
     return bool(ratios) and float(np.median(ratios)) < min_spread
 
 
-def drop_stalls(ev: Any, ranks: Mapping[int, Any], min_spread: float, quantile: float, min_ops: int) -> list[RootCause]:
+def drop_stalls(ev: Any, ranks: Mapping[int, Any], min_spread: float, quantile: float, min_ops: int,
+                recur_p: float = 0.0, slots: int = 0) -> list[RootCause]:
     """Drop the compute causes of ``ev`` that are one-off stalls (:func:`one_off_stall`); returns
-    them. An iteration left without a cause joins ``ev.without_cause``."""
+    them. An iteration left without a cause joins ``ev.without_cause``.
+
+    A rank whose compute causes (stalls or not, once per iteration) recur beyond chance
+    (:func:`~holmes.stats.recurring` at ``recur_p`` over ``slots`` ranks, the threshold
+    ``transient_recur_p``) keeps its stalls: one-off means once."""
     if min_spread <= 0 or not ev.causes:
         return []
     stalls = [c for c in ev.causes if one_off_stall(ranks, c, min_spread, quantile, min_ops)]
+    if recur_p > 0 and slots > 0 and stalls:  # every compute cause's rank, once per iteration
+        seen = {(c.rank, c.iteration) for c in ev.causes if c.cause == COMPUTE}
+        again = recurring([r for r, _ in sorted(seen)], slots, recur_p)
+        stalls = [c for c in stalls if c.rank not in again]
     if stalls:
         _drop_unless(ev, lambda c: not any(c is s for s in stalls))
     return stalls

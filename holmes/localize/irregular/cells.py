@@ -39,7 +39,7 @@ import numpy as np
 from holmes.calibration.thresholds import Thresholds, load_thresholds, or_shipped
 from holmes.localize.irregular.tails import familywise, tail_pvalue
 from holmes.localize.irregular.transfer import TransferTimes
-from holmes.stats import BELOW_ONE, nan_quiet
+from holmes.stats import BELOW_ONE, nan_quiet, recurring
 from holmes.stats import low_spread as _low_spread
 from holmes.stats import pooled_low_spread as _pooled_spread
 from holmes.stats import row_spread as _row_spread
@@ -326,11 +326,10 @@ class CellEvidence:
         """
         min_pvalue = self.t.cell_event_p if min_pvalue is None else min_pvalue
         ratio = self.t.cell_join_ratio if ratio is None else ratio
-        out: list[Event] = []
-        self.transients = []
+        found: list[tuple[Event, bool]] = []  # every event, and whether it is a one-off stall
 
         def keep(e: Event) -> None:
-            (self.transients if transient > 0 and self.spread_ratio(e) < transient else out).append(e)
+            found.append((e, transient > 0 and self.spread_ratio(e) < transient))
 
         # per-cell p-values; a cell is significant when it is beyond the noise for its iteration
         # (family-wise over the rows of one iteration): a fault repeated over iterations is
@@ -373,13 +372,34 @@ class CellEvidence:
             spent = float(np.nansum(np.maximum(self.transfer_excess[slow, k], 0.0)))
             if spent < cost:
                 continue
-            if out and out[-1].iteration == it and out[-1].excess_ns >= spent:
-                continue  # a rank computed longer by more: the transfers waited on it, or it on them
             devices, best = self._network_devices(topology, k, slow)
             ranks = tuple(sorted(set().union(*(self.transfers.ranks_of(c) for c in slow))))
             keep(Event(it, "network", ranks, float(tz[top, k]), float(pt[top, k]),
                        spent, tuple(slow), devices, float(pt1[top, k]), best))
-        return out
+        return self._settle(found)
+
+    def _settle(self, found: list[tuple[Event, bool]]) -> list[Event]:
+        """The events that count, from every event and whether it is a one-off stall.
+
+        A one-off stall is one-off only once: the stalls of a device whose compute events (stalls
+        or not, one per iteration) recur beyond chance (:func:`~holmes.stats.recurring`, threshold
+        ``transient_recur_p``: the same GPU or host standing out in several iterations while the
+        job's other places did not) are a fault of that device -- a rank that stalls its forward
+        every few steps, an intermittent kernel -- and count. Then, in an iteration whose compute event cost at least its network
+        event, the network event goes (the transfers waited on the rank, or it on them)."""
+        alpha = self.t.transient_recur_p
+        comp = [e for e, _ in found if e.kind in ("gpu", "host")]  # one per iteration at most
+        again: set[object] = set()
+        if alpha > 0 and any(t for _, t in found):
+            for kind, slots in (("gpu", len(self.rank_ids)), ("host", len(self._host_index))):
+                keys = [e.devices[0] for e in comp if e.kind == kind]
+                again |= recurring(keys, slots, alpha)
+        out, self.transients = [], []
+        for e, t in found:
+            stall = t and not (e.kind in ("gpu", "host") and e.devices[0] in again)
+            (self.transients if stall else out).append(e)
+        cost = {e.iteration: e.excess_ns for e in out if e.kind != "network"}
+        return [e for e in out if e.kind != "network" or cost.get(e.iteration, -1.0) < e.excess_ns]
 
     def spread_ratio(self, e: Event) -> float:
         """How evenly an event's excess spread over the work of the device it implicates: the

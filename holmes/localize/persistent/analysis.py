@@ -50,7 +50,7 @@ from holmes.display import SHOWN_RANKS
 from holmes.errors import ConfigError
 from holmes.localize.evidence.confidence import device_confidence
 from holmes.localize.persistent.compute_source import has_compute, row_compute
-from holmes.localize.persistent.peers import Roles
+from holmes.localize.persistent.peers import Roles, p2p_stages
 from holmes.localize.persistent.partials import fold_parts, gather_folded, part_of, replayed_iterations
 from holmes.localize.persistent.rank import PersistentSummary, persistent_window
 from holmes.localize.persistent.suspects import (ComputeOutliers, NetworkOutliers, StageHost, Suspect,
@@ -175,6 +175,13 @@ class PersistentAnalysis:
             run.assume(f"persistent: {len(missing)} rank(s) unreadable; their operators are missing from "
                        f"the comparison and the replay")
         roles = Roles.from_communicators(src.communicators, src.world_size)
+        if roles.num_stages <= 1:
+            stages = p2p_stages(f.slot_info, src.world_size)
+            if stages is not None:  # a pipeline over the default group: its P2P chain says the stages
+                roles.stage = stages
+                roles.split_work(stages)
+                run.assume(f"persistent: {int(stages.max()) + 1} pipeline stage(s) read from the P2P transfers "
+                           "(no pp communicator): each stage's ranks are compared with each other only")
         ev = PersistentEvidence(sel.window, f.caused, f.compute, roles)
         co: ComputeOutliers = compute_suspects(roles, f.caused, f.compute, z=p.t.persistent_z,
                                                fraction=p.t.persistent_fraction, present=f.present,

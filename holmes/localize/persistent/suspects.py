@@ -374,12 +374,21 @@ def network_suspects(slot_info: list[tuple], X: np.ndarray, classes: list[np.nda
         devs_of[s] = network_devices(slot_info[s][2], topology)
         for d in devs_of[s]:
             crossing.setdefault(d, []).append(s)
+    # a device every slot of a class crosses slows them all alike: the comparison within the class
+    # cancels it, so it cannot explain why one of them is slower than the others (one host's
+    # NVSwitch under every P2P pair of an intra-host pipeline)
+    common: dict[int, set[str]] = {}
+    for idx in classes:
+        if len(idx) >= 2:
+            shared = set(devs_of[int(idx[0])]).intersection(*(devs_of[int(s)] for s in idx[1:]))
+            common.update({int(s): shared for s in idx})
+    explains = {s: [d for d in devs_of[s] if d not in common.get(s, ())] for s in slow_set}
     excess = {s: float((ratio[s] - 1).clip(0).mean()) for s in slow_set}
     total_excess = sum(excess.values()) or 1.0
     best: list[tuple[float, str]] = []
-    for d in sorted({d for s in slow_set for d in devs_of[s]}):
+    for d in sorted({d for s in slow_set for d in explains[s]}):
         cross = crossing[d]
-        n_slow = [s for s in cross if s in slow_set]
+        n_slow = [s for s in cross if s in slow_set and d in explains[s]]
         share = len(n_slow) / len(cross)
         cover = sum(excess[s] for s in n_slow) / total_excess
         best.append((share * cover, d))
@@ -397,7 +406,7 @@ def network_suspects(slot_info: list[tuple], X: np.ndarray, classes: list[np.nda
     for _, d in kept:
         groups.setdefault(tuple(crossing[d]), []).append(d)
     for sc, d in kept:
-        ss = [s for s in crossing[d] if s in slow_set]
+        ss = [s for s in crossing[d] if s in slow_set and d in explains[s]]
         ranks = sorted({r for s in ss for r in slot_info[s][2]})
         alike = [a for a in groups[tuple(crossing[d])] if a != d]
         out.suspects.append(Suspect("network", ranks, int(out.device_hits[d][0]), sc, devices=[d], slots=ss,
