@@ -14,7 +14,9 @@ The loop of :class:`Watcher` (one thread; nothing but the window is held in memo
    ``search_from`` of :class:`~holmes.localize.LocalizeParams`; an episode opening before the
    monitor's first window is full is judged once it is, over the job so far); an episode whose
    iterations stay slow (against the reference before it) for ``persistent_after`` iterations
-   schedules the persistent one (``"straggler"``), as does, once, the first full monitor window
+   schedules the persistent one (``"straggler"``; over the slow stretch, or, before the monitor's
+   first window is full, once it is, over the job so far: a burst of a few iterations in a job
+   whose noise is not known yet is no straggler), as does, once, the first full monitor window
    (a straggler slow from the start shows no irregularity); ``recover_after`` regular iterations end
    the episode (``"recovered"``); the window is **looked at again** -- every analysis ``holmes
    localize`` runs, over the last ``window`` iterations -- ``reevaluate_every`` iterations after
@@ -441,7 +443,10 @@ class Watcher:
             ep["regular"] = 0
             if ep["slow"] >= self.persistent_after and not ep["straggler"]:
                 ep["straggler"] = True
-                self._schedule("persistent", i, part, lo=ep["start"])  # the slow stretch only
+                if full:
+                    self._schedule("persistent", i, part, lo=ep["start"])  # the slow stretch only
+                else:  # as an early episode: the job's noise is not known yet; judged on the job so far
+                    self._schedule("persistent", i, part, early=True)
         else:
             ep["regular"] += 1
             if ep["regular"] >= self.recover_after:

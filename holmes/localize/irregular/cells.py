@@ -376,16 +376,17 @@ class CellEvidence:
             ranks = tuple(sorted(set().union(*(self.transfers.ranks_of(c) for c in slow))))
             keep(Event(it, "network", ranks, float(tz[top, k]), float(pt[top, k]),
                        spent, tuple(slow), devices, float(pt1[top, k]), best))
-        return self._settle(found)
+        return self._settle(found, irr)
 
-    def _settle(self, found: list[tuple[Event, bool]]) -> list[Event]:
+    def _settle(self, found: list[tuple[Event, bool]], irregular: set[int]) -> list[Event]:
         """The events that count, from every event and whether it is a one-off stall.
 
         A one-off stall is one-off only once: the stalls of a device whose compute events (stalls
         or not, one per iteration) recur beyond chance (:func:`~holmes.stats.recurring`, threshold
         ``transient_recur_p``: the same GPU or host standing out in several iterations while the
         job's other places did not) are a fault of that device -- a rank that stalls its forward
-        every few steps, an intermittent kernel -- and count. Then, in an iteration whose compute event cost at least its network
+        every few steps, an intermittent kernel -- and count where they made the pivot's iteration
+        irregular (``irregular``: a stall the job did not feel names no culprit). Then, in an iteration whose compute event cost at least its network
         event, the network event goes (the transfers waited on the rank, or it on them)."""
         alpha = self.t.transient_recur_p
         comp = [e for e, _ in found if e.kind in ("gpu", "host")]  # one per iteration at most
@@ -396,7 +397,7 @@ class CellEvidence:
                 again |= recurring(keys, slots, alpha)
         out, self.transients = [], []
         for e, t in found:
-            stall = t and not (e.kind in ("gpu", "host") and e.devices[0] in again)
+            stall = t and not (e.kind in ("gpu", "host") and e.devices[0] in again and e.iteration in irregular)
             (self.transients if stall else out).append(e)
         cost = {e.iteration: e.excess_ns for e in out if e.kind != "network"}
         return [e for e in out if e.kind != "network" or cost.get(e.iteration, -1.0) < e.excess_ns]
