@@ -5,7 +5,7 @@ These caps shape text for people; no verdict depends on them.
 
 from __future__ import annotations
 
-__all__ = ["SHOWN_RANKS", "SHOWN_ITEMS", "SHOWN_TRANSIENTS", "SHOWN_MISSING", "SHOWN_COMMUNICATORS",
+__all__ = ["NOT_HEALTHY", "SHOWN_RANKS", "SHOWN_ITEMS", "SHOWN_TRANSIENTS", "SHOWN_MISSING", "SHOWN_COMMUNICATORS",
            "SHOWN_CAUSES", "SHOWN_ROWS", "SHOWN_RANGES", "LOGGED_RANKS", "EVIDENCE_DEVICES", "SHOWN_CANDIDATES",
            "SHOWN_SUSPECTS", "SHOWN_WAITING", "SHOWN_CHAINS",
            "SUMMARY_RANKS", "SHOWN_INPUT_CHARS"]
@@ -42,3 +42,6 @@ SHOWN_CHAINS = 16
 SUMMARY_RANKS = 512
 #: characters of a bad input value an error message quotes
 SHOWN_INPUT_CHARS = 80
+#: how the report's assumptions end when they turn a verdict that would read healthy into
+#: inconclusive (the text report repeats them under the verdict)
+NOT_HEALTHY = "inconclusive, not healthy"

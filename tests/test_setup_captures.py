@@ -92,3 +92,15 @@ def test_recurring_is_a_union_bound_over_places():
     # spread at random over 8 places, a recurrence is rare (the union bound is conservative)
     hits = sum(bool(recurring(rng.integers(0, 8, 10).tolist(), 8, 0.05)) for _ in range(400))
     assert hits <= 0.05 * 400
+
+
+def test_a_pipeline_of_one_rank_per_stage_is_never_called_healthy():
+    # no rank has a peer doing its work: a rank slow in every step would not show, so the report
+    # says inconclusive and why, never healthy (and names nothing)
+    rep = holmes.localize(DATA / "1f1b" / "healthy")
+    assert rep.verdict == "inconclusive" and rep.devices == []
+    text = rep.to_text()
+    assert "Why: rank(s) 0, 1, 2, 3 have no peer doing the same work" in text
+    # a job whose ranks all have peers is called healthy as before
+    assert holmes.localize(DATA / "ddp" / "healthy").verdict in ("healthy", "inconclusive")
+    assert not any("no peer" in a for a in holmes.localize(DATA / "ddp" / "healthy").assumptions)

@@ -38,7 +38,7 @@ from typing import Any, Protocol
 
 from holmes.calibration.thresholds import or_shipped
 from holmes.detect.simple import resolve_detector
-from holmes.display import SHOWN_ITEMS, SHOWN_RANKS, SUMMARY_RANKS
+from holmes.display import NOT_HEALTHY, SHOWN_ITEMS, SHOWN_RANKS, SUMMARY_RANKS
 from holmes.errors import ConfigError
 from holmes.localize.evidence.rank_summary import pipeline_stages, rank_summary
 from holmes.localize.evidence.search import GraphSearch, RootCause
@@ -230,7 +230,7 @@ class Localizer:
         causes: list[RootCause] = sections.get("root_causes", [])
         verdict = decide_verdict(findings, ranked, p.min_confidence)
         slowdown = sections.get("slowdown")
-        verdict = _no_quiet_healthy(run, verdict, untrusted)
+        verdict = _no_quiet_healthy(run, verdict, untrusted, findings)
         named = named_devices(ranked, p.min_confidence)
         if untrusted and verdict == "culprit":
             verdict, named = "inconclusive", []
@@ -238,7 +238,7 @@ class Localizer:
             # one story per report: "healthy" means within the noise *and* near the ideal step
             verdict = "inconclusive"
             run.assume(f"the step is {slowdown:.3f}x the ideal (what-if replay) and no device or imbalance explains "
-                       f"it (unexplained_slowdown={p.t.unexplained_slowdown:g}): inconclusive, not healthy")
+                       f"it (unexplained_slowdown={p.t.unexplained_slowdown:g}): {NOT_HEALTHY}")
         log.info("localize: verdict %s, %d causes, %d ranks read", verdict, len(causes), len(src.ranks_read))
         return Report(devices=named[:p.top_k], all_devices=ranked, verdict=verdict,
                       candidates=[] if named else ranked[:p.top_k],
@@ -392,9 +392,11 @@ def _consistency(run: Run) -> bool:
     return False
 
 
-def _no_quiet_healthy(run: Run, verdict: str, untrusted: bool) -> str:
-    """``inconclusive`` instead of ``healthy`` when the logs cannot be trusted (:func:`_consistency`)
-    or a rank's log exists but could not be read (it may be the one at fault); else ``verdict``."""
+def _no_quiet_healthy(run: Run, verdict: str, untrusted: bool, findings: list[Finding] | None = None) -> str:
+    """``inconclusive`` instead of ``healthy`` when the logs cannot be trusted (:func:`_consistency`),
+    a rank's log exists but could not be read (it may be the one at fault), or an analysis could
+    not compare a rank with any other (its ``no_peer``: a stage of one rank, whose slowness in
+    every iteration no log comparison shows); else ``verdict``."""
     if verdict != "healthy":
         return verdict
     if untrusted:
@@ -403,6 +405,11 @@ def _no_quiet_healthy(run: Run, verdict: str, untrusted: bool) -> str:
     if unreadable:
         run.assume(f"rank(s) {', '.join(map(str, unreadable[:SHOWN_RANKS]))}{' ...' if len(unreadable) > SHOWN_RANKS else ''} could "
                    "not be read (see above): a healthy verdict cannot stand without them")
+        return "inconclusive"
+    alone = sorted({int(r) for f in findings or () for r in (getattr(f.evidence, "no_peer", None) or ())})
+    if alone:
+        run.assume(f"rank(s) {', '.join(map(str, alone[:SHOWN_RANKS]))}{' ...' if len(alone) > SHOWN_RANKS else ''} have no "
+                   f"peer doing the same work: one of them slow in every iteration would not show: {NOT_HEALTHY}")
         return "inconclusive"
     return verdict
 

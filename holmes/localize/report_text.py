@@ -24,7 +24,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from holmes._ranges import format_int_ranges
-from holmes.display import (SHOWN_CAUSES, SHOWN_COMMUNICATORS, SHOWN_MISSING, SHOWN_RANGES, SHOWN_RANKS,
+from holmes.display import (NOT_HEALTHY, SHOWN_CAUSES, SHOWN_COMMUNICATORS, SHOWN_MISSING, SHOWN_RANGES, SHOWN_RANKS,
                              SHOWN_ROWS)
 from holmes.units import BYTES_PER_MB, NS_PER_MS, NS_PER_S
 from holmes.topology import kinds
@@ -102,6 +102,8 @@ def render_text(r: Any, max_causes: int = SHOWN_CAUSES, show_all: bool = False) 
     elif not r.devices:
         lines.append("Verdict: inconclusive. No device is named with confidence"
                      + ("." if r.root_causes else " (no root cause could be attributed)."))
+        # why a job that might read healthy is not (the pipeline's own assumptions say so)
+        lines += [f"  Why: {a}" for a in r.assumptions or () if a.endswith(NOT_HEALTHY)]
         for d in (r.all_devices if show_all and r.all_devices else r.candidates):
             lines.append(f"  candidate {d.id:<28} {device_figures(d)}  ({d.causes} cause(s))")
             lines += _cost_line(r, d, usual)
