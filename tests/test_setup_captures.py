@@ -2,7 +2,8 @@
 
 ``tests/data/gloo_setups/<setup>/{slow,healthy}``: the ``examples/capture_*.py`` scripts (4 gloo
 ranks on a 2-core machine, 16 steps; ``slow``: rank 2 stalls its forward 100 ms, FSDP2 200 ms,
-every 4th step). Every one of the eight read wrong before the three mechanisms tested here:
+every 4th step; ``ddp8/slow``: 8 ranks, rank 5 stalls 80 ms every 6th of 30 steps). Every slow
+capture of the four setups, and the healthy 1F1B one, read wrong before the mechanisms tested here:
 
 * DDP: a job whose compute between its two gradient buckets is ~3 ms has a compute noise of 60% of
   it; the whole-job comparison was refused (``cell_noise`` 0.1) and Algorithm 1 said 0.54;
@@ -104,3 +105,15 @@ def test_a_pipeline_of_one_rank_per_stage_is_never_called_healthy():
     # a job whose ranks all have peers is called healthy as before
     assert holmes.localize(DATA / "ddp" / "healthy").verdict in ("healthy", "inconclusive")
     assert not any("no peer" in a for a in holmes.localize(DATA / "ddp" / "healthy").assumptions)
+
+
+def test_a_rank_stalling_often_ranks_above_a_slightly_slower_one():
+    # 8 DDP ranks on 2 cores: rank 5 stalls 80 ms every 6th step (27% of the window's time);
+    # rank 6 computes ~20% more than its peers in most steps (a process starved of CPU: 1.9% of
+    # the step, what-if). Both are certain; the one that cost the job more comes first: the
+    # irregular analysis's devices carry the time their own cells cost, as the persistent
+    # analysis's carry their what-if impact
+    rep = holmes.localize(DATA / "ddp8" / "slow")
+    ids = [d.id for d in rep.all_devices]
+    assert ids[0] == "gpu:5"
+    assert rep.all_devices[0].impact_pct > 10 > rep.all_devices[ids.index("gpu:6")].impact_pct

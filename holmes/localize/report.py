@@ -42,7 +42,9 @@ class DeviceScore:
         The calibrated probability that the device is a root cause, in [0, 1] (None where no
         analysis measured its evidence).
     impact_pct : float or None
-        How much shorter the step would be without the device (None where not estimated).
+        How much shorter the step would be without the device, % (None where not estimated): the
+        persistent analysis's what-if replay; for a device of the irregular analysis's whole-job
+        comparison, the excess of the events it best explains over the window's time.
     evidence : tuple of str
         The analyses that found it (``"irregular"``, ...).
     coverage : float or None

@@ -192,7 +192,9 @@ class IrregularAnalysis:
         (a job read whole: :func:`rank_cells`)."""
         p, topo = run.params, run.topology
         if ev.cells is not None:
-            return rank_cells(ev, p.t.tail_calibration, self.name, point_calibration=p.t.point_calibration)
+            span = float(np.sum(sel.durations)) if len(getattr(sel, "durations", ())) else None
+            return rank_cells(ev, p.t.tail_calibration, self.name, point_calibration=p.t.point_calibration,
+                              span_ns=span)
         ranking = DeviceRanking(method=p.method, prior=p.prior, alpha=p.alpha, decay=topo.decay, thresholds=p.t)
         for c, devs in zip(ev.causes, ev.implicated):
             ranking.add(devs, c.rate)
@@ -480,7 +482,7 @@ def _event_cause(search: GraphSearch, transfers: TransferTimes, e: Event) -> Roo
 
 
 def rank_cells(ev: Evidence, calibration: float, name: str = "irregular",
-               point_calibration: float | None = None) -> list[DeviceScore]:
+               point_calibration: float | None = None, span_ns: float | None = None) -> list[DeviceScore]:
     """Devices of the cells' events: confidence ``1 - calibration * p`` (``p`` from
     :func:`~holmes.localize.irregular.cells.device_pvalues`; ``point_calibration``, when given, for single
     devices, :func:`~holmes.topology.kinds.is_point`), coverage the device's share of the strongest
@@ -530,8 +532,16 @@ def rank_cells(ev: Evidence, calibration: float, name: str = "irregular",
         return tuple(a for a in same.get(frozenset(best_in.get(d, ())), ()) if a != d) if d in best_in else ()
 
     # a device whose cells chance explains (confidence 0) is no candidate either
+    # with ``span_ns`` (the window's time), what the device's own cells cost it: the excess of the
+    # events it best explains, as a share of the window -- the unit of the persistent analysis's
+    # what-if impact, so the two analyses' devices of equal confidence order alike
+    own: dict[str, float] = {}
+    for e in ev.events:
+        for d in e.best_devices:
+            own[d] = own.get(d, 0.0) + max(float(e.excess_ns), 0.0)
+    impact = {d: 100.0 * v / span_ns for d, v in own.items()} if span_ns else {}
     out = [DeviceScore(d, kinds.kind_of(d), score[d] / total, score[d], causes[d],
-                       confidence=1.0 - chance[d], evidence=(name,),
+                       confidence=1.0 - chance[d], evidence=(name,), impact_pct=impact.get(d),
                        coverage=max(strength(d), 0.0) / top, alike=alike(d)) for d in score if chance[d] < 1.0]
     # the same order as the pipeline's device_order (confidence, then coverage, then score)
     return sorted(out, key=lambda x: (-round(x.confidence or 0.0, 2), -round(x.coverage or 0.0, 2), -x.score))
