@@ -291,8 +291,7 @@ def merge_devices(lists: list[list[DeviceScore]]) -> list[DeviceScore]:
                 ev = tuple(dict.fromkeys(old.evidence + d.evidence))
                 best[d.id] = DeviceScore(keep.id, keep.kind, keep.score, keep.index, old.causes + d.causes,
                                          confidence=_max(old.confidence, d.confidence),
-                                         impact_pct=keep.impact_pct if keep.impact_pct is not None
-                                         else (old.impact_pct if old.impact_pct is not None else d.impact_pct),
+                                         impact_pct=_impact(old, d, keep),
                                          evidence=ev, coverage=_max(old.coverage, d.coverage),
                                          alike=tuple(dict.fromkeys(old.alike + d.alike)))
     # devices no log tells apart (alike) cost the same: one impact for the group, so that they stay
@@ -303,6 +302,18 @@ def merge_devices(lists: list[list[DeviceScore]]) -> list[DeviceScore]:
         if imp and d.impact_pct != max(imp):
             best[d.id] = replace(d, impact_pct=max(imp))
     return sorted(best.values(), key=device_order)
+
+
+def _impact(a: DeviceScore, b: DeviceScore, keep: DeviceScore) -> float | None:
+    """The impact of a device two analyses found: the what-if replay's (the persistent analysis's)
+    when it made one -- the whole-job comparison's is its events' excess, which counts a GPU's
+    extra compute that the step partly hid -- else the higher-scoring analysis's, else either."""
+    replayed = [x.impact_pct for x in (a, b) if x.impact_pct is not None and "persistent" in x.evidence]
+    if replayed:
+        return replayed[0]
+    if keep.impact_pct is not None:
+        return keep.impact_pct
+    return a.impact_pct if a.impact_pct is not None else b.impact_pct
 
 
 def device_order(d: DeviceScore) -> tuple[float, float, float, float]:

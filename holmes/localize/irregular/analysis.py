@@ -535,11 +535,15 @@ def rank_cells(ev: Evidence, calibration: float, name: str = "irregular",
     # with ``span_ns`` (the window's time), what the device's own cells cost it: the excess of the
     # events it best explains, as a share of the window -- the unit of the persistent analysis's
     # what-if impact, so the two analyses' devices of equal confidence order alike
-    own: dict[str, float] = {}
+    # (per iteration its largest event: a compute and a network event of one iteration are one delay)
+    own: dict[tuple[str, int], float] = {}
     for e in ev.events:
         for d in e.best_devices:
-            own[d] = own.get(d, 0.0) + max(float(e.excess_ns), 0.0)
-    impact = {d: 100.0 * v / span_ns for d, v in own.items()} if span_ns else {}
+            own[(d, e.iteration)] = max(own.get((d, e.iteration), 0.0), float(e.excess_ns))
+    cost: dict[str, float] = {}
+    for (d, _), v in own.items():
+        cost[d] = cost.get(d, 0.0) + max(v, 0.0)
+    impact = {d: 100.0 * v / span_ns for d, v in cost.items()} if span_ns else {}
     out = [DeviceScore(d, kinds.kind_of(d), score[d] / total, score[d], causes[d],
                        confidence=1.0 - chance[d], evidence=(name,), impact_pct=impact.get(d),
                        coverage=max(strength(d), 0.0) / top, alike=alike(d)) for d in score if chance[d] < 1.0]
