@@ -305,10 +305,12 @@ def merge_devices(lists: list[list[DeviceScore]]) -> list[DeviceScore]:
 
 
 def _impact(a: DeviceScore, b: DeviceScore, keep: DeviceScore) -> float | None:
-    """The impact of a device two analyses found: the what-if replay's (the persistent analysis's)
-    when it made one -- the whole-job comparison's is its events' excess, which counts a GPU's
-    extra compute that the step partly hid -- else the higher-scoring analysis's, else either."""
-    replayed = [x.impact_pct for x in (a, b) if x.impact_pct is not None and "persistent" in x.evidence]
+    """The impact of a device two analyses found: the what-if replay's (an analysis class with
+    ``replays_impact``) when one was made -- the whole-job comparison's is its events' excess,
+    which counts a GPU's extra compute that the step partly hid -- else the higher-scoring
+    analysis's, else either."""
+    replayed = [x.impact_pct for x in (a, b) if x.impact_pct is not None
+                and any(getattr(ANALYSIS_CLASSES.get(n), "replays_impact", False) for n in x.evidence)]
     if replayed:
         return replayed[0]
     if keep.impact_pct is not None:
@@ -411,7 +413,12 @@ def _consistency(run: Run) -> bool:
     return False
 
 
-def _no_quiet_healthy(run: Run, verdict: str, untrusted: bool, findings: list[Finding] | None = None) -> str:
+def _ranks_shown(ranks: list[int]) -> str:
+    """``"3, 5, 9 ..."``: the first :data:`SHOWN_RANKS` of ``ranks``."""
+    return ", ".join(map(str, ranks[:SHOWN_RANKS])) + (" ..." if len(ranks) > SHOWN_RANKS else "")
+
+
+def _no_quiet_healthy(run: Run, verdict: str, untrusted: bool, findings: list[Finding]) -> str:
     """``inconclusive`` instead of ``healthy`` when the logs cannot be trusted (:func:`_consistency`),
     a rank's log exists but could not be read (it may be the one at fault), or an analysis could
     not compare a rank with any other (its ``no_peer``: a stage of one rank, whose slowness in
@@ -422,13 +429,13 @@ def _no_quiet_healthy(run: Run, verdict: str, untrusted: bool, findings: list[Fi
         return "inconclusive"
     unreadable = sorted(getattr(run.source, "unreadable", ()))
     if unreadable:
-        run.assume(f"rank(s) {', '.join(map(str, unreadable[:SHOWN_RANKS]))}{' ...' if len(unreadable) > SHOWN_RANKS else ''} could "
-                   "not be read (see above): a healthy verdict cannot stand without them")
+        run.assume(f"rank(s) {_ranks_shown(unreadable)} could not be read (see above): a healthy verdict cannot "
+                   "stand without them")
         return "inconclusive"
-    alone = sorted({int(r) for f in findings or () for r in (getattr(f.evidence, "no_peer", None) or ())})
+    alone = sorted({int(r) for f in findings for r in (getattr(f.evidence, "no_peer", None) or ())})
     if alone:
-        run.assume(f"rank(s) {', '.join(map(str, alone[:SHOWN_RANKS]))}{' ...' if len(alone) > SHOWN_RANKS else ''} have no "
-                   f"peer doing the same work: one of them slow in every iteration would not show: {NOT_HEALTHY}")
+        run.assume(f"rank(s) {_ranks_shown(alone)} have no peer doing the same work: one of them slow in every "
+                   f"iteration would not show: {NOT_HEALTHY}")
         return "inconclusive"
     return verdict
 

@@ -542,7 +542,7 @@ def rank_cells(ev: Evidence, calibration: float, name: str = "irregular",
             own[(d, e.iteration)] = max(own.get((d, e.iteration), 0.0), float(e.excess_ns))
     cost: dict[str, float] = {}
     for (d, _), v in own.items():
-        cost[d] = cost.get(d, 0.0) + max(v, 0.0)
+        cost[d] = cost.get(d, 0.0) + v
     impact = {d: 100.0 * v / span_ns for d, v in cost.items()} if span_ns else {}
     out = [DeviceScore(d, kinds.kind_of(d), score[d] / total, score[d], causes[d],
                        confidence=1.0 - chance[d], evidence=(name,), impact_pct=impact.get(d),

@@ -386,8 +386,9 @@ class CellEvidence:
         ``transient_recur_p``: the same GPU or host standing out in several iterations while the
         job's other places did not) are a fault of that device -- a rank that stalls its forward
         every few steps, an intermittent kernel -- and count where they made the pivot's iteration
-        irregular (``irregular``: a stall the job did not feel names no culprit). Then, in an iteration whose compute event cost at least its network
-        event, the network event goes (the transfers waited on the rank, or it on them)."""
+        irregular (``irregular``: a stall the job did not feel names no culprit). Then, in an
+        iteration whose compute event cost at least its network event, the network event goes (the
+        transfers waited on the rank, or it on them)."""
         alpha = self.t.transient_recur_p
         comp = [e for e, _ in found if e.kind in ("gpu", "host")]  # one per iteration at most
         again: set[object] = set()

@@ -117,6 +117,8 @@ class PersistentAnalysis:
     """
 
     name = "persistent"
+    #: its devices' ``impact_pct`` comes from a what-if replay (preferred when analyses merge)
+    replays_impact = True
     #: it reads every rank: under ``analysis="all"``, on a job over ``full_read`` ranks, it runs
     #: only when the analyses before it named no device
     reads_every_rank = True
