@@ -146,3 +146,16 @@ def test_only_the_devices_that_best_explain_an_event_take_its_evidence():
               for i in (5, 6, 7)]
     pv = device_pvalues(events, {"gpu": 16, "host": 4, "network": 40}, 40)
     assert set(pv) == {"nic:0", "link:nic:0|switch:leaf-0"} and pv["nic:0"] < 1e-15
+
+
+def test_a_host_event_carries_its_own_ranks_excess_not_another_hosts(tmp_path):
+    # two of host 0's four ranks and one rank of host 1 grew together, host 1's most: the event is
+    # host 0's (half its ranks), so its size is host 0's strongest cell, not rank 7's
+    path = simulate(tmp_path / "job", tp=2, pp=2, dp=2, gpus_per_host=4, iterations=30, seed=3,
+                    faults=["gpu:0@spike:14*1.5", "gpu:1@spike:14*1.5", "gpu:7@spike:14*1.8"])
+    cells, topo = _cells(path)
+    e = [e for e in cells.events(topo, min_cost_ns=0.0) if e.iteration == 14 and e.kind != "network"][0]
+    col = int(np.searchsorted(cells.iterations, 14))
+    assert e.devices == ["host:0"] and set(e.ranks) == {0, 1}
+    own = cells.compute_excess[[0, 1], col].max()
+    assert e.excess_ns == own < cells.compute_excess[7, col]

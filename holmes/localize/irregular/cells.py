@@ -353,9 +353,12 @@ class CellEvidence:
             if sig.size:
                 top = int(sig[np.argmax(cz[sig, k])])
                 if self.compute_excess[top, k] >= cost:
-                    grew = [self.rank_ids[j] for j in sig if cz[j, k] >= ratio * cz[top, k]]
-                    e = self._compute_event(it, grew, self.rank_ids[top], float(cz[top, k]),
+                    grew = [j for j in sig if cz[j, k] >= ratio * cz[top, k]]
+                    e = self._compute_event(it, [self.rank_ids[j] for j in grew], self.rank_ids[top], float(cz[top, k]),
                                             float(pc[top, k]), float(self.compute_excess[top, k]))
+                    if e.kind == "host":  # its own ranks' strongest cell (the top may be another host's)
+                        own = max((j for j in grew if self.rank_ids[j] in e.ranks), key=lambda j: cz[j, k])
+                        e.z, e.excess_ns = float(cz[own, k]), float(self.compute_excess[own, k])
                     e.cell_pvalue = float(pc1[top, k])
                     if e.kind == "host":  # the host's ranks together, against the other hosts'
                         e.cell_pvalue = float(hp1[self._host_index[self.host_of(e.ranks[0])], k])
