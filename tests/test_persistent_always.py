@@ -132,6 +132,11 @@ def test_always_slow_compute_is_named_first(run, device):
     ("a1028-p2p-wire-tp2-pp4-dp2", {"nic:4", "link:nic:4|switch:leaf-0", "switch:leaf-0",
                                      "link:nic:8|switch:leaf-0", "nic:8"}),            # one direction
     ("a1030-switch-wire-tp2-pp2-dp4", {"switch:leaf-1"}),
+    # one direction whose NICs also carry a cross-host dp all-reduce and the other direction: one
+    # of each NIC's three transfers is slow, in every iteration (named from two dp all-reduce
+    # spikes' links while a device needed half of its traffic slow)
+    ("a1012-p2p-wire-tp2-pp2-dp4", {"nic:7", "link:nic:7|switch:leaf-3", "switch:leaf-3",
+                                     "link:nic:15|switch:leaf-3", "nic:15"}),
 ])
 def test_always_on_network_fault_is_in_the_top_two(run, path):
     # the analyses' own evidence (calibration=None); named under the calibration or not is what
@@ -226,3 +231,28 @@ def test_always_plan_has_every_cell_in_both_splits():
     assert dps == {1, 2, 4}
     assert all("persistent:0" in p["config"].faults[0] for p in plan if p["config"].faults)
     assert math.isfinite(sum(p["config"].iterations for p in plan))
+
+
+def test_one_slow_p2p_direction_names_its_path_though_its_nics_carry_other_traffic():
+    # 16 ranks, 4 per host, 2 stages: rank r's P2P partner is r + 8; each NIC also carries a
+    # cross-host dp all-reduce and the other direction. Only 0 -> 8 is slow (3x, every iteration):
+    # a third of nic:0's traffic, never half, yet every slow transfer it carries is slow throughout
+    from holmes.localize.persistent.suspects import network_suspects
+    from holmes.topology import default_topology
+
+    topo = default_topology(16, gpus_per_host=4)
+    info = [("p", "pp", (r, r + 8), f"pp{r}") for r in range(8)] + \
+           [("p", "pp", (r + 8, r), f"pp{r}") for r in range(8)] + \
+           [("c", "dp", (r, r + 4), f"dp{r}") for r in (0, 1, 2, 3, 8, 9, 10, 11)]
+    comms = {f"pp{r}": ("pp", [r, r + 8]) for r in range(8)}
+    comms.update({f"dp{r}": ("dp", [r, r + 4]) for r in (0, 1, 2, 3, 8, 9, 10, 11)})
+    stage = np.array([0] * 8 + [1] * 8)
+    ones = np.ones(len(info))
+    classes = slot_classes(info, stage, ones, ones, host_of=topo.host_of, communicators=comms)
+    T = 25
+    X = 1e6 * np.exp(np.random.default_rng(4).normal(0, 0.03, (len(info), T)))
+    X[0] *= 3.0
+    out = network_suspects(info, X, classes, topo, z=4.0, fraction=0.6, min_excess=0.2)
+    named = {s.devices[0] for s in out.suspects}
+    assert {"nic:0", "nic:8"} <= named
+    assert out.device_hits["nic:0"][0] == T and out.device_hits["nic:0"][1] == pytest.approx(1 / 3)

@@ -407,7 +407,7 @@ class Thresholds(BaseModel):
         "The floor of a slot class's iteration-to-iteration noise, in log units.")
     network_hit_share: Frac = _doc(
         "An iteration is a hit of a network device when at least this share of the slots crossing it are "
-        "flagged slow.")
+        "flagged slow (or every persistently slow slot it explains is: one slow P2P direction).")
     network_candidate_share: Frac = _doc(
         "Network devices scoring at least this share of the best device's score are persistent suspects.")
 
