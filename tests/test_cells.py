@@ -159,3 +159,14 @@ def test_a_host_event_carries_its_own_ranks_excess_not_another_hosts(tmp_path):
     assert e.devices == ["host:0"] and set(e.ranks) == {0, 1}
     own = cells.compute_excess[[0, 1], col].max()
     assert e.excess_ns == own < cells.compute_excess[7, col]
+
+
+def test_two_unrelated_slow_places_in_one_iteration_are_two_events(tmp_path):
+    # host 0's NVSwitch and nic:5 slow in the same iteration: the P2P pair 1 <-> 5 shares rank 1
+    # with host 0's collectives but no device, so it is not absorbed into the NVSwitch's event
+    path = simulate(tmp_path / "job", tp=2, pp=2, dp=2, gpus_per_host=4, iterations=30, seed=3,
+                    faults=["nvswitch:0@spike:12*3", "nic:5@spike:12*3"])
+    cells, topo = _cells(path)
+    at12 = [e for e in cells.events(topo, min_cost_ns=0.0) if e.iteration == 12]
+    best = [set(e.best_devices) for e in at12]
+    assert len(at12) == 2 and {"nvswitch:0"} in best and any("nic:5" in b for b in best), at12

@@ -300,8 +300,9 @@ class CellEvidence:
 
     def events(self, topology: Any, *, min_pvalue: float | None = None, min_cost_ns: float = 0.0,
                ratio: float | None = None, skip: int = 1, irregular: Any = (), transient: float = 0.0) -> list[Event]:
-        """The cells beyond the job's noise, at most one event per iteration and kind (no
-        network event in an iteration whose compute event cost more).
+        """The cells beyond the job's noise: per iteration at most one compute event, and one
+        network event per group of slow channels sharing a device (no network event in an
+        iteration whose compute event cost more).
 
         Parameters
         ----------
@@ -317,7 +318,9 @@ class CellEvidence:
         ratio : float, optional
             Cells beyond the noise within ``ratio`` of the strongest one's z join its event (default
             the threshold ``cell_join_ratio``):
-            the other ranks of a slow host, the other channels of a slow NIC.
+            the other ranks of a slow host, the other channels of a slow NIC (channels sharing a
+            rank and a device with it). Slow channels within ``ratio`` of the iteration's
+            strongest that the event's devices do not explain make events of their own.
         skip : int, default 1
             Leading iterations left out (warm-up).
         transient : float, default 0
@@ -367,18 +370,28 @@ class CellEvidence:
             sig = np.flatnonzero(mt[:, k]) if pt.size else np.zeros(0, np.int64)
             if not sig.size:
                 continue
-            top = int(sig[np.argmax(tz[sig, k])])
-            near = set(self.transfers.ranks_of(top))
-            slow = [int(c) for c in sig if tz[c, k] >= ratio * tz[top, k]
-                    and (c == top or near & set(self.transfers.ranks_of(int(c))))]
-            # what the slow channels together cost the iteration (a NIC slows several at once)
-            spent = float(np.nansum(np.maximum(self.transfer_excess[slow, k], 0.0)))
-            if spent < cost:
-                continue
-            devices, best = self._network_devices(topology, k, slow)
-            ranks = tuple(sorted(set().union(*(self.transfers.ranks_of(c) for c in slow))))
-            keep(Event(it, "network", ranks, float(tz[top, k]), float(pt[top, k]),
-                       spent, tuple(slow), devices, float(pt1[top, k]), best))
+            # one event per group of slow channels with a device in common: channels through one
+            # slow NIC join its event; a slow channel of another place in the same iteration (a
+            # rank's intra-host collective beside its slow P2P direction) is an event of its own,
+            # when about as strong (cell_join_ratio of the iteration's strongest)
+            paths = self._paths(topology)
+            floor = ratio * float(np.max(tz[sig, k]))
+            left = [int(c) for c in sig if tz[c, k] >= floor]
+            while left:
+                top = max(left, key=lambda c: tz[c, k])
+                near, mine = set(self.transfers.ranks_of(top)), set(paths[top])
+                slow = [c for c in left if c == top or (tz[c, k] >= ratio * tz[top, k]
+                        and near & set(self.transfers.ranks_of(c)) and mine & set(paths[c]))]
+                devices, best = self._network_devices(topology, k, slow)
+                explained = set(devices[:best] if best else devices)
+                left = [c for c in left if c not in slow and not explained & set(paths[c])]
+                # what the slow channels together cost the iteration (a NIC slows several at once)
+                spent = float(np.nansum(np.maximum(self.transfer_excess[slow, k], 0.0)))
+                if spent < cost:
+                    continue
+                ranks = tuple(sorted(set().union(*(self.transfers.ranks_of(c) for c in slow))))
+                keep(Event(it, "network", ranks, float(tz[top, k]), float(pt[top, k]),
+                           spent, tuple(slow), devices, float(pt1[top, k]), best))
         return self._settle(found, irr)
 
     def _settle(self, found: list[tuple[Event, bool]], irregular: set[int]) -> list[Event]:
