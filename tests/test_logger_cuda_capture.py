@@ -44,14 +44,10 @@ def test_cuda_slow_rank_named_first():
     assert rep.verdict == "culprit" and rep.to_json()["devices"][0]["id"] == "gpu:1"
 
 
-@pytest.mark.xfail(strict=True, reason="4 ranks time-share one H100: gpu:3 works slower than its peers in 12 of "
-                   "16 steps (persistent evidence 0.998, 0.4% of the step); the calibration chosen by dev "
-                   "cross-validation (a persistent-only segment) maps that to 0.92-0.999 (session 15-16 fits). A what-if impact floor "
-                   "fixed it but dropped a real always-on slow P2P link hidden by the pipeline bubble "
-                   "(real-always a1020, 0.3% of the step), so none is applied")
 def test_cuda_healthy_capture_names_no_device_confidently():
     # 16 steps on a time-shared GPU, two of them warm-up: before the calibrated confidence, a GPU
-    # with 0.4% impact was named at 1.00
+    # with 0.4% impact was named at 1.00; sessions 15-16's calibrations (a persistent-only segment)
+    # at 0.92-0.999; session 17's (one map over the analyses) gives gpu:3 0.76, a candidate
     devices = holmes.localize(DATA / "healthy").to_json()["devices"]
     assert not [d for d in devices if d["confidence"] >= 0.9]
 
