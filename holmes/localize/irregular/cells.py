@@ -357,8 +357,8 @@ class CellEvidence:
                 top = int(sig[np.argmax(cz[sig, k])])
                 if self.compute_excess[top, k] >= cost:
                     grew = [j for j in sig if cz[j, k] >= ratio * cz[top, k]]
-                    e = self._compute_event(it, [self.rank_ids[j] for j in grew], self.rank_ids[top], float(cz[top, k]),
-                                            float(pc[top, k]), float(self.compute_excess[top, k]))
+                    e = self._compute_event(it, [self.rank_ids[j] for j in grew], self.rank_ids[top],
+                                            float(cz[top, k]), float(pc[top, k]), float(self.compute_excess[top, k]))
                     if e.kind == "host":  # its own ranks' strongest cell (the top may be another host's)
                         own = max((j for j in grew if self.rank_ids[j] in e.ranks), key=lambda j: cz[j, k])
                         e.z, e.excess_ns = float(cz[own, k]), float(self.compute_excess[own, k])

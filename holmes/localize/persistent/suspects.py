@@ -338,8 +338,8 @@ def network_suspects(slot_info: list[tuple], X: np.ndarray, classes: list[np.nda
     iteration-to-iteration noise, and its excess is at least half ``min_excess`` in ``fraction`` of
     the iterations. ``thresholds`` (default the shipped ones) give ``network_min_sigma`` (the class
     noise floor, log units), ``network_hit_share`` (an iteration is a device's hit when at least this
-    share of the slots crossing it are flagged, or every slow slot it explains is) and ``network_candidate_share`` (devices scoring at
-    least this share of the best are candidates)."""
+    share of the slots crossing it are flagged, or every slow slot it explains is) and
+    ``network_candidate_share`` (devices scoring at least this share of the best are candidates)."""
     th = thresholds or load_thresholds()
     S, T = X.shape
     flags = np.zeros((S, T), np.bool_)
@@ -397,7 +397,9 @@ def network_suspects(slot_info: list[tuple], X: np.ndarray, classes: list[np.nda
         # or when every slow transfer it explains was (one slow P2P direction: one of the NIC's
         # transfers, whichever other traffic the NIC carries); which of the devices on that path is
         # at fault is the explain-away's (share) question, not the hits'
-        hit = (per_it >= th.network_hit_share) | flags[np.asarray(n_slow)].all(axis=0)
+        hit = per_it >= th.network_hit_share
+        if n_slow:
+            hit |= flags[np.asarray(n_slow)].all(axis=0)
         out.device_hits[d] = (float(hit.sum()), share)
     # devices crossed by exactly the same slots (a NIC, its cable, the NIC at the other end of the
     # only transfers it carries) cannot be told apart: adjacent, the kind more often at fault first
