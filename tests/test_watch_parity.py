@@ -53,7 +53,9 @@ def test_offline_culprit_is_an_event_naming_the_same_device(root, name, tmp_path
 ])
 def test_healthy_run_gets_no_culprit_event(root, name, tmp_path):
     p = watch_parity(_run(root, name), tmp_path, per_part=5)
-    assert p.offline_verdict == "healthy"
+    # offline names nothing (r049, a 1.53x GPU fluctuation the loaded machine hides, reads
+    # inconclusive with the right GPU a candidate since session 17's even null; healthy before)
+    assert p.offline_verdict in ("healthy", "inconclusive") and p.offline_device is None
     assert not [e for e in p.events if e[2] in ("culprit", "hang")], p.events
 
 

@@ -435,7 +435,9 @@ class Thresholds(BaseModel):
         "(the other ranks of a slow host, the other channels of a slow NIC).")
     cell_hot_z: NonNeg = _doc(
         "Jobs read whole: a channel crossing a candidate device counts as slower than usual in the "
-        "iteration at this z; candidates are ordered by the share of such channels.")
+        "iteration at this z; candidates are ordered by the share of such channels. A compute cell at "
+        "this z shaped as a one-off stall (cell_transient) is left out of the null an evenly slower GPU "
+        "is judged against.")
     transient_min_ops: PosCount = _doc(
         "A one-off stall is told from a slower device by how the device's other operators grew; with "
         "fewer operators than this it cannot be told (NaN).")

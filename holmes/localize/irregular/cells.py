@@ -24,6 +24,10 @@ weigh nothing), and an event's *family-wise* p-value is the chance that any of t
 would reach its z under that tail. A healthy job's strongest cell has a family-wise p-value near
 one half by construction; a 1.3x slower GPU's cell is many tail-lengths beyond it.
 
+A GPU whose work grew evenly (every gap of the iteration, not one operator's) is judged against
+the cells that are no one-off stall (:meth:`CellEvidence.even_pvalues`): stalls are never
+evidence, yet on a loaded machine they make most of the tail.
+
 The tails and their p-values live in :mod:`holmes.localize.irregular.tails`.
 """
 
@@ -250,6 +254,28 @@ class CellEvidence:
             out[mine, skip:] = tail_pvalue(z[~mine], z[mine], n=n, model=self.tail, **self._fit)
         return out
 
+    def even_pvalues(self, skip: int = 1) -> np.ndarray:
+        """Per compute cell, the p-value (of one cell) of its z against the cells of other hosts
+        (single host: other ranks) that are not one-off stalls (beyond ``cell_hot_z`` with a
+        :meth:`spread_ratio` under ``cell_transient``): the null of an evenly slower rank. Stalls
+        are never evidence, yet on a loaded machine they make most of the tail the cells are
+        otherwise judged against."""
+        z = self.compute_z[:, skip:]
+        even = z.copy()
+        for j, k in zip(*np.nonzero(np.nan_to_num(z, nan=0.0) >= self.t.cell_hot_z)):
+            if self._compute_spread(self.rank_ids[j], int(self.iterations[k + skip])) < self.t.cell_transient:
+                even[j, k] = np.nan
+        out = np.ones_like(self.compute_z)
+        hosts = self._hosts
+        if np.unique(hosts).size == 1:
+            for j in range(len(self.rank_ids)):
+                out[j, skip:] = tail_pvalue(np.delete(even, j, axis=0), z[j], n=1, model=self.tail, **self._fit)
+            return out
+        for h in np.unique(hosts):
+            mine = hosts == h
+            out[mine, skip:] = tail_pvalue(even[~mine], z[mine], n=1, model=self.tail, **self._fit)
+        return out
+
     def host_pvalues(self, skip: int = 1) -> np.ndarray:
         """Per host and iteration, the p-value (of one cell) of the *smallest* compute z of its
         ranks, the tail fitted to the other hosts' smallest: ranks that stand out together (a
@@ -348,6 +374,13 @@ class CellEvidence:
         mc = pc1 * max(len(self.rank_ids), 1) < min_pvalue
         mt = pt1 * max(len(self.channels), 1) < min_pvalue
         irr = {int(i) for i in irregular}
+        cache: list[np.ndarray] = []
+
+        def even_p() -> np.ndarray:
+            if not cache:
+                cache.append(self.even_pvalues(skip))
+            return cache[0]
+
         for k, it in enumerate(self.iterations.tolist()):
             if k < skip:
                 continue
@@ -363,6 +396,10 @@ class CellEvidence:
                         own = max((j for j in grew if self.rank_ids[j] in e.ranks), key=lambda j: cz[j, k])
                         e.z, e.excess_ns = float(cz[own, k]), float(self.compute_excess[own, k])
                     e.cell_pvalue = float(pc1[top, k])
+                    if e.kind == "gpu" and transient > 0 and self.spread_ratio(e) >= transient:
+                        # an evenly slower GPU, judged against the cells that are no one-off stall
+                        pe = even_p()[top, k]
+                        e.cell_pvalue, e.pvalue = float(pe), float(familywise(pe, n_c))
                     if e.kind == "host":  # the host's ranks together, against the other hosts'
                         e.cell_pvalue = float(hp1[self._host_index[self.host_of(e.ranks[0])], k])
                         e.pvalue = familywise(e.cell_pvalue, n_h)
