@@ -47,7 +47,7 @@ def test_cuda_slow_rank_named_first():
 def test_cuda_healthy_capture_names_no_device_confidently():
     # 16 steps on a time-shared GPU, two of them warm-up: before the calibrated confidence, a GPU
     # with 0.4% impact was named at 1.00; sessions 15-16's calibrations (a persistent-only segment)
-    # at 0.92-0.999; session 17's (one map over the analyses) gives gpu:3 0.76, a candidate
+    # at 0.92-0.999; session 17's (one map over the analyses) gives gpu:3 0.74-0.76, a candidate
     devices = holmes.localize(DATA / "healthy").to_json()["devices"]
     assert not [d for d in devices if d["confidence"] >= 0.9]
 
