@@ -242,16 +242,21 @@ class CellEvidence:
         null; on a single host, of the other ranks); the first ``skip`` iterations (warm-up) are
         left out (p = 1)."""
         z = self.compute_z[:, skip:]
+        return self._judged(z, z, int(np.isfinite(z).sum()) if n is None else n, skip)
+
+    def _judged(self, null: np.ndarray, z: np.ndarray, n: int, skip: int) -> np.ndarray:
+        """Family-wise p-values (over ``n`` cells) of the compute cells ``z`` (columns from
+        ``skip``), each rank's against the tail of ``null``'s cells of the other hosts (on a single
+        host, of the other ranks)."""
         out = np.ones_like(self.compute_z)
-        n = int(np.isfinite(z).sum()) if n is None else n
         hosts = self._hosts
         if np.unique(hosts).size == 1:
             for j in range(len(self.rank_ids)):
-                out[j, skip:] = tail_pvalue(np.delete(z, j, axis=0), z[j], n=n, model=self.tail, **self._fit)
+                out[j, skip:] = tail_pvalue(np.delete(null, j, axis=0), z[j], n=n, model=self.tail, **self._fit)
             return out
         for h in np.unique(hosts):
             mine = hosts == h
-            out[mine, skip:] = tail_pvalue(z[~mine], z[mine], n=n, model=self.tail, **self._fit)
+            out[mine, skip:] = tail_pvalue(null[~mine], z[mine], n=n, model=self.tail, **self._fit)
         return out
 
     def even_pvalues(self, skip: int = 1) -> np.ndarray:
@@ -265,16 +270,7 @@ class CellEvidence:
         for j, k in zip(*np.nonzero(np.nan_to_num(z, nan=0.0) >= self.t.cell_hot_z)):
             if self._compute_spread(self.rank_ids[j], int(self.iterations[k + skip])) < self.t.cell_transient:
                 even[j, k] = np.nan
-        out = np.ones_like(self.compute_z)
-        hosts = self._hosts
-        if np.unique(hosts).size == 1:
-            for j in range(len(self.rank_ids)):
-                out[j, skip:] = tail_pvalue(np.delete(even, j, axis=0), z[j], n=1, model=self.tail, **self._fit)
-            return out
-        for h in np.unique(hosts):
-            mine = hosts == h
-            out[mine, skip:] = tail_pvalue(even[~mine], z[mine], n=1, model=self.tail, **self._fit)
-        return out
+        return self._judged(even, z, 1, skip)
 
     def host_pvalues(self, skip: int = 1) -> np.ndarray:
         """Per host and iteration, the p-value (of one cell) of the *smallest* compute z of its
@@ -357,8 +353,9 @@ class CellEvidence:
         ratio = self.t.cell_join_ratio if ratio is None else ratio
         found: list[tuple[Event, bool]] = []  # every event, and whether it is a one-off stall
 
-        def keep(e: Event) -> None:
-            found.append((e, transient > 0 and self.spread_ratio(e) < transient))
+        def keep(e: Event, spread: float | None = None) -> None:
+            spread = self.spread_ratio(e) if spread is None and transient > 0 else spread
+            found.append((e, transient > 0 and spread < transient))
 
         # per-cell p-values; a cell is significant when it is beyond the noise for its iteration
         # (family-wise over the rows of one iteration): a fault repeated over iterations is
@@ -396,14 +393,15 @@ class CellEvidence:
                         own = max((j for j in grew if self.rank_ids[j] in e.ranks), key=lambda j: cz[j, k])
                         e.z, e.excess_ns = float(cz[own, k]), float(self.compute_excess[own, k])
                     e.cell_pvalue = float(pc1[top, k])
-                    if e.kind == "gpu" and transient > 0 and self.spread_ratio(e) >= transient:
-                        # an evenly slower GPU, judged against the cells that are no one-off stall
-                        pe = even_p()[top, k]
-                        e.cell_pvalue, e.pvalue = float(pe), float(familywise(pe, n_c))
+                    spread = self.spread_ratio(e) if transient > 0 else None
                     if e.kind == "host":  # the host's ranks together, against the other hosts'
                         e.cell_pvalue = float(hp1[self._host_index[self.host_of(e.ranks[0])], k])
                         e.pvalue = familywise(e.cell_pvalue, n_h)
-                    keep(e)
+                    elif spread is not None and spread >= transient:
+                        # an evenly slower GPU, judged against the cells that are no one-off stall
+                        pe = even_p()[top, k]
+                        e.cell_pvalue, e.pvalue = float(pe), float(familywise(pe, n_c))
+                    keep(e, spread)
             sig = np.flatnonzero(mt[:, k]) if pt.size else np.zeros(0, np.int64)
             if not sig.size:
                 continue
