@@ -13,6 +13,11 @@ capture of the four setups, and the healthy 1F1B one, read wrong before the mech
   was a peer of every other and the stages' different work read as a slow host; and the P2P
   transfers of one host all cross its NVSwitch, which was named for a pair slower than its class.
 
+``gpipe_rank0``: the same GPipe script with rank 0 (the first stage) stalling before each of its
+sends every 4th step (``slow``), and another healthy capture: gloo completes an ``isend`` only when
+the schedule waits on it, at the end of the step, so the sends' ends say nothing of the transfer;
+both named ``nvswitch:0`` at 0.99 before a P2P transfer ended with its receive.
+
 The live captures are ``tests/test_logger_setups.py``; these are the same jobs, fixed, so the
 verdicts are checked deterministically.
 """
@@ -25,6 +30,7 @@ import numpy as np
 import pytest
 
 import holmes
+from holmes.cog.graph import RECV, CommOpGraph
 from holmes.localize.persistent.peers import p2p_stages
 from holmes.stats import recurring
 
@@ -49,6 +55,34 @@ def test_slow_rank_named_first(setup):
 def test_healthy_capture_names_nothing(setup):
     rep = holmes.localize(DATA / setup / "healthy")
     assert rep.devices == [] and rep.verdict != "culprit"
+
+
+@pytest.mark.parametrize("run,named", [("slow", ["gpu:0"]), ("healthy", [])])
+def test_a_late_first_stage_is_its_gpu_not_the_transfers_waiting_for_it(run, named):
+    # GPipe with rank 0 (the first stage) stalling 63 ms before each micro-batch's send, and a
+    # healthy capture of the same script: gloo completes an isend only in wait(), which the
+    # schedule calls at the end of the step, so every send "lasted" ~190 ms while the receives
+    # waited for the late sender; both copies were read as a slow transfer and nvswitch:0 was
+    # named at 0.99 in both captures
+    rep = holmes.localize(DATA / "gpipe_rank0" / run)
+    assert [d.id for d in rep.devices] == named, [(d.id, d.confidence) for d in rep.all_devices[:3]]
+
+
+def test_a_p2p_transfer_ends_when_the_receiver_has_the_data():
+    from holmes.localize.irregular.transfer import TransferTimes
+
+    job = holmes.read_job(DATA / "gpipe_rank0" / "slow")
+    g = CommOpGraph(job.communicators)
+    for r in range(job.world_size):
+        g.add_rank(r, job.ops(r))
+    t = TransferTimes(g.ranks, g.members)
+    down = t.channels.index(next(c for c in t.channels if c[1:] == (0, 1)))
+    stalled = t.table(np.array([3, 7, 11, 15]))[down]
+    # four micro-batches each; the shortest copies (the receives) summed to ~250 ms
+    assert np.all(stalled < 20e6), stalled
+    r1 = g.ranks[1]
+    recv = (r1.iteration == 3) & (r1.peer == 0) & (r1.op == RECV)
+    assert r1.duration[recv].sum() > 150e6
 
 
 def test_ddp_is_compared_cell_by_cell_despite_its_tiny_compute():

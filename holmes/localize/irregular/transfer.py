@@ -3,8 +3,10 @@
 Every member of a collective (both ends of a P2P transfer) leaves the operator at about the same
 time, so the member that entered *last* has the shortest duration, and that duration is the
 transfer itself with no waiting in it, measured on that member's own clock (no clock skew
-involved). Summed per *channel* -- one communicator's collectives, or one direction of one P2P
-pair -- and iteration, and compared with the channel's usual iteration, it says which channel
+involved) -- except for an asynchronous send whose completion the logger saw late (gloo
+completes an ``isend`` only in ``wait()``): a P2P transfer whose sender entered last ends when the
+receive did (:func:`_p2p_transfer`). Summed per *channel* -- one communicator's collectives, or
+one direction of one P2P pair -- and iteration, and compared with the channel's usual iteration, it says which channel
 really moved slower:
 
 * a slow device (a NIC, a cable, a switch, an NVSwitch) stretches the transfers of the channels
@@ -62,7 +64,8 @@ class TransferTimes:
     """
 
     def __init__(self, ranks: Mapping[int, Any], members: Any) -> None:
-        cols: dict[str, list[np.ndarray]] = {k: [] for k in ("comm", "src", "dst", "seq", "it", "dur", "rank", "row")}
+        cols: dict[str, list[np.ndarray]] = {k: [] for k in ("comm", "src", "dst", "seq", "it", "dur", "rank", "row",
+                                                             "start", "end")}
         for r, ro in ranks.items():
             n = len(ro)
             if n == 0:
@@ -77,6 +80,8 @@ class TransferTimes:
             cols["dur"].append(ro.duration.astype(np.int64))
             cols["rank"].append(np.full(n, r, np.int64))
             cols["row"].append(np.arange(n, dtype=np.int64))
+            cols["start"].append(ro.start.astype(np.int64))
+            cols["end"].append(ro.end.astype(np.int64))
         self.channels: list[tuple[int, int, int]] = []
         self._ranks: list[tuple[int, ...]] = []
         self._cube: tuple[float, np.ndarray, np.ndarray] | None = None
@@ -99,8 +104,9 @@ class TransferTimes:
             self._t = np.zeros((0, 0))
             self._its = np.zeros(0, np.int64)
             return
+        dur = _p2p_transfer(a, starts, counts, a["dur"][starts].copy())
         comm, src, dst, it = comm[full], src[full], dst[full], a["it"][starts][full]
-        dur, rank, row = a["dur"][starts][full], a["rank"][starts][full], a["row"][starts][full]
+        dur, rank, row = dur[full], a["rank"][starts][full], a["row"][starts][full]
         chan_keys, chan = np.unique(np.stack([comm, src, dst], axis=1), axis=0, return_inverse=True)
         chan = chan.reshape(-1)
         self._its, itpos = np.unique(it, return_inverse=True)
@@ -225,6 +231,34 @@ class TransferTimes:
         if i >= self._its.size or self._its[i] != iteration:
             return None
         return self._where.get((channel, i))
+
+
+def _p2p_transfer(a: Mapping[str, np.ndarray], starts: np.ndarray, counts: np.ndarray, dur: np.ndarray) -> np.ndarray:
+    """Per op instance (its copies from ``starts``, sorted shortest first), the transfer: its
+    shortest copy, or for a P2P transfer whose sender entered last (its send began while the
+    receive was open) the receive's end minus the send's start, when shorter.
+
+    The shortest copy is the transfer when both ends leave the operator together. An
+    asynchronous send need not: gloo completes an ``isend`` only in ``wait()``, so a logger sees
+    its end when the program waits on it (``torch.distributed.pipelining`` waits on a step's
+    sends at its end), long after the receiver got the data; the receive, meanwhile, waited for
+    the late sender. Neither copy is the transfer then, but the receive's end is when the data
+    arrived. Across hosts the two ends read different clocks: the estimate is used only when
+    consistent (the send began within the receive), and is then off by the clocks' offset at
+    most, never longer than the receive.
+    """
+    two = np.flatnonzero((counts == 2) & (a["src"][starts] >= 0))
+    if not two.size:
+        return dur
+    i0, i1 = starts[two], starts[two] + 1
+    first_sends = a["rank"][i0] == a["src"][i0]
+    s_i = np.where(first_sends, i0, i1)
+    r_i = np.where(first_sends, i1, i0)
+    send_start, recv_start, recv_end = a["start"][s_i], a["start"][r_i], a["end"][r_i]
+    late_sender = (recv_start <= send_start) & (send_start <= recv_end)
+    cross = recv_end - send_start
+    dur[two] = np.where(late_sender, np.minimum(dur[two], cross), dur[two])
+    return dur
 
 
 def pick_channels(excess: Mapping[Hashable, float], sigma: Mapping[Hashable, float],
