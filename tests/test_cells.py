@@ -29,6 +29,22 @@ def test_tail_pvalue_is_a_probability_falling_with_z(cells, a, b):
     assert 0.0 <= p_hi <= p_lo <= 1.0
 
 
+def test_the_predictive_tail_is_not_fooled_by_a_scale_from_few_cells():
+    # 40 null cells: the exponential tail's scale is the mean of ~4 of them. A z whose true
+    # tail probability is 1e-6 read p < 1e-8 in 2 of 3 draws under the fitted scale; under the
+    # predictive tail (the scale's own uncertainty) in none
+    z = -np.log(1e-6)
+    plain = pred = 0
+    for seed in range(300):
+        x = np.random.default_rng(seed).standard_exponential(40)
+        plain += tail_pvalue(x, z, n=1) < 1e-8
+        pred += tail_pvalue(x, z, n=1, predictive=True) < 1e-8
+    assert plain > 150 and pred == 0
+    # with many cells the two agree
+    x = np.random.default_rng(0).standard_exponential(20000)
+    assert np.isclose(tail_pvalue(x, 12.0, n=1), tail_pvalue(x, 12.0, n=1, predictive=True), rtol=0.2)
+
+
 def test_a_repeated_event_is_stronger_than_one():
     one = [Event(5, "gpu", (3,), 8.0, 1e-3, 1e7, devices=["gpu:3"])]
     two = one + [Event(9, "gpu", (3,), 8.0, 1e-3, 1e7, devices=["gpu:3"])]

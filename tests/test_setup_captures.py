@@ -16,7 +16,9 @@ capture of the four setups, and the healthy 1F1B one, read wrong before the mech
 ``gpipe_rank0``: the same GPipe script with rank 0 (the first stage) stalling before each of its
 sends every 4th step (``slow``), and another healthy capture: gloo completes an ``isend`` only when
 the schedule waits on it, at the end of the step, so the sends' ends say nothing of the transfer;
-both named ``nvswitch:0`` at 0.99 before a P2P transfer ended with its receive.
+both named ``nvswitch:0`` at 0.99 before a P2P transfer ended with its receive. ``fsdp2_b``: the FSDP2
+script again (rank 1 stalls 200 ms every 4th step; the healthy twin named ``gpu:3`` at 0.99 for one
+5.7 ms hiccup before the evenly-slower null's tail accounted for its few cells).
 
 The live captures are ``tests/test_logger_setups.py``; these are the same jobs, fixed, so the
 verdicts are checked deterministically.
@@ -65,6 +67,15 @@ def test_a_late_first_stage_is_its_gpu_not_the_transfers_waiting_for_it(run, nam
     # waited for the late sender; both copies were read as a slow transfer and nvswitch:0 was
     # named at 0.99 in both captures
     rep = holmes.localize(DATA / "gpipe_rank0" / run)
+    assert [d.id for d in rep.devices] == named, [(d.id, d.confidence) for d in rep.all_devices[:3]]
+
+
+@pytest.mark.parametrize("run,named", [("slow", ["gpu:1"]), ("healthy", [])])
+def test_one_hiccup_of_a_small_job_is_not_an_evenly_slower_gpu(run, named):
+    # FSDP2, 4 ranks x 16 steps: in the healthy capture rank 3 computed 5.7 ms more in one step
+    # (z 9.5); judged against the ~40 cells left without the other ranks' stalls, p was 1e-13 and
+    # gpu:3 was named at 0.99 (the tail's scale came from 4 cells)
+    rep = holmes.localize(DATA / "fsdp2_b" / run)
     assert [d.id for d in rep.devices] == named, [(d.id, d.confidence) for d in rep.all_devices[:3]]
 
 

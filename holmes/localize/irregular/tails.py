@@ -64,6 +64,16 @@ def tail_fit(cells: np.ndarray, *, lo: float | None = None, hi: float | None = N
     return float(q_lo), max(float(body.mean() - q_lo) if body.size else 0.0, min_scale)
 
 
+def _body_size(cells: np.ndarray, lo: float, hi: float) -> int:
+    """How many cells :func:`tail_fit` averages (those between its ``lo`` and ``hi`` quantiles)."""
+    x = np.asarray(cells, dtype=np.float64)
+    x = x[np.isfinite(x)]
+    if not x.size:
+        return 0
+    q_lo, q_hi = np.quantile(x, [lo, hi])
+    return int(((x >= q_lo) & (x <= q_hi)).sum())
+
+
 def gpd_fit(cells: np.ndarray, *, lo: float | None = None, max_shape: float | None = None, min_cells: int | None = None,
             min_scale: float | None = None, min_excesses: int | None = None) -> tuple[float, float, float]:
     """``(threshold, scale, shape)`` of a generalized Pareto upper tail fitted to *every* excess
@@ -106,11 +116,13 @@ def gpd_fit(cells: np.ndarray, *, lo: float | None = None, max_shape: float | No
 
 
 def tail_pvalue(cells: np.ndarray, z: Any, *, n: int | None = None, lo: float | None = None,
-                model: str = "exponential", **fit: Any) -> Any:
+                model: str = "exponential", predictive: bool = False, **fit: Any) -> Any:
     """Family-wise p-value of a cell reaching ``z`` (a number or an array), the tail fitted to
     ``cells``: the chance that one of ``n`` cells (default: as many as ``cells``) does,
     ``1 - (1 - p)^n``. ``model`` ``"exponential"`` (:func:`tail_fit`): ``p = (1 - lo)
-    exp(-(z - q_lo) / scale)``; ``"gpd"`` (:func:`gpd_fit`): ``p = (1 - lo) (1 + shape (z -
+    exp(-(z - q_lo) / scale)``, or with ``predictive`` ``p = (1 - lo) (1 + (z - q_lo) / (k
+    scale))^(-k)``, ``k`` the cells the scale was averaged over (the exponential's posterior
+    predictive tail: the scale's own uncertainty, which matters when ``k`` is a handful); ``"gpd"`` (:func:`gpd_fit`): ``p = (1 - lo) (1 + shape (z -
     q_lo) / scale)^(-1 / shape)``. ``lo``: threshold ``tail_q``; ``fit``: the other keywords of the fit (``min_cells``,
     ``min_scale``; ``hi`` for the exponential tail, ``max_shape`` and ``min_excesses`` for the GPD)."""
     lo = or_shipped(lo, "tail_q")
@@ -121,9 +133,13 @@ def tail_pvalue(cells: np.ndarray, z: Any, *, n: int | None = None, lo: float | 
                                                      if k not in ("max_shape", "min_excesses")}), 0.0
     n = int(np.isfinite(np.asarray(cells, dtype=np.float64)).sum()) if n is None else n
     zz = np.asarray(z, dtype=np.float64)
+    k = _body_size(cells, lo, or_shipped(fit.get("hi"), "tail_body_q")) if predictive and model != "gpd" else 0
     with np.errstate(all="ignore"):
         t = np.maximum(zz - q_lo, 0.0) / beta
-        tail = np.exp(-t) if xi <= SHAPE_EPS else np.power(1.0 + xi * t, -1.0 / xi)
+        if k > 0:  # the scale is the mean of k excesses: the exponential's predictive tail (Lomax)
+            tail = np.power(1.0 + t / k, -float(k))
+        else:
+            tail = np.exp(-t) if xi <= SHAPE_EPS else np.power(1.0 + xi * t, -1.0 / xi)
         p = np.where(zz > q_lo, (1.0 - lo) * tail, 1.0)
         fw = np.where(np.isfinite(zz), familywise(p, n), 1.0)
     return float(fw) if fw.ndim == 0 else fw
