@@ -1,7 +1,8 @@
 """Watch parity: every run of a corpus replayed as parts, watched, and compared with the offline report.
 
-For each job of ``--corpus`` (default ``fixtures/real`` and ``fixtures/real-loaded``: real
-multi-process PyTorch runs), :func:`holmes.watch.replay.watch_parity` cuts the rank logs into parts
+For each job of ``--corpus`` (default ``fixtures/real``, ``fixtures/real-loaded``,
+``fixtures/real-always`` and ``fixtures/real-hang``: real multi-process PyTorch runs; a rank that
+died before writing lands no part), :func:`holmes.watch.replay.watch_parity` cuts the rank logs into parts
 of ``--per-part`` iterations, runs :class:`holmes.watch.Watcher` over them to the end (``once``)
 and runs :func:`holmes.localize` over the whole job. A job offline calls ``culprit`` (or ``hang``)
 is *caught* when an event's report names the same top device (a hang event); an *extra* is an
@@ -25,7 +26,8 @@ REPO = Path(__file__).resolve().parents[1]
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--corpus", nargs="+", default=[str(REPO / "fixtures" / "real"), str(REPO / "fixtures" / "real-loaded")])
+    ap.add_argument("--corpus", nargs="+", default=[str(REPO / "fixtures" / c)
+                                                    for c in ("real", "real-loaded", "real-always", "real-hang")])
     ap.add_argument("--per-part", type=int, default=5)
     ap.add_argument("--limit", type=int, default=None, help="at most N jobs per corpus")
     ap.add_argument("--smoke", action="store_true",

@@ -96,6 +96,17 @@ def test_replay_refuses_an_existing_directory(tmp_path):
         replay_as_parts(src, tmp_path / "other", per_part=0)
 
 
+def test_a_rank_that_died_before_writing_lands_no_part_and_the_hang_is_caught(tmp_path):
+    # rank 3 of this job exited before its first write (no log): the replay used to raise
+    # MissingRankError, so the hang corpus could not be watched at all
+    job = _run(REAL.parent / "real-hang", "h004-exit-send-tp1-pp4-dp4-s0")
+    p = watch_parity(job, tmp_path, per_part=5)
+    assert not (tmp_path / "live" / "ranks" / "rank-00003").exists()
+    assert (tmp_path / "live" / "ranks" / "rank-00002").is_dir()
+    assert p.offline_verdict == "hang" and p.caught
+    assert any(e[0] == "hang" and e[3][:1] == (p.offline_device,) for e in p.events), p.events
+
+
 def test_healthy_run_silent_and_faulted_run_caught_by_the_same_mechanisms(tmp_path):
     """A healthy replayed run gets no culprit event, while a faulted run whose fault shows in its
     first iterations still does, naming offline's device once the monitor's window is full, and

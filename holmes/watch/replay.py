@@ -24,13 +24,14 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from holmes.errors import ConfigError
+from holmes.errors import ConfigError, MissingRankError
 
 __all__ = ["replay_as_parts", "watch_parity", "Parity"]
 
 
 def replay_as_parts(job: str | os.PathLike[str], out: str | os.PathLike[str], *, per_part: int = 5) -> Path:
-    """Write ``job``'s rank logs as parts of ``per_part`` iterations under ``out`` (a new directory)."""
+    """Write ``job``'s rank logs as parts of ``per_part`` iterations under ``out`` (a new directory);
+    a rank without a log (one that died before writing) gets no part, as it would live."""
     from holmes.io import read_job
     from holmes.io.parts import rank_parts_dirname, write_part
 
@@ -45,7 +46,10 @@ def replay_as_parts(job: str | os.PathLike[str], out: str | os.PathLike[str], *,
         if (src / name).is_file():
             shutil.copyfile(src / name, dst / name)
     for r in range(j.world_size):
-        t = j.ops(r)
+        try:
+            t = j.ops(r)
+        except MissingRankError:  # a rank that never wrote (it died): it lands no part live either
+            continue
         if not t.num_rows:
             continue
         it = t.column("iteration").to_numpy()
