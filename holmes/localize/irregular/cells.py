@@ -26,7 +26,9 @@ one half by construction; a 1.3x slower GPU's cell is many tail-lengths beyond i
 
 A GPU whose work grew evenly (every gap of the iteration, not one operator's) is judged against
 the cells that are no one-off stall (:meth:`CellEvidence.even_pvalues`): stalls are never
-evidence, yet on a loaded machine they make most of the tail.
+evidence, yet on a loaded machine they make most of the tail. Those cells are few on a small job,
+so their tail is the predictive one (its scale's own uncertainty), and the result is never weaker
+than the ordinary null's.
 
 The tails and their p-values live in :mod:`holmes.localize.irregular.tails`.
 """
