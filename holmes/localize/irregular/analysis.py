@@ -207,8 +207,16 @@ class IrregularAnalysis:
         index = ranking.index()
         hits, n = weighted_hits([c.iteration for c in ev.causes], ev.implicated, sel.weights)
         conf = self.confidence(run, ev, hits, n)
+        alike = same_causes(ev.implicated)
+        # devices implicated by exactly the same causes are one suspicion (the evidence cannot tell
+        # a slow transfer's two NICs apart; their chance of being blamed differs, not the evidence):
+        # each is listed with the group's confidence, as alike
+        for d, group in alike.items():
+            best = max((conf[a] for a in (d, *group) if conf.get(a) is not None), default=None)
+            if best is not None:
+                conf[d] = best
         return [DeviceScore(d, kinds.kind_of(d), s, index.get(d, 0.0), ranking.counts.get(d, 0),
-                            confidence=conf.get(d), evidence=(self.name,),
+                            confidence=conf.get(d), evidence=(self.name,), alike=alike.get(d, ()),
                             coverage=hits.get(d, 0.0) / n if n > 0 else None) for d, s in ranking.ranked()
                 if hits.get(d, 0.0) >= sel.min_hits - TIE_RTOL or d in ev.proven]
 
@@ -479,6 +487,25 @@ def _event_cause(search: GraphSearch, transfers: TransferTimes, e: Event) -> Roo
     c = RootCause(e.iteration, cause, tuple(e.ranks), rank, row, step, [step], note, devices=list(e.devices))
     c.rate = 1.0 - float(e.pvalue)
     return c
+
+
+def same_causes(implicated: list[list[str]]) -> dict[str, tuple[str, ...]]:
+    """Per network device, the other network devices implicated by exactly the same causes (the
+    indices of ``implicated``): what no cause tells apart. Compute devices are left out (a GPU
+    and its host are told apart by the explain-away, not by the causes).
+
+    >>> same_causes([["nic:1", "nic:5", "gpu:1"], ["nic:1", "nic:5", "switch:leaf-0"]])
+    {'nic:1': ('nic:5',), 'nic:5': ('nic:1',)}
+    """
+    where: dict[str, set[int]] = {}
+    for i, devs in enumerate(implicated):
+        for d in devs:
+            if not kinds.is_compute(d):
+                where.setdefault(d, set()).add(i)
+    groups: dict[frozenset[int], list[str]] = {}
+    for d, idx in where.items():
+        groups.setdefault(frozenset(idx), []).append(d)
+    return {d: tuple(a for a in g if a != d) for g in groups.values() if len(g) > 1 for d in g}
 
 
 def rank_cells(ev: Evidence, calibration: float, name: str = "irregular",
