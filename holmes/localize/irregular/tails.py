@@ -53,25 +53,22 @@ def tail_fit(cells: np.ndarray, *, lo: float | None = None, hi: float | None = N
     extreme cells, the faults, weigh nothing in it). Defaults: the thresholds ``tail_q``,
     ``tail_body_q``, ``tail_min_cells`` (fewer: no tail, nothing is significant) and
     ``tail_min_scale`` (the smallest scale)."""
+    q_lo, scale, _ = _exponential_fit(cells, lo=lo, hi=hi, min_cells=min_cells, min_scale=min_scale)
+    return q_lo, scale
+
+
+def _exponential_fit(cells: np.ndarray, *, lo: float | None = None, hi: float | None = None,
+                     min_cells: int | None = None, min_scale: float | None = None) -> tuple[float, float, int]:
+    """:func:`tail_fit`'s ``(threshold, scale)`` and how many cells the scale averaged (0: no tail)."""
     lo, hi = or_shipped(lo, "tail_q"), or_shipped(hi, "tail_body_q")
     min_scale = or_shipped(min_scale, "tail_min_scale")
     x = np.asarray(cells, dtype=np.float64)
     x = x[np.isfinite(x)]
     if x.size < or_shipped(min_cells, "tail_min_cells"):
-        return np.inf, 1.0
+        return np.inf, 1.0, 0
     q_lo, q_hi = np.quantile(x, [lo, hi])
     body = x[(x >= q_lo) & (x <= q_hi)]
-    return float(q_lo), max(float(body.mean() - q_lo) if body.size else 0.0, min_scale)
-
-
-def _body_size(cells: np.ndarray, lo: float, hi: float) -> int:
-    """How many cells :func:`tail_fit` averages (those between its ``lo`` and ``hi`` quantiles)."""
-    x = np.asarray(cells, dtype=np.float64)
-    x = x[np.isfinite(x)]
-    if not x.size:
-        return 0
-    q_lo, q_hi = np.quantile(x, [lo, hi])
-    return int(((x >= q_lo) & (x <= q_hi)).sum())
+    return float(q_lo), max(float(body.mean() - q_lo) if body.size else 0.0, min_scale), int(body.size)
 
 
 def gpd_fit(cells: np.ndarray, *, lo: float | None = None, max_shape: float | None = None, min_cells: int | None = None,
@@ -122,18 +119,20 @@ def tail_pvalue(cells: np.ndarray, z: Any, *, n: int | None = None, lo: float | 
     ``1 - (1 - p)^n``. ``model`` ``"exponential"`` (:func:`tail_fit`): ``p = (1 - lo)
     exp(-(z - q_lo) / scale)``, or with ``predictive`` ``p = (1 - lo) (1 + (z - q_lo) / (k
     scale))^(-k)``, ``k`` the cells the scale was averaged over (the exponential's posterior
-    predictive tail: the scale's own uncertainty, which matters when ``k`` is a handful); ``"gpd"`` (:func:`gpd_fit`): ``p = (1 - lo) (1 + shape (z -
-    q_lo) / scale)^(-1 / shape)``. ``lo``: threshold ``tail_q``; ``fit``: the other keywords of the fit (``min_cells``,
+    predictive tail: the scale's own uncertainty, which matters when ``k`` is a handful);
+    ``"gpd"`` (:func:`gpd_fit`): ``p = (1 - lo) (1 + shape (z - q_lo) / scale)^(-1 / shape)``.
+    ``lo``: threshold ``tail_q``; ``fit``: the other keywords of the fit (``min_cells``,
     ``min_scale``; ``hi`` for the exponential tail, ``max_shape`` and ``min_excesses`` for the GPD)."""
     lo = or_shipped(lo, "tail_q")
+    k = 0  # predictive: the cells the exponential scale averaged
     if model == "gpd":
-        q_lo, beta, xi = gpd_fit(cells, lo=lo, **{k: v for k, v in fit.items() if k != "hi"})
+        q_lo, beta, xi = gpd_fit(cells, lo=lo, **{key: v for key, v in fit.items() if key != "hi"})
     else:
-        (q_lo, beta), xi = tail_fit(cells, lo=lo, **{k: v for k, v in fit.items()
-                                                     if k not in ("max_shape", "min_excesses")}), 0.0
+        q_lo, beta, body = _exponential_fit(cells, lo=lo, **{key: v for key, v in fit.items()
+                                                             if key not in ("max_shape", "min_excesses")})
+        xi, k = 0.0, (body if predictive else 0)
     n = int(np.isfinite(np.asarray(cells, dtype=np.float64)).sum()) if n is None else n
     zz = np.asarray(z, dtype=np.float64)
-    k = _body_size(cells, lo, or_shipped(fit.get("hi"), "tail_body_q")) if predictive and model != "gpd" else 0
     with np.errstate(all="ignore"):
         t = np.maximum(zz - q_lo, 0.0) / beta
         if k > 0:  # the scale is the mean of k excesses: the exponential's predictive tail (Lomax)

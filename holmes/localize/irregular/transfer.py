@@ -6,8 +6,8 @@ transfer itself with no waiting in it, measured on that member's own clock (no c
 involved) -- except for an asynchronous send whose completion the logger saw late (gloo
 completes an ``isend`` only in ``wait()``): a P2P transfer whose sender entered last ends when the
 receive did (:func:`_p2p_transfer`). Summed per *channel* -- one communicator's collectives, or
-one direction of one P2P pair -- and iteration, and compared with the channel's usual iteration, it says which channel
-really moved slower:
+one direction of one P2P pair -- and iteration, and compared with the channel's usual iteration,
+it says which channel really moved slower:
 
 * a slow device (a NIC, a cable, a switch, an NVSwitch) stretches the transfers of the channels
   that cross it, and of those only;
