@@ -45,6 +45,18 @@ def test_the_predictive_tail_is_not_fooled_by_a_scale_from_few_cells():
     assert np.isclose(tail_pvalue(x, 12.0, n=1), tail_pvalue(x, 12.0, n=1, predictive=True), rtol=0.2)
 
 
+def test_predictive_below_switches_the_tail_by_the_cells_its_scale_rests_on():
+    z = -np.log(1e-6)
+    few = np.random.default_rng(1).standard_exponential(30)    # the scale rests on ~2 cells
+    many = np.random.default_rng(1).standard_exponential(400)  # on ~36
+    for x in (few, many):
+        plain, pred = tail_pvalue(x, z, n=1), tail_pvalue(x, z, n=1, predictive=True)
+        assert pred > plain
+        assert tail_pvalue(x, z, n=1, predictive_below=0) == plain
+    assert tail_pvalue(few, z, n=1, predictive_below=10) == tail_pvalue(few, z, n=1, predictive=True)
+    assert tail_pvalue(many, z, n=1, predictive_below=10) == tail_pvalue(many, z, n=1)
+
+
 def test_a_repeated_event_is_stronger_than_one():
     one = [Event(5, "gpu", (3,), 8.0, 1e-3, 1e7, devices=["gpu:3"])]
     two = one + [Event(9, "gpu", (3,), 8.0, 1e-3, 1e7, devices=["gpu:3"])]

@@ -18,7 +18,11 @@ sends every 4th step (``slow``), and another healthy capture: gloo completes an 
 the schedule waits on it, at the end of the step, so the sends' ends say nothing of the transfer;
 both named ``nvswitch:0`` at 0.99 before a P2P transfer ended with its receive. ``fsdp2_b``: the FSDP2
 script again (rank 1 stalls 200 ms every 4th step; the healthy twin named ``gpu:3`` at 0.99 for one
-5.7 ms hiccup before the evenly-slower null's tail accounted for its few cells).
+5.7 ms hiccup before the evenly-slower null's tail accounted for its few cells). ``gpipe_every``: the
+GPipe script with rank 0 stalling 1.5 ms before each micro-batch in *every* step (``--every 1``), and
+its healthy twin, captured while another job loaded the 2-core machine; the healthy one named
+``nvswitch:0`` at 0.98 for one step whose P2P transfers from rank 1 to rank 0 took 8.7 ms more
+(judged against 2 channels x 15 steps, a tail scale resting on 2 cells).
 
 The live captures are ``tests/test_logger_setups.py``; these are the same jobs, fixed, so the
 verdicts are checked deterministically.
@@ -169,3 +173,30 @@ def test_a_rank_stalling_often_ranks_above_a_slightly_slower_one():
     ids = [d.id for d in rep.all_devices]
     assert ids[0] == "gpu:5"
     assert rep.all_devices[0].impact_pct > 10 > rep.all_devices[ids.index("gpu:6")].impact_pct
+
+
+def test_one_slow_p2p_step_of_a_small_pipeline_is_not_a_slow_nvswitch():
+    # the healthy twin: in step 10, two of rank 1's four gradient transfers to rank 0 took ~4 ms
+    # more each (z 24 against the channels sharing no rank with them: 2 channels x 15 steps, the
+    # exponential scale fitted on 2 cells); nvswitch:0, the only device on the path, read 0.98
+    rep = holmes.localize(DATA / "gpipe_every" / "healthy")
+    assert rep.devices == [] and rep.verdict != "culprit", [(d.id, d.confidence) for d in rep.all_devices[:3]]
+    # the same cells judged by the ordinary exponential tail are the old certainty
+    off = holmes.localize(DATA / "gpipe_every" / "healthy", thresholds={"tail_predictive_cells": 0})
+    assert [d.id for d in off.devices] == ["nvswitch:0"]
+
+
+def test_a_stage_of_one_slow_in_every_step_is_not_read_healthy():
+    # rank 0 (the first stage, no replica) stalls 1.5 ms before each micro-batch in every step: no
+    # rank does the same work, so its compute cannot be compared; the report says so
+    js = holmes.localize(DATA / "gpipe_every" / "slow").to_json()
+    assert js["verdict"] == "inconclusive"
+    assert any("no peer does the same work as rank(s) 0" in a for a in js["assumptions"])
+
+
+def test_the_per_rank_table_reads_a_pipeline_over_the_default_group_from_its_p2p():
+    # the persistent analysis said "4 pipeline stage(s) read from the P2P transfers" while the
+    # report's per-rank table put every rank in stage 0 and compared each with all the others
+    for setup, stages in (("gpipe", [0, 1, 2, 3]), ("1f1b", [0, 1, 2, 3]), ("ddp", [0, 0, 0, 0])):
+        js = holmes.localize(DATA / setup / "slow").to_json()
+        assert [row["stage"] for row in js["rank_summary"]] == stages, setup

@@ -40,7 +40,8 @@ from holmes.calibration.thresholds import or_shipped
 from holmes.detect.simple import resolve_detector
 from holmes.display import NOT_HEALTHY, SHOWN_ITEMS, SHOWN_RANKS, SUMMARY_RANKS
 from holmes.errors import ConfigError
-from holmes.localize.evidence.rank_summary import pipeline_stages, rank_summary
+from holmes.localize.evidence.rank_summary import rank_summary
+from holmes.localize.evidence.stages import stages_of
 from holmes.localize.evidence.search import GraphSearch, RootCause
 from holmes.localize.evidence.sources import JobSource, open_source
 from holmes.localize.hang.analysis import HangAnalysis
@@ -381,7 +382,7 @@ def _rank_summary(run: Run, window: list[int] | None, verdict: str, max_ranks: i
     ranks = run.search.graph.ranks
     tables = {r: ranks[r].table for r in sorted(ranks)[:max_ranks]}
     try:
-        return rank_summary(tables, window, pipeline_stages(run.source.communicators))
+        return rank_summary(tables, window, stages_of(tables, run.source.communicators))
     except (KeyError, ValueError, TypeError) as exc:  # a table the analyses read but this cannot: say so
         run.assume(f"no per-rank summary: {exc}")
         return []

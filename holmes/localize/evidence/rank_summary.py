@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from holmes.display import SUMMARY_RANKS
+from holmes.localize.evidence.stages import pipeline_stages, stages_of
 from holmes.units import NS_PER_MS
 
 __all__ = ["rank_summary", "rank_summary_of_job", "pipeline_stages", "SUMMARY_KEYS"]
@@ -44,23 +45,6 @@ SUMMARY_KEYS = ("rank", "stage", "steps", "compute_ms", "waiting_ms", "transfer_
                 "peers_waiting_ms", "peers_transfer_ms", "compute_vs_peers")
 
 _SEND, _RECV = "send", "recv"
-
-
-def pipeline_stages(communicators: Mapping[str, Any]) -> dict[int, int]:
-    """rank -> its position in its ``pp`` communicator (the pipeline stage); empty without one.
-
-    >>> from holmes.topology.layout import Communicator
-    >>> pipeline_stages({"pp-0": Communicator("pp", (0, 4)), "tp-0": Communicator("tp", (0, 1))})
-    {0: 0, 4: 1}
-    """
-    out: dict[int, int] = {}
-    for c in communicators.values():
-        kind = c.get("kind") if isinstance(c, Mapping) else getattr(c, "kind", None)
-        ranks = c.get("ranks") if isinstance(c, Mapping) else getattr(c, "ranks", ())
-        if kind == "pp":
-            for pos, r in enumerate(ranks):
-                out.setdefault(int(r), pos)
-    return out
 
 
 def _columns(t: Any) -> dict[str, np.ndarray]:
@@ -180,4 +164,4 @@ def rank_summary_of_job(job: Any, ranks: Iterable[int] | None = None, window: Se
             tables[int(r)] = job.ops(int(r))
         except HolmesError:
             continue
-    return rank_summary(tables, window, pipeline_stages(job.communicators))
+    return rank_summary(tables, window, stages_of(tables, job.communicators))

@@ -327,7 +327,8 @@ class CellEvidence:
             other = np.array([not (mine & o) for o in sets])
             same = other & (p2p == p2p[c])
             null = z[same] if same.sum() >= 2 else (z[other] if other.sum() >= 2 else np.delete(z, c, axis=0))
-            out[c, skip:] = tail_pvalue(null, z[c], n=n, model=self.tail, **self._fit)
+            out[c, skip:] = tail_pvalue(null, z[c], n=n, model=self.tail,
+                                        predictive_below=self.t.tail_predictive_cells, **self._fit)
         return out
 
     def events(self, topology: Any, *, min_pvalue: float | None = None, min_cost_ns: float = 0.0,

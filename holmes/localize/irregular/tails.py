@@ -113,24 +113,27 @@ def gpd_fit(cells: np.ndarray, *, lo: float | None = None, max_shape: float | No
 
 
 def tail_pvalue(cells: np.ndarray, z: Any, *, n: int | None = None, lo: float | None = None,
-                model: str = "exponential", predictive: bool = False, **fit: Any) -> Any:
+                model: str = "exponential", predictive: bool = False, predictive_below: int | None = None,
+                **fit: Any) -> Any:
     """Family-wise p-value of a cell reaching ``z`` (a number or an array), the tail fitted to
     ``cells``: the chance that one of ``n`` cells (default: as many as ``cells``) does,
     ``1 - (1 - p)^n``. ``model`` ``"exponential"`` (:func:`tail_fit`): ``p = (1 - lo)
     exp(-(z - q_lo) / scale)``, or with ``predictive`` ``p = (1 - lo) (1 + (z - q_lo) / (k
     scale))^(-k)``, ``k`` the cells the scale was averaged over (the exponential's posterior
-    predictive tail: the scale's own uncertainty, which matters when ``k`` is a handful);
+    predictive tail: the scale's own uncertainty, which matters when ``k`` is a handful; without
+    ``predictive``, still so when ``k`` is under ``predictive_below``);
     ``"gpd"`` (:func:`gpd_fit`): ``p = (1 - lo) (1 + shape (z - q_lo) / scale)^(-1 / shape)``.
     ``lo``: threshold ``tail_q``; ``fit``: the other keywords of the fit (``min_cells``,
     ``min_scale``; ``hi`` for the exponential tail, ``max_shape`` and ``min_excesses`` for the GPD)."""
     lo = or_shipped(lo, "tail_q")
+    below = 0 if predictive_below is None else predictive_below
     k = 0  # predictive: the cells the exponential scale averaged
     if model == "gpd":
         q_lo, beta, xi = gpd_fit(cells, lo=lo, **{key: v for key, v in fit.items() if key != "hi"})
     else:
         q_lo, beta, body = _exponential_fit(cells, lo=lo, **{key: v for key, v in fit.items()
                                                              if key not in ("max_shape", "min_excesses")})
-        xi, k = 0.0, (body if predictive else 0)
+        xi, k = 0.0, (body if predictive or body < below else 0)
     n = int(np.isfinite(np.asarray(cells, dtype=np.float64)).sum()) if n is None else n
     zz = np.asarray(z, dtype=np.float64)
     with np.errstate(all="ignore"):

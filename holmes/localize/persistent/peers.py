@@ -39,6 +39,8 @@ from typing import Any
 
 import numpy as np
 
+from holmes.localize.evidence.stages import p2p_stages
+
 __all__ = ["Roles", "faster_half_mean", "kind_and_ranks", "p2p_stages"]
 
 
@@ -146,63 +148,3 @@ class Roles:
         return self.members[int(self.group[int(rank)])]
 
 
-#: communicator kinds whose P2P transfers are a ring or exchange among ranks doing the same work
-#: (context-parallel ring attention, expert all-to-all), never a pipeline
-_SAME_WORK_KINDS = ("tp", "cp", "ep", "dp")
-
-
-def p2p_stages(slot_info: list[tuple], world_size: int) -> np.ndarray | None:
-    """Pipeline stages read from the P2P transfers of a job whose communicators do not say them.
-
-    ``torch.distributed.pipelining`` (and any hand-written pipeline) sends activations and
-    gradients over the default group: the job's communicators hold no ``pp`` kind, so every rank
-    looks like stage 0 and the stages' different work looks like stragglers. The ranks joined by
-    P2P transfers (``slot_info``'s ``("p", kind, (sender, receiver), comm)`` slots, except on
-    communicators of the kinds whose ranks do the same work) form the pipelines: a component that
-    is a simple chain is one pipeline, its ranks numbered along it from the end with the lower rank
-    (replicas of one pipeline laid out alike get the same stage numbers). Returns the stage of every
-    rank (0 for ranks in no chain), or None when no component is a chain of two or more ranks (a
-    ring, a star, no P2P at all: nothing to read).
-
-    >>> p2p_stages([("p", "other", (0, 1), "w"), ("p", "other", (1, 2), "w"), ("p", "other", (2, 1), "w"),
-    ...             ("c", "other", (0, 1, 2), "w")], 3).tolist()
-    [0, 1, 2]
-    >>> p2p_stages([("p", "cp", (0, 1), "cp0"), ("p", "cp", (1, 0), "cp0")], 2) is None
-    True
-    """
-    W = int(world_size)
-    adj: dict[int, set[int]] = {}
-    for info in slot_info:
-        if info[0] != "p" or info[1] in _SAME_WORK_KINDS:
-            continue
-        a, b = (int(r) for r in info[2])
-        if a == b or not (0 <= a < W and 0 <= b < W):
-            continue
-        adj.setdefault(a, set()).add(b)
-        adj.setdefault(b, set()).add(a)
-    stage = np.zeros(W, dtype=np.int64)
-    found = False
-    seen: set[int] = set()
-    for start in sorted(adj):
-        if start in seen:
-            continue
-        comp, todo = {start}, [start]
-        while todo:
-            for n in adj[todo.pop()]:
-                if n not in comp:
-                    comp.add(n)
-                    todo.append(n)
-        seen |= comp
-        ends = sorted(r for r in comp if len(adj[r]) == 1)
-        edges = sum(len(adj[r]) for r in comp) // 2
-        if len(ends) != 2 or edges != len(comp) - 1 or any(len(adj[r]) > 2 for r in comp):
-            continue  # not a chain: a ring or an exchange
-        prev, cur, k = -1, ends[0], 0
-        while True:
-            stage[cur] = k
-            nxt = [n for n in adj[cur] if n != prev]
-            if not nxt:
-                break
-            prev, cur, k = cur, nxt[0], k + 1
-        found = True
-    return stage if found else None
