@@ -7,12 +7,15 @@ For one rank and one iteration:
   report's heatmap measures it;
 * **transfer** -- inside each operator, the part every member spent: the shortest duration among
   the members of that collective (the member that arrived last waited for nobody, so its whole
-  operator was moving data), or of the two ends of a send/recv pair;
+  operator was moving data), or of the two ends of a send/recv pair (for a pair whose send began
+  while the receive was open, the receive's end minus the send's start when shorter: an
+  asynchronous send may end only when the program waits on it, long after the data arrived);
 * **waiting** -- the rest of the time inside operators: the operator's duration beyond that
   transfer, spent waiting for a later member to arrive.
 
 Durations are measured on each rank's own clock and compared only across the members of one
-operator, so hosts need not share a clock. Each figure is the median over the iterations of the
+operator, so hosts need not share a clock (the late-sender estimate of a pair across hosts is off
+by their clocks' offset at most, and never longer than the receive). Each figure is the median over the iterations of the
 window (one slow iteration does not move it); a rank's **peers** are the ranks of its pipeline
 stage (same position in their ``pp`` communicator; every rank read without one). Only the ranks
 whose logs were read are summarised, and an operator is matched only among the members read (a
@@ -118,6 +121,8 @@ def rank_summary(tables: Mapping[int, Any], window: Sequence[int] | None = None,
     inv[order] = np.cumsum(new_group) - 1
     shortest = np.full(int(new_group.sum()), np.inf)
     np.minimum.at(shortest, inv, dur)
+    _late_sender(shortest, inv, np.concatenate([c["op"] for c in cols.values()]),
+                 np.concatenate([c["start"] for c in cols.values()]), np.concatenate([c["end"] for c in cols.values()]))
     transfer_all = np.minimum(shortest[inv], dur)
     rows = []
     at = 0
@@ -149,6 +154,25 @@ def rank_summary(tables: Mapping[int, Any], window: Sequence[int] | None = None,
                      "peers_transfer_ms": round(px / NS_PER_MS, 4),
                      "compute_vs_peers": round(comp / pc_, 4) if pc_ > 0 else None})
     return rows
+
+
+def _late_sender(shortest: np.ndarray, inv: np.ndarray, op: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
+    """A P2P pair whose send began while its receive was open: the transfer ends when the receive
+    does (``shortest`` lowered in place to the receive's end minus the send's start, when shorter).
+    gloo completes an ``isend`` only when the program waits on it (``torch.distributed.pipelining``
+    waits at the end of the step), and the receive waited for the late sender: neither copy is the
+    transfer. As the irregular analysis reads it (``TransferTimes``)."""
+    snd, rcv = op == _SEND, op == _RECV
+    if not (snd.any() and rcv.any()):
+        return
+    g = shortest.size
+    sends, recvs = np.bincount(inv[snd], minlength=g), np.bincount(inv[rcv], minlength=g)
+    send_start, recv_start, recv_end = np.full(g, np.nan), np.full(g, np.nan), np.full(g, np.nan)
+    send_start[inv[snd]] = start[snd]
+    recv_start[inv[rcv]], recv_end[inv[rcv]] = start[rcv], end[rcv]
+    with np.errstate(invalid="ignore"):
+        late = (sends == 1) & (recvs == 1) & (recv_start <= send_start) & (send_start <= recv_end)
+    shortest[late] = np.minimum(shortest[late], (recv_end - send_start)[late])
 
 
 def rank_summary_of_job(job: Any, ranks: Iterable[int] | None = None, window: Sequence[int] | None = None,
