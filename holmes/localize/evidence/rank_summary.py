@@ -15,9 +15,11 @@ For one rank and one iteration:
 
 Durations are measured on each rank's own clock and compared only across the members of one
 operator, so hosts need not share a clock (the late-sender estimate of a pair across hosts is off
-by their clocks' offset at most, and never longer than the receive). Each figure is the median over the iterations of the
-window (one slow iteration does not move it); a rank's **peers** are the ranks of its pipeline
-stage (same position in their ``pp`` communicator; every rank read without one). Only the ranks
+by their clocks' offset at most, and never longer than the receive). Each figure is the median
+over the iterations of the window (one slow iteration does not move it); a rank's **peers** are
+the ranks of its pipeline stage (same position in their ``pp`` communicator, else along the chain
+of a pipeline's P2P transfers, :mod:`holmes.localize.evidence.stages`; every rank read without
+one). Only the ranks
 whose logs were read are summarised, and an operator is matched only among the members read (a
 member not read cannot be the last to arrive: its peers' transfer is then an upper bound).
 

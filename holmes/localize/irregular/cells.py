@@ -315,7 +315,10 @@ class CellEvidence:
         """Family-wise p-value of every transfer cell, each channel's cells judged against the
         tail of the channels of its family (P2P directions, or collectives: a small intra-host
         collective stalls far more often than a pipeline transfer) that share no rank with it (a
-        slow NIC slows every channel through its rank: they are not its null)."""
+        slow NIC slows every channel through its rank: they are not its null). A null whose tail
+        scale rests on fewer than ``tail_predictive_cells`` cells (a 4-rank pipeline's P2P channel
+        has 2 channels x 15 steps for a null, its scale from 2 cells) is read by its predictive
+        tail: one 8.7 ms stall of such a channel read p = 1e-17 and named the host's NVSwitch."""
         z = self.transfer_z[:, skip:]
         out = np.ones_like(self.transfer_z)
         if not z.size:

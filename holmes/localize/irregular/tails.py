@@ -113,7 +113,7 @@ def gpd_fit(cells: np.ndarray, *, lo: float | None = None, max_shape: float | No
 
 
 def tail_pvalue(cells: np.ndarray, z: Any, *, n: int | None = None, lo: float | None = None,
-                model: str = "exponential", predictive: bool = False, predictive_below: int | None = None,
+                model: str = "exponential", predictive: bool = False, predictive_below: int = 0,
                 **fit: Any) -> Any:
     """Family-wise p-value of a cell reaching ``z`` (a number or an array), the tail fitted to
     ``cells``: the chance that one of ``n`` cells (default: as many as ``cells``) does,
@@ -126,14 +126,13 @@ def tail_pvalue(cells: np.ndarray, z: Any, *, n: int | None = None, lo: float | 
     ``lo``: threshold ``tail_q``; ``fit``: the other keywords of the fit (``min_cells``,
     ``min_scale``; ``hi`` for the exponential tail, ``max_shape`` and ``min_excesses`` for the GPD)."""
     lo = or_shipped(lo, "tail_q")
-    below = 0 if predictive_below is None else predictive_below
     k = 0  # predictive: the cells the exponential scale averaged
     if model == "gpd":
         q_lo, beta, xi = gpd_fit(cells, lo=lo, **{key: v for key, v in fit.items() if key != "hi"})
     else:
         q_lo, beta, body = _exponential_fit(cells, lo=lo, **{key: v for key, v in fit.items()
                                                              if key not in ("max_shape", "min_excesses")})
-        xi, k = 0.0, (body if predictive or body < below else 0)
+        xi, k = 0.0, (body if predictive or body < predictive_below else 0)
     n = int(np.isfinite(np.asarray(cells, dtype=np.float64)).sum()) if n is None else n
     zz = np.asarray(z, dtype=np.float64)
     with np.errstate(all="ignore"):
