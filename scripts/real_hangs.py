@@ -38,7 +38,7 @@ def cmd_corpus(a: argparse.Namespace) -> int:
     root.mkdir(parents=True, exist_ok=True)
     only = [s for s in (a.only or "").split(",") if s]
     entries = []
-    for item in hang_plan(a.rounds):
+    for item in hang_plan(a.rounds, seed0=a.seed0):
         name = item["name"]
         if only and not any(s in name for s in only):
             continue
@@ -54,7 +54,8 @@ def cmd_corpus(a: argparse.Namespace) -> int:
     keep.update({e["name"]: e for e in entries})
     doc = {"schema": "holmes.realrun-hang-manifest/1",
            "split_rule": "(seed % 7 + seed // 7) % 2 == 0 -> dev, else test",
-           "command": f"python scripts/real_hangs.py corpus --out {root} --rounds {a.rounds}",
+           "command": f"python scripts/real_hangs.py corpus --out {root} --rounds {a.rounds}"
+                      + (f" --seed0 {a.seed0}" if a.seed0 else ""),
            "runs": sorted(keep.values(), key=lambda e: e["name"])}
     man.write_text(json.dumps(doc, indent=1), encoding="utf-8")
     return 0
@@ -81,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("corpus", help="the hung runs of hang_plan and MANIFEST.json")
     c.add_argument("--out", required=True)
     c.add_argument("--rounds", type=int, default=3)
+    c.add_argument("--seed0", type=int, default=0, help="first seed (a fresh corpus: a seed the shipped one does not use)")
     c.add_argument("--only", default=None, help="comma-separated substrings of run names")
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
