@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 __all__ = ["SAME_WORK_KINDS", "p2p_stages", "pipeline_stages", "stages_of"]
 
@@ -122,12 +124,16 @@ def stages_of(tables: Mapping[int, Any], communicators: Mapping[str, Any]) -> di
                for k, c in communicators.items()}
     slots: set[tuple] = set()
     for r, t in tables.items():
-        cols = t.select(["op", "peer", "comm_id"]).to_pydict()
-        for op, peer, comm in zip(cols["op"], cols["peer"], cols["comm_id"]):
-            if peer is None or op not in ("send", "recv"):
-                continue
-            pair = (int(r), int(peer)) if op == "send" else (int(peer), int(r))
-            slots.add(("p", kind_of.get(str(comm)) or "other", pair, str(comm)))
+        ops = pa.table({"op": t.column("op").cast(pa.string()), "peer": t.column("peer"),
+                        "comm_id": t.column("comm_id").cast(pa.string())})
+        ops = ops.filter(pc.and_(pc.is_in(ops.column("op"), value_set=pa.array(["send", "recv"])),
+                                 pc.is_valid(ops.column("peer"))))
+        if not ops.num_rows:
+            continue
+        for row in ops.group_by(["op", "peer", "comm_id"]).aggregate([]).to_pylist():
+            peer = int(row["peer"])
+            pair = (int(r), peer) if row["op"] == "send" else (peer, int(r))
+            slots.add(("p", kind_of.get(str(row["comm_id"])) or "other", pair, str(row["comm_id"])))
     world = max(max(int(r) for r in tables), *(max(s[2]) for s in slots)) + 1 if slots else 0
     stage = p2p_stages(sorted(slots), world) if slots else None
     return {} if stage is None else {int(r): int(stage[int(r)]) for r in tables}
