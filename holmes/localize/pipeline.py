@@ -41,7 +41,7 @@ from holmes.detect.simple import resolve_detector
 from holmes.display import NOT_HEALTHY, SHOWN_ITEMS, SHOWN_RANKS, SUMMARY_RANKS
 from holmes.errors import ConfigError
 from holmes.localize.evidence.rank_summary import rank_summary
-from holmes.localize.evidence.stages import stages_of
+from holmes.localize.evidence.p2p import stages_of
 from holmes.localize.evidence.search import GraphSearch, RootCause
 from holmes.localize.evidence.sources import JobSource, open_source
 from holmes.localize.hang.analysis import HangAnalysis

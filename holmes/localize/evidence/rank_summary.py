@@ -18,7 +18,7 @@ operator, so hosts need not share a clock (the late-sender estimate of a pair ac
 by their clocks' offset at most, and never longer than the receive). Each figure is the median
 over the iterations of the window (one slow iteration does not move it); a rank's **peers** are
 the ranks of its pipeline stage (same position in their ``pp`` communicator, else along the chain
-of a pipeline's P2P transfers, :mod:`holmes.localize.evidence.stages`; every rank read without
+of a pipeline's P2P transfers, :mod:`holmes.localize.evidence.p2p`; every rank read without
 one). Only the ranks
 whose logs were read are summarised, and an operator is matched only among the members read (a
 member not read cannot be the last to arrive: its peers' transfer is then an upper bound).
@@ -40,7 +40,7 @@ from typing import Any
 import numpy as np
 
 from holmes.display import SUMMARY_RANKS
-from holmes.localize.evidence.stages import pipeline_stages, stages_of
+from holmes.localize.evidence.p2p import late_sender_transfer, pipeline_stages, stages_of
 from holmes.units import NS_PER_MS
 
 __all__ = ["rank_summary", "rank_summary_of_job", "pipeline_stages", "SUMMARY_KEYS"]
@@ -114,7 +114,9 @@ def rank_summary(tables: Mapping[int, Any], window: Sequence[int] | None = None,
         receiver = np.where(p2p, np.where(op == _RECV, r, c["peer"]), -1)
         keys.append(np.stack([comm, sender, receiver, c["seq"]], axis=1))
     allk = np.concatenate(keys)
-    dur = np.concatenate([c["end"] - c["start"] for c in cols.values()]).astype(np.float64)
+    start = np.concatenate([c["start"] for c in cols.values()]).astype(np.float64)
+    end = np.concatenate([c["end"] for c in cols.values()]).astype(np.float64)
+    dur = end - start
     order = np.lexsort(allk.T[::-1])  # group equal keys: sort by comm, sender, receiver, seq
     srt = allk[order]
     new_group = np.ones(len(srt), dtype=bool)
@@ -123,8 +125,7 @@ def rank_summary(tables: Mapping[int, Any], window: Sequence[int] | None = None,
     inv[order] = np.cumsum(new_group) - 1
     shortest = np.full(int(new_group.sum()), np.inf)
     np.minimum.at(shortest, inv, dur)
-    _late_sender(shortest, inv, np.concatenate([c["op"] for c in cols.values()]),
-                 np.concatenate([c["start"] for c in cols.values()]), np.concatenate([c["end"] for c in cols.values()]))
+    _late_sender(shortest, inv, np.concatenate([c["op"] for c in cols.values()]), start, end)
     transfer_all = np.minimum(shortest[inv], dur)
     rows = []
     at = 0
@@ -159,22 +160,18 @@ def rank_summary(tables: Mapping[int, Any], window: Sequence[int] | None = None,
 
 
 def _late_sender(shortest: np.ndarray, inv: np.ndarray, op: np.ndarray, start: np.ndarray, end: np.ndarray) -> None:
-    """A P2P pair whose send began while its receive was open: the transfer ends when the receive
-    does (``shortest`` lowered in place to the receive's end minus the send's start, when shorter).
-    gloo completes an ``isend`` only when the program waits on it (``torch.distributed.pipelining``
-    waits at the end of the step), and the receive waited for the late sender: neither copy is the
-    transfer. As the irregular analysis reads it (``TransferTimes``)."""
+    """``shortest`` (per operator instance ``inv``) lowered in place to the transfer of a P2P pair
+    whose sender entered last (:func:`~holmes.localize.evidence.p2p.late_sender_transfer`, as the
+    irregular analysis reads it)."""
     snd, rcv = op == _SEND, op == _RECV
     if not (snd.any() and rcv.any()):
         return
     g = shortest.size
-    sends, recvs = np.bincount(inv[snd], minlength=g), np.bincount(inv[rcv], minlength=g)
+    pair = (np.bincount(inv[snd], minlength=g) == 1) & (np.bincount(inv[rcv], minlength=g) == 1)
     send_start, recv_start, recv_end = np.full(g, np.nan), np.full(g, np.nan), np.full(g, np.nan)
     send_start[inv[snd]] = start[snd]
     recv_start[inv[rcv]], recv_end[inv[rcv]] = start[rcv], end[rcv]
-    with np.errstate(invalid="ignore"):
-        late = (sends == 1) & (recvs == 1) & (recv_start <= send_start) & (send_start <= recv_end)
-    shortest[late] = np.minimum(shortest[late], (recv_end - send_start)[late])
+    shortest[pair] = late_sender_transfer(shortest[pair], send_start[pair], recv_start[pair], recv_end[pair])
 
 
 def rank_summary_of_job(job: Any, ranks: Iterable[int] | None = None, window: Sequence[int] | None = None,

@@ -41,6 +41,7 @@ import numpy as np
 
 from holmes.calibration.thresholds import or_shipped
 from holmes.cog.graph import SEND
+from holmes.localize.evidence.p2p import late_sender_transfer
 from holmes.stats import HEALTHY_SPREAD_QS, NORMAL_Q25_Q05, nan_quiet
 
 __all__ = ["TransferTimes", "pick_channels"]
@@ -235,18 +236,9 @@ class TransferTimes:
 
 def _p2p_transfer(a: Mapping[str, np.ndarray], starts: np.ndarray, counts: np.ndarray, dur: np.ndarray) -> np.ndarray:
     """Per op instance (its copies from ``starts``, sorted shortest first), the transfer: its
-    shortest copy, or for a P2P transfer whose sender entered last (its send began while the
-    receive was open) the receive's end minus the send's start, when shorter.
-
-    The shortest copy is the transfer when both ends leave the operator together. An
-    asynchronous send need not: gloo completes an ``isend`` only in ``wait()``, so a logger sees
-    its end when the program waits on it (``torch.distributed.pipelining`` waits on a step's
-    sends at its end), long after the receiver got the data; the receive, meanwhile, waited for
-    the late sender. Neither copy is the transfer then, but the receive's end is when the data
-    arrived. Across hosts the two ends read different clocks: the estimate is used only when
-    consistent (the send began within the receive), and is then off by the clocks' offset at
-    most, never longer than the receive.
-    """
+    shortest copy ``dur``, or for a P2P pair whose sender entered last the receive's end minus the
+    send's start (:func:`~holmes.localize.evidence.p2p.late_sender_transfer`: gloo completes an
+    ``isend`` only in ``wait()``, long after the receiver got the data)."""
     two = np.flatnonzero((counts == 2) & (a["src"][starts] >= 0))
     if not two.size:
         return dur
@@ -254,10 +246,7 @@ def _p2p_transfer(a: Mapping[str, np.ndarray], starts: np.ndarray, counts: np.nd
     first_sends = a["rank"][i0] == a["src"][i0]
     s_i = np.where(first_sends, i0, i1)
     r_i = np.where(first_sends, i1, i0)
-    send_start, recv_start, recv_end = a["start"][s_i], a["start"][r_i], a["end"][r_i]
-    late_sender = (recv_start <= send_start) & (send_start <= recv_end)
-    cross = recv_end - send_start
-    dur[two] = np.where(late_sender, np.minimum(dur[two], cross), dur[two])
+    dur[two] = late_sender_transfer(dur[two], a["start"][s_i], a["start"][r_i], a["end"][r_i])
     return dur
 
 

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from holmes.localize.evidence.stages import p2p_stages
+from holmes.localize.evidence.p2p import p2p_stages
 
 __all__ = ["Roles", "faster_half_mean", "kind_and_ranks", "p2p_stages"]
 

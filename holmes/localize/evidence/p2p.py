@@ -1,11 +1,18 @@
-"""Pipeline stages: read from the ``pp`` communicators, else from the P2P transfers themselves.
+"""What P2P pairs say beyond themselves: a pipeline's stages, and when a late sender's data arrived.
 
-A rank's *stage* decides who its peers are (the ranks doing the same work). Megatron-style jobs
-name it: the position in the ``pp`` communicator (:func:`pipeline_stages`). A pipeline run over the
-default group (``torch.distributed.pipelining``, a hand-written schedule) does not: its stages are
-the positions along the chains its P2P transfers draw (:func:`p2p_stages`, on the persistent
-analysis's slots; :func:`stages_of`, on the operator tables of the ranks read, for the per-rank
-summary).
+**Stages.** A rank's *stage* decides who its peers are (the ranks doing the same work).
+Megatron-style jobs name it: the position in the ``pp`` communicator (:func:`pipeline_stages`). A
+pipeline run over the default group (``torch.distributed.pipelining``, a hand-written schedule)
+does not: its stages are the positions along the chains its P2P transfers draw
+(:func:`p2p_stages`, on the persistent analysis's slots; :func:`stages_of`, on the operator tables
+of the ranks read, for the per-rank summary).
+
+**Transfers.** Both ends of a pair leave the operator together, so the shortest copy is the
+transfer -- except for an asynchronous send whose completion the logger saw late: gloo completes
+an ``isend`` only in ``wait()`` (``torch.distributed.pipelining`` waits on a step's sends at its
+end), long after the receiver got the data, while the receive waited for the late sender.
+:func:`late_sender_transfer` reads such a pair from the receive's end (the irregular analysis's
+transfer times and the per-rank summary both use it).
 
 Examples
 --------
@@ -24,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["SAME_WORK_KINDS", "p2p_stages", "pipeline_stages", "stages_of"]
+__all__ = ["SAME_WORK_KINDS", "late_sender_transfer", "p2p_stages", "pipeline_stages", "stages_of"]
 
 #: communicator kinds whose P2P transfers are a ring or exchange among ranks doing the same work
 #: (context-parallel ring attention, expert all-to-all), never a pipeline
@@ -137,3 +144,20 @@ def stages_of(tables: Mapping[int, Any], communicators: Mapping[str, Any]) -> di
     world = max(max(int(r) for r in tables), *(max(s[2]) for s in slots)) + 1 if slots else 0
     stage = p2p_stages(sorted(slots), world) if slots else None
     return {} if stage is None else {int(r): int(stage[int(r)]) for r in tables}
+
+
+def late_sender_transfer(shortest: np.ndarray, send_start: np.ndarray, recv_start: np.ndarray,
+                         recv_end: np.ndarray) -> np.ndarray:
+    """Per P2P pair, its transfer: ``shortest`` (its shortest copy), or, where the send began while
+    the receive was open (the sender entered last), the receive's end minus the send's start when
+    that is shorter. Across hosts the two ends read different clocks: the estimate is used only when
+    consistent (the send began within the receive), and is then off by the clocks' offset at most,
+    never longer than the receive. NaN starts or ends (a copy not read) leave ``shortest``.
+
+    >>> late_sender_transfer(np.array([60.0, 5.0]), np.array([100.0, 0.0]), np.array([40.0, 0.0]),
+    ...                      np.array([104.0, 5.0])).tolist()
+    [4.0, 5.0]
+    """
+    with np.errstate(invalid="ignore"):
+        late = (recv_start <= send_start) & (send_start <= recv_end)
+    return np.where(late, np.minimum(shortest, recv_end - send_start), shortest)
