@@ -52,7 +52,7 @@ from holmes._jit import njit
 from holmes.calibration.thresholds import Thresholds, load_thresholds, or_shipped
 from holmes.errors import ConfigError
 from holmes.localize.persistent.rank import _RBITS, PersistentSummary, persistent_summaries
-from holmes.localize.persistent.wait import (_BIG, _MASK, Folded, _fold, _seq_range, _slot_info,
+from holmes.localize.persistent.wait import (_BIG, _MASK, Folded, _fold, _seq_range, _slot_info, p2p_copies,
                                              slot_type_codes, type_keys)
 from holmes.localize.persistent.whatif import Program
 from holmes.parallel.sizes import (BLOCK_ROWS, DISTRIBUTED_CHUNK, INPROCESS_BLOCKS, INPROCESS_CHUNK,
@@ -67,7 +67,8 @@ log = logging.getLogger(__name__)
 _LOW = (1 << 2 * _RBITS) - 1
 #: the per-instance partial fold a :class:`Part` carries, with dtypes
 PARTIAL = {"cslot": np.int32, "seq": np.int64, "cnt": np.int32, "d1": np.int64, "d2": np.int64, "r1": np.int32,
-           "g1": np.int64, "it1": np.int32, "nb": np.int64, "opk": np.int8}
+           "g1": np.int64, "it1": np.int32, "nb": np.int64, "opk": np.int8,
+           "ss": np.int64, "gs": np.int64, "rs": np.int64, "re": np.int64}
 
 
 #: the codec a part's arrays are held in (a chunk's partial folds and rows shrink ~5x with lz4)
@@ -203,7 +204,7 @@ def part_of(summary: PersistentSummary, ranks: Sequence[int] | None = None, *, k
     cslot = np.empty(n, np.int32)
     cols = {k: np.empty(n, dt) for k, dt in (("seq", np.int64), ("widx", np.int32), ("dur", np.int64),
                                               ("own", np.int64), ("gap", np.float64), ("new_batch", np.bool_),
-                                              ("nbytes", np.int64), ("opk", np.int8))}
+                                              ("nbytes", np.int64), ("opk", np.int8), ("start", np.int64))}
     row_rank = np.repeat(np.array(have, np.int64), lens)
     a = 0
     for r, s, g in zip(have, per, gk):
@@ -232,7 +233,12 @@ def part_of(summary: PersistentSummary, ranks: Sequence[int] | None = None, *, k
     nb = np.zeros(m, np.int64)
     opk = np.zeros(m, np.int8)
     opk[lid] = cols["opk"]  # the last row's, as fold's
-    _fold(lid, row_rank, cols["dur"], cols["own"], cols["widx"], cols["nbytes"], cnt, d1, d2, r1, g1, it1, nb)
+    p2p = {k: np.full(m, _BIG, np.int64) for k in ("ss", "rs", "re")}
+    p2p["gs"] = np.zeros(m, np.int64)
+    sender = (((ckeys >> _RBITS) & _MASK) - 1)[cslot]
+    _fold(lid, row_rank, cols["dur"], cols["own"], cols["widx"], cols["nbytes"], cols["start"], sender, cnt, d1, d2,
+          r1, g1, it1, nb, p2p["ss"], p2p["gs"], p2p["rs"], p2p["re"])
+    del sender
     rows = None
     if keep is not None:
         sel = np.asarray(keep, np.bool_)[cols["widx"]]
@@ -242,9 +248,10 @@ def part_of(summary: PersistentSummary, ranks: Sequence[int] | None = None, *, k
     has = np.flatnonzero(cnt > 0)
     ps = np.repeat(np.arange(S, dtype=np.int64), size)[has]
     part = {"cslot": ps, "seq": smin[ps] + (has - base[ps]), "cnt": cnt[has], "d1": d1[has], "d2": d2[has],
-            "r1": r1[has], "g1": g1[has], "it1": it1[has], "nb": nb[has], "opk": opk[has]}
+            "r1": r1[has], "g1": g1[has], "it1": it1[has], "nb": nb[has], "opk": opk[has],
+            **{k: v[has] for k, v in p2p.items()}}
     part = {k: v.astype(PARTIAL[k], copy=False) for k, v in part.items()}
-    del cnt, d1, d2, r1, g1, it1, nb, opk
+    del cnt, d1, d2, r1, g1, it1, nb, opk, p2p
     blk = slot_block(comms, ckeys, nblocks)[ps]
     blocks = []
     for b in range(max(1, nblocks)):
@@ -304,8 +311,8 @@ def plan(metas: Sequence[Part], communicators: Mapping[str, Any]) -> Plan:
 
 
 @njit(cache=True, nogil=True)
-def _merge(order, gid, cnt, d1, d2, r1, g1, it1, nb, opk, slot,
-           ugid, ucnt, ud1, ud2, ur1, ug1, uit1, unb, uopk, uslot):  # pragma: no cover - compiled
+def _merge(order, gid, cnt, d1, d2, r1, g1, it1, nb, opk, slot, ss, gs, rs, re,
+           ugid, ucnt, ud1, ud2, ur1, ug1, uit1, unb, uopk, uslot, uss, ugs, urs, ure):  # pragma: no cover - compiled
     # partial folds sorted by instance, in rank order within one: fold's result on all their rows
     k = -1
     for j in order:
@@ -322,6 +329,10 @@ def _merge(order, gid, cnt, d1, d2, r1, g1, it1, nb, opk, slot,
             unb[k] = nb[j]
             uopk[k] = opk[j]
             uslot[k] = slot[j]
+            uss[k] = ss[j]
+            ugs[k] = gs[j]
+            urs[k] = rs[j]
+            ure[k] = re[j]
         else:
             ucnt[k] += cnt[j]
             a1, b1 = ud1[k], d1[j]
@@ -335,6 +346,12 @@ def _merge(order, gid, cnt, d1, d2, r1, g1, it1, nb, opk, slot,
             if nb[j] > unb[k]:
                 unb[k] = nb[j]
             uopk[k] = opk[j]  # the last row's
+            if ss[j] < uss[k]:  # one send and one receive per P2P instance: whichever part has it
+                uss[k] = ss[j]
+                ugs[k] = gs[j]
+            if rs[j] < urs[k]:
+                urs[k] = rs[j]
+                ure[k] = re[j]
     return k + 1
 
 
@@ -357,15 +374,18 @@ def block_fold(pieces: Sequence[dict[str, np.ndarray]], to_global: Sequence[np.n
            for k in PARTIAL if k not in ("cslot", "seq")}
     order = np.argsort(gid, kind="stable")
     n = len(gid)
-    u = {k: np.empty(n, np.int64) for k in ("gid", "cnt", "d1", "d2", "r1", "g1", "it1", "nb", "slot")}
+    u = {k: np.empty(n, np.int64) for k in ("gid", "cnt", "d1", "d2", "r1", "g1", "it1", "nb", "slot", "ss", "gs",
+                                             "rs", "re")}
     u["opk"] = np.empty(n, np.int8)
     m = _merge(order, gid, cat["cnt"], cat["d1"], cat["d2"], cat["r1"], cat["g1"], cat["it1"], cat["nb"], cat["opk"],
-               slot, u["gid"], u["cnt"], u["d1"], u["d2"], u["r1"], u["g1"], u["it1"], u["nb"], u["opk"], u["slot"])
+               slot, cat["ss"], cat["gs"], cat["rs"], cat["re"], u["gid"], u["cnt"], u["d1"], u["d2"], u["r1"], u["g1"],
+               u["it1"], u["nb"], u["opk"], u["slot"], u["ss"], u["gs"], u["rs"], u["re"])
     del cat, gid, slot, order
     u = {k: v[:m] for k, v in u.items()}
-    cnt, d1, d2, r1, g1, it1, s = u["cnt"], u["d1"], u["d2"], u["r1"], u["g1"], u["it1"], u["slot"]
+    cnt, d2, it1, s = u["cnt"], u["d2"], u["it1"], u["slot"]
+    d1, r1, wait, g = p2p_copies(u["d1"], d2, u["r1"], u["g1"], pl["sender"][s], u["ss"], u["gs"], u["rs"], u["re"])
     ok = (cnt >= 2) & (d2 < _BIG) & (r1 >= 0) & (it1 >= 0)
-    own = np.minimum(d2[ok] - d1[ok], g1[ok]).clip(0).astype(np.float64)
+    own = np.minimum(wait[ok], g[ok]).clip(0).astype(np.float64)
     ck, cinv = np.unique(r1[ok] * T + it1[ok], return_inverse=True)
     caused = (ck, np.bincount(cinv.ravel(), weights=(cnt[ok] - 1) * own, minlength=len(ck)))
     full = cnt >= pl["expected"][s]
@@ -518,9 +538,10 @@ def fold_parts(parts: Sequence[Part], communicators: Mapping[str, Any], world_si
 
 
 def block_config(pl: Plan, th: Thresholds) -> dict[str, Any]:
-    """What every :func:`block_fold` needs of the plan (small: per slot, three integers)."""
+    """What every :func:`block_fold` needs of the plan (small: per slot, four integers)."""
     return {"base": pl.base, "smin": pl.smin, "expected": pl.expected, "scode": pl.scode, "W": pl.world_size,
-            "T": len(pl.window), "bins": th.slot_bins_per_octave}
+            "T": len(pl.window), "bins": th.slot_bins_per_octave,
+            "sender": ((pl.slot_keys >> _RBITS) & _MASK) - 1}
 
 
 def _meta(part: Part) -> Part:

@@ -2,12 +2,14 @@
 
 The persistent analysis (:mod:`~holmes.localize.persistent.analysis`) must read every rank. It does so
 rank by rank, keeping of each rank only a compact numeric summary of its operators in the
-analysis window (no strings, no timestamps: each value is measured on the rank's own clock):
+analysis window (no strings; every value but one is measured on the rank's own clock):
 
 * per operator: its *slot* (communicator, or communicator + sender + receiver for P2P), its
   ``seq``, its iteration, its duration, the rank's compute gap before it, the rank's own work since
   it last waited, whether it starts a batch of operators issued together, its bytes, its operator
-  (an index into :data:`OP_KINDS`: what-if analysis compares an all-gather with all-gathers);
+  (an index into :data:`OP_KINDS`: what-if analysis compares an all-gather with all-gathers), and
+  its start (the one timestamp: a P2P pair's send start against its receive, where the sender
+  entered last -- :func:`~holmes.localize.evidence.p2p.late_sender_transfer`);
 * per iteration: the rank's own work (the sum of its compute gaps).
 
 The same functions run in process (``holmes localize``) and distributed (one task per rank)::
@@ -64,7 +66,7 @@ OP_KINDS: tuple[str, ...] = tuple(OP_NAMES)
 
 #: the per-operator arrays of a :class:`RankSummary`, with their dtypes
 FIELDS = {"slot": np.int32, "seq": np.int64, "widx": np.int32, "dur": np.int64, "own": np.int64,
-          "gap": np.float64, "new_batch": np.bool_, "nbytes": np.int64, "opk": np.int8}
+          "gap": np.float64, "new_batch": np.bool_, "nbytes": np.int64, "opk": np.int8, "start": np.int64}
 
 
 @dataclass(frozen=True)
@@ -311,7 +313,8 @@ def summarize_table(r: int, t: pa.Table, win: np.ndarray, starts: dict[int, int]
             m = slot == j
             seq[m] = np.arange(int(m.sum()))
     ops = {"slot": slot.astype(np.int32), "seq": seq, "widx": widx, "dur": dur, "own": own,
-           "gap": gap.astype(np.float64), "new_batch": new_batch, "nbytes": col["nbytes"][sel].astype(np.int64), "opk": opk}
+           "gap": gap.astype(np.float64), "new_batch": new_batch, "nbytes": col["nbytes"][sel].astype(np.int64), "opk": opk,
+           "start": start[sel]}
     return RankSummary(comms, keys.astype(np.int64), ops, compute, iter_ptr)
 
 

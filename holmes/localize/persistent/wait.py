@@ -41,11 +41,12 @@ import numpy as np
 
 from holmes._jit import njit
 from holmes.calibration.thresholds import Thresholds, or_shipped
+from holmes.localize.evidence.p2p import late_sender_transfer
 from holmes.localize.persistent.peers import kind_and_ranks
 from holmes.localize.persistent.rank import _RBITS, PersistentSummary
 from holmes.localize.persistent.whatif import Program
 
-__all__ = ["Folded", "operator_types"]
+__all__ = ["Folded", "operator_types", "p2p_copies"]
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +170,50 @@ def _group_median(g: np.ndarray, v: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+def p2p_copies(d1: np.ndarray, d2: np.ndarray, r1: np.ndarray, g1: np.ndarray, sender: np.ndarray,
+               ss: np.ndarray, gs: np.ndarray, rs: np.ndarray, re: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per instance its transfer, the member that entered last, how long the others waited for it
+    and that member's own work before it.
+
+    A collective's copies say it by their durations alone (clock-free): the shortest copy's
+    member entered last, the others waited ``second - shortest`` (``d1``, ``r1``, ``d2 - d1``,
+    ``g1``). A P2P pair's two copies do not when an operator's end is not its transfer's -- gloo
+    completes an ``isend`` only when the schedule waits on it, at the end of a pipeline step -- so
+    where both copies were read (``sender`` >= 0; the send's start ``ss`` and own work ``gs``, the
+    receive's start ``rs`` and end ``re``, :data:`_BIG` where absent):
+
+    * a send that began while its receive was open: the sender entered last, the transfer is the
+      receive's end minus the send's start where shorter
+      (:func:`~holmes.localize.evidence.p2p.late_sender_transfer`, the irregular analysis's rule),
+      and the receiver waited ``ss - rs``;
+    * a receive that began after its send: the receiver entered last, and the sender waited at most
+      ``rs - ss``.
+
+    >>> B = _BIG
+    >>> x, last, wait, own = p2p_copies(
+    ...     np.array([60, 5]), np.array([190, 9]), np.array([1, 0]), np.array([3, 2]), np.array([0, -1]),
+    ...     np.array([96, B]), np.array([40, 0]), np.array([40, B]), np.array([100, B]))
+    >>> x.tolist(), last.tolist(), wait.tolist(), own.tolist()   # a late sender; a collective as it was
+    ([4, 5], [0, 0], [56, 4], [40, 2])
+    """
+    known = (sender >= 0) & (ss < _BIG) & (rs < _BIG) & (re < _BIG)
+    wait = d2 - d1
+    if not known.any():
+        return d1, r1, wait, g1
+    k = np.flatnonzero(known)
+    late = (rs[k] <= ss[k]) & (ss[k] <= re[k])
+    x = d1.copy()
+    x[k] = late_sender_transfer(d1[k], ss[k], rs[k], re[k])
+    last, own = r1.copy(), g1.copy()
+    wait = wait.copy()
+    swap = k[late & (r1[k] != sender[k])]
+    last[swap], own[swap], wait[swap] = sender[swap], gs[swap], ss[swap] - rs[swap]
+    early = k[ss[k] < rs[k]]
+    wait[early] = np.minimum(wait[early], rs[early] - ss[early])
+    return x, last, wait, own
+
+
 def _slot_info(k: int, comm_ids: list[str], communicators: Mapping[str, Any]) -> tuple:
     cid = comm_ids[k >> 2 * _RBITS]
     snd, rcv = ((k >> _RBITS) & _MASK) - 1, (k & _MASK) - 1
@@ -191,7 +236,8 @@ def _seq_range(slot, seq, smin, smax):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _fold(inst, rank, dur, own, widx, nbytes, cnt, d1, d2, r1, g1, it1, nb):  # pragma: no cover - compiled
+def _fold(inst, rank, dur, own, widx, nbytes, start, sender, cnt, d1, d2, r1, g1, it1, nb, ss, gs, rs, re
+          ):  # pragma: no cover - compiled
     # rows in ascending rank order: on equal durations the lower rank stays the shortest copy
     for j in range(len(inst)):
         i = inst[j]
@@ -208,3 +254,11 @@ def _fold(inst, rank, dur, own, widx, nbytes, cnt, d1, d2, r1, g1, it1, nb):  # 
             it1[i] = widx[j]
         if nbytes[j] > nb[i]:
             nb[i] = nbytes[j]
+        if sender[j] >= 0:  # a P2P copy: the send's start and own work, the receive's start and end
+            if rank[j] == sender[j]:
+                if start[j] < ss[i]:
+                    ss[i] = start[j]
+                    gs[i] = own[j]
+            elif start[j] < rs[i]:
+                rs[i] = start[j]
+                re[i] = start[j] + d
