@@ -169,10 +169,13 @@ def test_a_rank_stalling_often_ranks_above_a_slightly_slower_one():
     # the step, what-if). Both are certain; the one that cost the job more comes first: the
     # irregular analysis's devices carry the time their own cells cost, as the persistent
     # analysis's carry their what-if impact
+    # (since session 20 rank 6 is no longer listed: its compute gaps, read with DDP's buckets
+    # reducing detached, are ~19% above its peers', not the 2.2x the gaps that hid the work done
+    # while a bucket was in flight made of it; it made no one wait measurably)
     rep = holmes.localize(DATA / "ddp8" / "slow")
     ids = [d.id for d in rep.all_devices]
     assert ids[0] == "gpu:5"
-    assert rep.all_devices[0].impact_pct > 10 > rep.all_devices[ids.index("gpu:6")].impact_pct
+    assert all(rep.all_devices[0].impact_pct > 10 > d.impact_pct for d in rep.all_devices[1:])
 
 
 def test_one_slow_p2p_step_of_a_small_pipeline_is_not_a_slow_nvswitch():
@@ -200,3 +203,70 @@ def test_the_per_rank_table_reads_a_pipeline_over_the_default_group_from_its_p2p
     for setup, stages in (("gpipe", [0, 1, 2, 3]), ("1f1b", [0, 1, 2, 3]), ("ddp", [0, 0, 0, 0])):
         js = holmes.localize(DATA / setup / "slow").to_json()
         assert [row["stage"] for row in js["rank_summary"]] == stages, setup
+
+
+def _persistent_evidence(path):
+    """The persistent analysis's evidence (waiting caused, what-if) of a captured job."""
+    from holmes.localize.persistent.analysis import PersistentAnalysis
+
+    got = {}
+    orig = PersistentAnalysis._whatif
+
+    def keep(self, run, ev, f):
+        orig(self, run, ev, f)
+        got["ev"], got["f"] = ev, f
+
+    PersistentAnalysis._whatif = keep
+    try:
+        holmes.localize(path)
+    finally:
+        PersistentAnalysis._whatif = orig
+    return got["ev"], got["f"]
+
+
+def test_the_replay_of_a_gloo_pipeline_reproduces_its_stalled_steps():
+    # rank 0 stalls 63 ms before each of its 4 sends every 4th step: those steps last ~275 ms
+    # (iteration starts 3 -> 4). gloo completes an isend only in wait(), at the end of the step, so
+    # every later operator of the rank was "issued while one was in flight" and joined one batch
+    # with no gap: the replay lost the stalls (66-72 ms) and the what-if read 1.19 where the stalled
+    # steps alone stretch the window ~4x. The rank went on past those sends (they run detached)
+    from holmes.localize.persistent.whatif import replay
+
+    ev, f = _persistent_evidence(DATA / "gpipe_rank0" / "slow")
+    steps = replay(f.program)
+    stalled = steps[np.isin(f.window, [3, 7, 11, 15])]
+    assert np.all((stalled > 250e6) & (stalled < 300e6)), stalled / 1e6
+    others = steps[np.isin(f.window, [1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14])]
+    assert np.median(others) < 30e6, others / 1e6
+    assert f.program.detached.any()
+
+
+def test_a_late_first_stage_made_the_others_wait_and_its_stage_costs_most():
+    # rank 0 stalls 1.5 ms before each micro-batch's send in every step. Its sends end only at the
+    # end of the step (gloo), so the receive, which waited for it, was the shortest copy: the fold
+    # took the receiver for the member that entered last (waiting caused ~2-5 ms a rank, rank 3 the
+    # most). Read by the late-sender rule, rank 0 made the others wait; and the what-if, with its
+    # stalls in the replay, finds stage 0 the costliest
+    ev, _ = _persistent_evidence(DATA / "gpipe_every" / "slow")
+    caused = ev.caused.sum(axis=1)
+    assert int(np.argmax(caused)) == 0 and caused[0] > 1.3 * np.sort(caused)[-2], caused / 1e6
+    assert max(ev.by_stage, key=ev.by_stage.get) == 0, ev.by_stage
+
+
+def test_a_p2p_pair_is_read_across_its_ends_only_on_one_clock():
+    from holmes.localize.persistent.partials import block_config, plan
+    from holmes.localize.persistent.rank import persistent_summaries, persistent_window
+    from holmes.localize.persistent.partials import part_of
+    from holmes.calibration.thresholds import load_thresholds
+
+    job = holmes.read_job(DATA / "gpipe" / "slow")
+    part = part_of(persistent_summaries(job, persistent_window(job)))
+    pl = plan([part.meta()], job.communicators)
+    p2p = np.array([i[0] == "p" for i in pl.info])
+    th = load_thresholds()
+    assert p2p.any()
+    assert (block_config(pl, th)["one_clock_sender"] == -1).all()           # clocks unknown: durations only
+    one = block_config(pl, th, clock=np.zeros(4, np.int64))["one_clock_sender"]   # one host
+    assert (one[p2p] >= 0).all() and (one[~p2p] == -1).all()
+    apart = block_config(pl, th, clock=np.arange(4))["one_clock_sender"]          # a host each
+    assert (apart == -1).all()

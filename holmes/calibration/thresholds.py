@@ -394,6 +394,11 @@ class Thresholds(BaseModel):
         "operator position plus wait_slack_ns; its own work since it last waited accumulates until then.")
     wait_slack_ns: NonNeg = _doc(
         "See wait_ratio (nanoseconds).")
+    batch_issue_ns: NonNeg = _doc(
+        "An operator a rank issued while its previous one was still in flight joins that one's batch "
+        "(issued together, e.g. batched send/recv) when it started within batch_issue_ns of it; later, "
+        "the rank computed in between and the earlier operator ran detached (an async isend, a DDP "
+        "bucket) (nanoseconds).")
     slot_bins_per_octave: PosCount = _doc(
         "Message sizes are told apart to 1 / slot_bins_per_octave of a factor of two (operator types, "
         "peer slot classes).")

@@ -155,6 +155,9 @@ class PersistentAnalysis:
         # the program holds the replayed iterations' rows only, unless compute tables (aligned with
         # every row) are read
         restricted = its is not None and not has_compute(src)
+        # the ranks of one host read one clock: a P2P pair of one host may be read across its ends
+        gph = getattr(run.topology, "gpus_per_host", 0)
+        clock = np.arange(src.world_size) // gph if gph else None
         if self.summary is not None:
             src.note_read(self.summary.ranks)
             keep = None
@@ -163,12 +166,13 @@ class PersistentAnalysis:
                 keep[its if restricted else slice(None)] = True
             part = part_of(self.summary, list(range(src.world_size)), keep=keep)
             f = fold_parts([part], src.communicators, src.world_size, sel.window, program_its=its,
-                           restricted=restricted, thresholds=p.t)
+                           restricted=restricted, thresholds=p.t, clock=clock)
             del part
             missing = dict(self.summary.missing)
         else:
             f, missing = gather_folded(src, sel.window, src.communicators, scheduler=self.scheduler,
-                                       program_its=its, program=p.whatif, restricted=restricted, thresholds=p.t)
+                                       program_its=its, program=p.whatif, restricted=restricted, thresholds=p.t,
+                                       clock=clock)
             if self.scheduler is not None:  # read on the workers
                 for r, why in missing.items():
                     src.missing.setdefault(r, why)

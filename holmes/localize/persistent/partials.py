@@ -119,7 +119,7 @@ class Part:
     | (receiver + 1)``, codes into ``comms``), ``smin``/``smax`` each slot's ``seq`` range;
     ``compute`` and ``counts`` (ranks x T): own work and operators per iteration; ``blocks[b]``:
     the partial folds (:data:`PARTIAL`) of the slots of block ``b``; ``rows``: the program rows
-    (``cslot``, ``seq``, ``gap``, ``new_batch``, ``widx``) of the kept iterations, rank-major; both
+    (``cslot``, ``seq``, ``gap``, ``new_batch``, ``detached``, ``widx``) of the kept iterations, rank-major; both
     held compressed (:func:`pack`, :func:`unpack`).
     """
 
@@ -204,7 +204,8 @@ def part_of(summary: PersistentSummary, ranks: Sequence[int] | None = None, *, k
     cslot = np.empty(n, np.int32)
     cols = {k: np.empty(n, dt) for k, dt in (("seq", np.int64), ("widx", np.int32), ("dur", np.int64),
                                               ("own", np.int64), ("gap", np.float64), ("new_batch", np.bool_),
-                                              ("nbytes", np.int64), ("opk", np.int8), ("start", np.int64))}
+                                              ("nbytes", np.int64), ("opk", np.int8), ("start", np.int64),
+                                              ("detached", np.bool_))}
     row_rank = np.repeat(np.array(have, np.int64), lens)
     a = 0
     for r, s, g in zip(have, per, gk):
@@ -243,7 +244,8 @@ def part_of(summary: PersistentSummary, ranks: Sequence[int] | None = None, *, k
     if keep is not None:
         sel = np.asarray(keep, np.bool_)[cols["widx"]]
         rows = pack({"cslot": cslot[sel], "seq": cols["seq"][sel], "gap": cols["gap"][sel],
-                     "new_batch": cols["new_batch"][sel], "widx": cols["widx"][sel]})
+                     "new_batch": cols["new_batch"][sel], "detached": cols["detached"][sel],
+                     "widx": cols["widx"][sel]})
     del cols, lid, row_rank, cslot
     has = np.flatnonzero(cnt > 0)
     ps = np.repeat(np.arange(S, dtype=np.int64), size)[has]
@@ -383,7 +385,8 @@ def block_fold(pieces: Sequence[dict[str, np.ndarray]], to_global: Sequence[np.n
     del cat, gid, slot, order
     u = {k: v[:m] for k, v in u.items()}
     cnt, d2, it1, s = u["cnt"], u["d2"], u["it1"], u["slot"]
-    d1, r1, wait, g = p2p_copies(u["d1"], d2, u["r1"], u["g1"], pl["sender"][s], u["ss"], u["gs"], u["rs"], u["re"])
+    d1, r1, wait, g = p2p_copies(u["d1"], d2, u["r1"], u["g1"], pl["one_clock_sender"][s], u["ss"], u["gs"], u["rs"],
+                                 u["re"])
     ok = (cnt >= 2) & (d2 < _BIG) & (r1 >= 0) & (it1 >= 0)
     own = np.minimum(wait[ok], g[ok]).clip(0).astype(np.float64)
     ck, cinv = np.unique(r1[ok] * T + it1[ok], return_inverse=True)
@@ -470,7 +473,7 @@ def assemble(pl: Plan, blocks: Iterable[dict[str, Any]], rows: dict[str, np.ndar
         row_it = rows.pop("widx")
         row_rank = np.repeat(np.arange(W, dtype=np.int32), lens)
         prog = Program(rank_ptr, iter_ptr, inst, rows.pop("gap"), rows.pop("new_batch"), rep["x"], rep["size"],
-                       row_rank=row_rank)
+                       row_rank=row_rank, detached=rows.pop("detached"))
         inst_slot, inst_it = rep["slot"], rep["it"]
         inst_type = np.searchsorted(types, rep["tk"]).astype(np.int32)
     log.info("persistent: %d ranks folded in %d blocks, %d slots", int(present.sum()), nblocks, S)
@@ -486,11 +489,11 @@ _GID_BITS = INSTANCE_KEY_BITS
 def collect_rows(pl: Plan, parts_rows: Iterable[Mapping[str, Any]], n: int, nblocks: int
                  ) -> tuple[dict[str, np.ndarray], list[np.ndarray]]:
     """The program rows of every part (packed, in rank order; ``n`` in all) in job-wide arrays:
-    ``gap``, ``new_batch``, ``widx``, ``gid`` (the instance number) and ``blk`` (its block); and per
+    ``gap``, ``new_batch``, ``detached``, ``widx``, ``gid`` (the instance number) and ``blk`` (its block); and per
     block the sorted instance numbers they use (what :func:`block_fold` returns the replay arrays
     of)."""
     T = len(pl.window)
-    out = {"gap": np.empty(n), "new_batch": np.empty(n, np.bool_),
+    out = {"gap": np.empty(n), "new_batch": np.empty(n, np.bool_), "detached": np.empty(n, np.bool_),
            "widx": np.empty(n, np.int16 if T <= np.iinfo(np.int16).max else np.int32), "gid": np.empty(n, np.int64),
            "blk": np.empty(n, np.int16)}
     blk = out["blk"]
@@ -503,7 +506,7 @@ def collect_rows(pl: Plan, parts_rows: Iterable[Mapping[str, Any]], n: int, nblo
         g = tg[r["cslot"]]
         out["gid"][a:b] = pl.base[g] + r["seq"] - pl.smin[g]
         blk[a:b] = sb[g]
-        for k in ("gap", "new_batch", "widx"):
+        for k in ("gap", "new_batch", "detached", "widx"):
             out[k][a:b] = r[k]
         a = b
         del r, g
@@ -523,25 +526,38 @@ def _kept_rows(pl: Plan, program_its: np.ndarray | None, restricted: bool) -> in
 
 def fold_parts(parts: Sequence[Part], communicators: Mapping[str, Any], world_size: int, window: Any, *,
                program_its: np.ndarray | None = None, restricted: bool = False,
-               thresholds: Thresholds | None = None) -> Folded:
-    """Plan, reduce by block and assemble in this process (the parts' blocks must agree)."""
+               thresholds: Thresholds | None = None, clock: np.ndarray | None = None) -> Folded:
+    """Plan, reduce by block and assemble in this process (the parts' blocks must agree);
+    ``clock``: :func:`block_config`'s."""
     th = thresholds or load_thresholds()
     pl = plan([p.meta() for p in parts], communicators)
     nb = len(parts[0].blocks)
     rows = needed = None
     if parts[0].rows is not None:
         rows, needed = collect_rows(pl, [p.rows for p in parts], _kept_rows(pl, program_its, restricted), nb)
-    cfg = block_config(pl, th)
+    cfg = block_config(pl, th, clock)
     blocks = (block_fold([p.blocks[b] for p in parts], pl.to_global, cfg, None if needed is None else needed[b])
               for b in range(nb))
     return assemble(pl, blocks, rows, replay_its=program_its, restricted=restricted)
 
 
-def block_config(pl: Plan, th: Thresholds) -> dict[str, Any]:
-    """What every :func:`block_fold` needs of the plan (small: per slot, four integers)."""
+def block_config(pl: Plan, th: Thresholds, clock: np.ndarray | None = None) -> dict[str, Any]:
+    """What every :func:`block_fold` needs of the plan (small: per slot, four integers).
+
+    ``clock``: per rank, which clock its timestamps read (ranks of one host share one); a P2P
+    slot whose two ends read one clock keeps its sender in ``one_clock_sender`` (else -1), the
+    pairs :func:`~holmes.localize.persistent.wait.p2p_copies` may read across ranks.
+    """
+    sender = ((pl.slot_keys >> _RBITS) & _MASK) - 1
+    receiver = (pl.slot_keys & _MASK) - 1
+    if clock is None:
+        one = np.zeros(len(sender), np.bool_)
+    else:
+        ck = np.asarray(clock, np.int64)
+        ok = (sender >= 0) & (sender < len(ck)) & (receiver >= 0) & (receiver < len(ck))
+        one = ok & (ck[np.clip(sender, 0, len(ck) - 1)] == ck[np.clip(receiver, 0, len(ck) - 1)])
     return {"base": pl.base, "smin": pl.smin, "expected": pl.expected, "scode": pl.scode, "W": pl.world_size,
-            "T": len(pl.window), "bins": th.slot_bins_per_octave,
-            "sender": ((pl.slot_keys >> _RBITS) & _MASK) - 1}
+            "T": len(pl.window), "bins": th.slot_bins_per_octave, "one_clock_sender": np.where(one, sender, -1)}
 
 
 def _meta(part: Part) -> Part:
@@ -569,7 +585,7 @@ _OPS_PER_RANK_ITERATION = OPS_PER_RANK_ITERATION
 def gather_folded(job: Any, window: Any, communicators: Mapping[str, Any], *, scheduler: Any = None,
                   program_its: np.ndarray | None = None, program: bool = True, restricted: bool = False,
                   thresholds: Thresholds | None = None, chunk: int | None = None,
-                  nblocks: int | None = None) -> tuple[Folded, dict[int, str]]:
+                  nblocks: int | None = None, clock: np.ndarray | None = None) -> tuple[Folded, dict[int, str]]:
     """Map, plan, reduce by block and assemble on an executor: the job's
     :class:`~holmes.localize.persistent.wait.Folded` and its unreadable ranks.
 
@@ -595,6 +611,9 @@ def gather_folded(job: Any, window: Any, communicators: Mapping[str, Any], *, sc
         :data:`DISTRIBUTED_CHUNK` on a cluster; about one block per :data:`BLOCK_ROWS` window
         operators, at least :data:`INPROCESS_BLOCKS` in process and two per worker on a cluster).
         The result does not depend on them.
+    clock : int array, optional
+        Per rank, which clock its timestamps read (:func:`block_config`; default: none shared, every
+        pair read by its durations).
     """
     from holmes.detect.jobmap import job_source
     from holmes.localize.evidence.sources import JobSource, open_source
@@ -626,7 +645,7 @@ def gather_folded(job: Any, window: Any, communicators: Mapping[str, Any], *, sc
             rows, needed_by_block = collect_rows(pl, (ex.fetch(ex.submit(_rows, h)) for h in parts),
                                                  _kept_rows(pl, program_its, restricted), nblocks)
         del metas
-        cfg = ex.share(block_config(pl, th))
+        cfg = ex.share(block_config(pl, th, clock))
         to_global = ex.share(pl.to_global)
         def submit(b: int) -> Any:
             return ex.submit(block_fold, [ex.submit(_piece, p, b) for p in parts], to_global, cfg,
@@ -657,12 +676,12 @@ def gather_folded(job: Any, window: Any, communicators: Mapping[str, Any], *, sc
 
 
 def fold(summary: PersistentSummary, communicators: Mapping[str, Any], *, program: bool = True,
-         consume: bool = False, thresholds: Thresholds | None = None) -> Folded:
+         consume: bool = False, thresholds: Thresholds | None = None, clock: np.ndarray | None = None) -> Folded:
     """Fold a merged summary into the persistent analysis's tables (ranks in ascending order);
     ``consume``: empty ``summary.per_rank`` on the way; ``thresholds``: whose
-    ``slot_bins_per_octave`` applies (default the shipped ones). The summary is one
+    ``slot_bins_per_octave`` applies (default the shipped ones); ``clock``: :func:`block_config`'s. The summary is one
     :class:`~holmes.localize.persistent.partials.Part` of the map/reduce of
     :mod:`~holmes.localize.persistent.partials`, folded as every other."""
     keep = np.ones(len(summary.window), np.bool_) if program else None
     part = part_of(summary, list(range(summary.world_size)), keep=keep, consume=consume)
-    return fold_parts([part], communicators, summary.world_size, summary.window, thresholds=thresholds)
+    return fold_parts([part], communicators, summary.world_size, summary.window, thresholds=thresholds, clock=clock)

@@ -66,7 +66,8 @@ OP_KINDS: tuple[str, ...] = tuple(OP_NAMES)
 
 #: the per-operator arrays of a :class:`RankSummary`, with their dtypes
 FIELDS = {"slot": np.int32, "seq": np.int64, "widx": np.int32, "dur": np.int64, "own": np.int64,
-          "gap": np.float64, "new_batch": np.bool_, "nbytes": np.int64, "opk": np.int8, "start": np.int64}
+          "gap": np.float64, "new_batch": np.bool_, "nbytes": np.int64, "opk": np.int8, "start": np.int64,
+          "detached": np.bool_}
 
 
 @dataclass(frozen=True)
@@ -189,7 +190,8 @@ def persistent_rank_summary(job: Any, rank: int, window: Any, thresholds: Thresh
         return out
     th = thresholds or load_thresholds()
     starts = _iteration_starts(src, r) if src.world_size <= th.persistent_starts_max_world else None
-    s = summarize_table(r, t, win, starts, wait_ratio=th.wait_ratio, wait_slack_ns=th.wait_slack_ns)
+    s = summarize_table(r, t, win, starts, wait_ratio=th.wait_ratio, wait_slack_ns=th.wait_slack_ns,
+                        batch_issue_ns=th.batch_issue_ns)
     if s is not None:
         out.per_rank[r] = s
     return out
@@ -224,7 +226,7 @@ def persistent_summaries(job: Any, window: Any, ranks: Any = None, thresholds: T
             log.warning("rank %d skipped: %s", r, why)
             continue
         s = summarize_table(r, t, win, _iteration_starts(src, r) if small else None, wait_ratio=th.wait_ratio,
-                            wait_slack_ns=th.wait_slack_ns)
+                            wait_slack_ns=th.wait_slack_ns, batch_issue_ns=th.batch_issue_ns)
         if s is not None:
             out.per_rank[r] = s
     for r in rs:
@@ -261,20 +263,16 @@ def merge_summaries(*parts: PersistentSummary) -> PersistentSummary:
 
 
 def summarize_table(r: int, t: pa.Table, win: np.ndarray, starts: dict[int, int] | None, *,
-                    wait_ratio: float | None = None, wait_slack_ns: float | None = None) -> RankSummary | None:
+                    wait_ratio: float | None = None, wait_slack_ns: float | None = None,
+                    batch_issue_ns: float | None = None) -> RankSummary | None:
     """The :class:`RankSummary` of rank ``r``'s CommOps table (None: no operator in the window);
-    ``wait_ratio``, ``wait_slack_ns``: :func:`_own_work`'s."""
+    ``wait_ratio``, ``wait_slack_ns``: :func:`_own_work`'s; ``batch_issue_ns``: :func:`_batches`'s."""
     if t.num_rows == 0:
         return None
     col = {c: _np(t.column(c)) for c in ("iteration", "start_ns", "end_ns", "op_index", "seq", "nbytes")}
     it = col["iteration"]
     start, end = col["start_ns"].astype(np.int64), col["end_ns"].astype(np.int64)
-    frontier = np.maximum.accumulate(end)
-    gap = np.empty(len(start), np.int64)
-    gap[0] = 0
-    gap[1:] = start[1:] - frontier[:-1]
-    new_batch = np.ones(len(start), np.bool_)
-    new_batch[1:] = gap[1:] >= 0
+    gap, new_batch = _batches(start, end, batch_issue_ns)
     if starts is not None:
         fi = np.flatnonzero(np.r_[True, it[1:] != it[:-1]])
         st = np.array([starts.get(int(i), -1) for i in it[fi].tolist()], np.int64)
@@ -293,6 +291,7 @@ def summarize_table(r: int, t: pa.Table, win: np.ndarray, starts: dict[int, int]
         return None
     gap, new_batch, dur = gap[sel], new_batch[sel], (end - start)[sel]
     new_batch[np.r_[True, it[1:] != it[:-1]]] = True
+    detached = _detached(start[sel], end[sel], new_batch)
     T = len(win)
     widx = np.searchsorted(win, it).astype(np.int32)
     iter_ptr = np.searchsorted(widx, np.arange(T + 1)).astype(np.int64)
@@ -314,8 +313,61 @@ def summarize_table(r: int, t: pa.Table, win: np.ndarray, starts: dict[int, int]
             seq[m] = np.arange(int(m.sum()))
     ops = {"slot": slot.astype(np.int32), "seq": seq, "widx": widx, "dur": dur, "own": own,
            "gap": gap.astype(np.float64), "new_batch": new_batch, "nbytes": col["nbytes"][sel].astype(np.int64), "opk": opk,
-           "start": start[sel]}
+           "start": start[sel], "detached": detached}
     return RankSummary(comms, keys.astype(np.int64), ops, compute, iter_ptr)
+
+
+def _batches(start: np.ndarray, end: np.ndarray, issue_ns: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Per row (one rank's operators in issue order), its gap -- the rank's own work before it -- and
+    whether it starts a *batch* (operators issued together; the replay issues a batch at once and
+    waits for it).
+
+    An operator issued once every earlier one completed starts a batch, ``start`` minus the latest
+    end before it after them. One issued while an earlier one was in flight:
+
+    * within ``issue_ns`` (threshold ``batch_issue_ns``) of the previous one's start, while that one
+      ran: issued with it (Megatron's batched send/recv), gap 0;
+    * later, or after the previous one completed: the rank went on with its own work while the
+      earlier operator ran (gloo's ``isend`` completes only when a pipeline schedule waits on it at
+      the end of the step; DDP's buckets reduce while the backward goes on): a batch of its own, its
+      gap since the previous operator's end, or its start where it was still running.
+
+    >>> st, en = np.array([0, 10, 300, 600, 900]), np.array([5, 1000, 320, 980, 950])
+    >>> g, b = _batches(st, en, 100)
+    >>> g.tolist(), b.astype(int).tolist()   # 10 ns after the first's end; 290 after the 2nd's start...
+    ([0, 5, 290, 280, 300], [1, 1, 1, 1, 1])
+    >>> _batches(np.array([0, 20]), np.array([50, 60]), 100)[1].astype(int).tolist()   # issued together
+    [1, 0]
+    """
+    issue_ns = or_shipped(issue_ns, "batch_issue_ns")
+    n = len(start)
+    gap = np.zeros(n, np.int64)
+    new = np.ones(n, np.bool_)
+    if n > 1:
+        s1 = start[1:]
+        frontier = np.maximum.accumulate(end)[:-1]
+        gap[1:] = s1 - frontier
+        new[1:] = gap[1:] >= 0
+        done = end[:-1] <= s1
+        since = np.where(done, s1 - end[:-1], s1 - start[:-1])
+        apart = ~new[1:] & (done | (since > issue_ns))
+        gap[1:][apart] = since[apart]
+        new[1:][apart] = True
+    return gap, new
+
+
+def _detached(start: np.ndarray, end: np.ndarray, new_batch: np.ndarray) -> np.ndarray:
+    """Per row, whether the operator was still in flight when the rank's next batch began: the rank
+    did not wait for it there (the replay waits for it only at the end of the step).
+
+    >>> _detached(np.array([0, 10, 300]), np.array([5, 1000, 320]), np.array([True, True, True])).astype(int).tolist()
+    [0, 1, 0]
+    """
+    if not len(start):
+        return np.zeros(0, np.bool_)
+    bid = np.cumsum(new_batch) - 1
+    nxt = np.r_[start[new_batch][1:], np.iinfo(np.int64).max]
+    return end > nxt[bid]
 
 
 def _np(col: Any) -> np.ndarray:

@@ -178,17 +178,15 @@ def p2p_copies(d1: np.ndarray, d2: np.ndarray, r1: np.ndarray, g1: np.ndarray, s
 
     A collective's copies say it by their durations alone (clock-free): the shortest copy's
     member entered last, the others waited ``second - shortest`` (``d1``, ``r1``, ``d2 - d1``,
-    ``g1``). A P2P pair's two copies do not when an operator's end is not its transfer's -- gloo
-    completes an ``isend`` only when the schedule waits on it, at the end of a pipeline step -- so
-    where both copies were read (``sender`` >= 0; the send's start ``ss`` and own work ``gs``, the
-    receive's start ``rs`` and end ``re``, :data:`_BIG` where absent):
-
-    * a send that began while its receive was open: the sender entered last, the transfer is the
-      receive's end minus the send's start where shorter
-      (:func:`~holmes.localize.evidence.p2p.late_sender_transfer`, the irregular analysis's rule),
-      and the receiver waited ``ss - rs``;
-    * a receive that began after its send: the receiver entered last, and the sender waited at most
-      ``rs - ss``.
+    ``g1``). So does a P2P pair's, unless the send's operator outlived its transfer -- gloo completes
+    an ``isend`` only when the schedule waits on it, at the end of a pipeline step -- and the
+    receive, which waited for a late sender, is the shorter copy. Where the send began while its
+    receive was open (``sender`` >= 0; the send's start ``ss`` and own work ``gs``, the receive's
+    start ``rs`` and end ``re``, :data:`_BIG` where absent) and the receive is the shortest copy, the
+    sender is the member that entered last, the receiver waited ``ss - rs``, and the transfer is the
+    receive's end minus the send's start where shorter
+    (:func:`~holmes.localize.evidence.p2p.late_sender_transfer`). Two clocks are read only there:
+    every other pair keeps its durations' reading, whatever the clocks' offset.
 
     >>> B = _BIG
     >>> x, last, wait, own = p2p_copies(
@@ -197,20 +195,13 @@ def p2p_copies(d1: np.ndarray, d2: np.ndarray, r1: np.ndarray, g1: np.ndarray, s
     >>> x.tolist(), last.tolist(), wait.tolist(), own.tolist()   # a late sender; a collective as it was
     ([4, 5], [0, 0], [56, 4], [40, 2])
     """
-    known = (sender >= 0) & (ss < _BIG) & (rs < _BIG) & (re < _BIG)
     wait = d2 - d1
-    if not known.any():
+    swap = np.flatnonzero((sender >= 0) & (r1 != sender) & (ss < _BIG) & (rs <= ss) & (ss <= re))
+    if not len(swap):
         return d1, r1, wait, g1
-    k = np.flatnonzero(known)
-    late = (rs[k] <= ss[k]) & (ss[k] <= re[k])
-    x = d1.copy()
-    x[k] = late_sender_transfer(d1[k], ss[k], rs[k], re[k])
-    last, own = r1.copy(), g1.copy()
-    wait = wait.copy()
-    swap = k[late & (r1[k] != sender[k])]
+    x, last, own = d1.copy(), r1.copy(), g1.copy()
+    x[swap] = late_sender_transfer(d1[swap], ss[swap], rs[swap], re[swap])
     last[swap], own[swap], wait[swap] = sender[swap], gs[swap], ss[swap] - rs[swap]
-    early = k[ss[k] < rs[k]]
-    wait[early] = np.minimum(wait[early], rs[early] - ss[early])
     return x, last, wait, own
 
 

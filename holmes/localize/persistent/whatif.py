@@ -11,8 +11,10 @@ ends) from per-operator summaries that need no wall clock:
   last member to enter waits for no one).
 
 A rank issues a batch ``gap`` after its previous batch completed; an operator completes ``x``
-after its last member issued it; a rank's next batch waits for every operator of its batch. Each
-iteration starts all ranks at 0; its step is the time the last rank finishes. Replaying with the
+after its last member issued it; a rank's next batch waits for every operator of its batch but
+the *detached* ones (still in flight when the rank went on in the log: an async ``isend``, a DDP
+bucket), which only its step's end waits for. Each iteration starts all ranks at 0; its step is
+the time the last rank finishes. Replaying with the
 actual gaps and transfers reproduces the logged steps; replaying with a suspect's gaps or a slow
 group's transfers set to its peers' tells how much shorter the step would be without it (WIA's
 what-if analysis, on communication logs).
@@ -30,6 +32,16 @@ Two ranks, one all-reduce each iteration; rank 1 computes 5 before it, rank 0 on
 [3.0, 3.0]
 >>> replay(prog, iterations=np.array([1])).tolist()
 [nan, 7.0]
+
+Rank 0 sends to rank 1 (x 4), then computes 3 before a receive from rank 1 (x 1), which rank 1
+sends after computing 1; the send ran detached, as gloo's ``isend`` does:
+
+>>> p2p = dict(rank_ptr=[0, 2, 4], iter_ptr=[[0, 2], [2, 4]], inst=[0, 1, 0, 1], gap=[0.0, 3.0, 0.0, 1.0],
+...            new_batch=[1, 1, 1, 1], x=[4.0, 1.0], size=[2, 2])
+>>> replay(Program.from_arrays(**p2p, detached=[1, 0, 0, 0])).tolist()   # receive issued at 3, sent at 5
+[6.0]
+>>> replay(Program.from_arrays(**p2p)).tolist()                          # waiting for its send: at 7
+[8.0]
 """
 
 from __future__ import annotations
@@ -78,12 +90,15 @@ class Program:
     #: per row, its rank (optional: the replay derives it from ``rank_ptr``; given, it is not rebuilt
     #: for every replay)
     row_rank: np.ndarray | None = None
+    #: per row, whether the rank went on past it while it ran (optional, default none): its batch
+    #: does not wait for it; the rank's step ends no earlier than it completes
+    detached: np.ndarray | None = None
 
     @classmethod
     def from_arrays(cls, **kw: object) -> "Program":
         """A program from plain sequences (converted to the dtypes the replay needs)."""
         dt = dict(rank_ptr=np.int64, iter_ptr=np.int64, inst=np.int64, gap=np.float64, new_batch=np.bool_,
-                  x=np.float64, size=np.int64)
+                  x=np.float64, size=np.int64, detached=np.bool_)
         return cls(**{k: np.ascontiguousarray(np.asarray(v, dtype=dt[k])) for k, v in kw.items()})
 
     @property
@@ -113,7 +128,8 @@ def replay(prog: Program, *, gap: np.ndarray | None = None, x: np.ndarray | None
     tl = np.zeros((prog.world_size, prog.num_iterations)) if tail is None else \
         np.ascontiguousarray(tail, dtype=np.float64)
     nxt = np.empty(n, np.int32 if n <= np.iinfo(np.int32).max else np.int64)  # row links: row numbers
-    _replay(prog.iter_ptr, prog.inst, g, prog.new_batch, xx, prog.size, rank_of, nxt, its, out, tl)
+    det = prog.detached if prog.detached is not None else np.zeros(n, np.bool_)
+    _replay(prog.iter_ptr, prog.inst, g, prog.new_batch, det, xx, prog.size, rank_of, nxt, its, out, tl)
     return out
 
 
@@ -197,7 +213,8 @@ def swap_compute(gap: np.ndarray, comp: np.ndarray, new: np.ndarray) -> np.ndarr
 
 
 @njit(cache=True, nogil=True)
-def _replay(iter_ptr, inst, gap, new_batch, x, size, rank_of, nxt, its, out, tail):  # pragma: no cover - compiled
+def _replay(iter_ptr, inst, gap, new_batch, detached, x, size, rank_of, nxt, its, out, tail
+            ):  # pragma: no cover - compiled
     W = iter_ptr.shape[0]
     n_inst = len(x)
     maxs = np.zeros(n_inst)
@@ -208,6 +225,8 @@ def _replay(iter_ptr, inst, gap, new_batch, x, size, rank_of, nxt, its, out, tai
     outstanding = np.zeros(W, np.int64)
     bmax = np.zeros(W)
     clock = np.zeros(W)
+    dmax = np.zeros(W)          # per rank, when its detached operators completed
+    pending = np.zeros(W, np.int64)
     issued = np.zeros(W, np.bool_)
     stack = np.empty(W + 1, np.int64)
     onstack = np.zeros(W, np.bool_)
@@ -216,6 +235,8 @@ def _replay(iter_ptr, inst, gap, new_batch, x, size, rank_of, nxt, its, out, tai
         for r in range(W):
             pos[r] = iter_ptr[r, t]
             clock[r] = 0.0
+            dmax[r] = 0.0
+            pending[r] = 0
             issued[r] = False
             outstanding[r] = 0
             stack[sp] = r
@@ -235,7 +256,12 @@ def _replay(iter_ptr, inst, gap, new_batch, x, size, rank_of, nxt, its, out, tai
                     qend[r] = q
                     start = clock[r] + gap[p]
                     bmax[r] = start
-                    outstanding[r] = q - p
+                    outstanding[r] = 0
+                    for j in range(p, q):
+                        if detached[j]:
+                            pending[r] += 1
+                        else:
+                            outstanding[r] += 1
                     issued[r] = True
                     for j in range(p, q):
                         i = inst[j]
@@ -247,18 +273,28 @@ def _replay(iter_ptr, inst, gap, new_batch, x, size, rank_of, nxt, its, out, tai
                             k = head[i]
                             while k >= 0:
                                 rr = rank_of[k]
-                                outstanding[rr] -= 1
-                                if e > bmax[rr]:
-                                    bmax[rr] = e
-                                if outstanding[rr] == 0 and rr != r and not onstack[rr]:
-                                    stack[sp] = rr
-                                    sp += 1
-                                    onstack[rr] = True
+                                if detached[k]:
+                                    pending[rr] -= 1
+                                    if e > dmax[rr]:
+                                        dmax[rr] = e
+                                else:
+                                    outstanding[rr] -= 1
+                                    if e > bmax[rr]:
+                                        bmax[rr] = e
+                                    if outstanding[rr] == 0 and rr != r and not onstack[rr]:
+                                        stack[sp] = rr
+                                        sp += 1
+                                        onstack[rr] = True
                                 k = nxt[k]
                             head[i] = -1
-                            outstanding[r] -= 1
-                            if e > bmax[r]:
-                                bmax[r] = e
+                            if detached[j]:
+                                pending[r] -= 1
+                                if e > dmax[r]:
+                                    dmax[r] = e
+                            else:
+                                outstanding[r] -= 1
+                                if e > bmax[r]:
+                                    bmax[r] = e
                         else:
                             nxt[j] = head[i]
                             head[i] = j
@@ -271,10 +307,11 @@ def _replay(iter_ptr, inst, gap, new_batch, x, size, rank_of, nxt, its, out, tai
         step = 0.0
         ok = True
         for r in range(W):
-            if pos[r] < iter_ptr[r, t + 1]:
+            if pos[r] < iter_ptr[r, t + 1] or pending[r] != 0:
                 ok = False
-            if clock[r] + tail[r, t] > step:
-                step = clock[r] + tail[r, t]
+            fin = max(clock[r] + tail[r, t], dmax[r])
+            if fin > step:
+                step = fin
         out[t] = step if ok else np.nan
         if not ok:  # clear what the blocked ranks left behind
             for r in range(W):
