@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from holmes.io import MemoryJob
 from holmes.localize import localize
-from holmes.localize.persistent import partials
-from holmes.localize.persistent.partials import gather_folded, replayed_iterations
+from holmes.localize.persistent import gather
+from holmes.localize.persistent.gather import gather_folded
+from holmes.localize.persistent.partials import replayed_iterations
 from holmes.localize.persistent.rank import persistent_summaries, persistent_window
 from holmes.localize.persistent.partials import fold
 from holmes.localize.persistent.whatif import replay
@@ -65,8 +66,8 @@ def test_any_chunks_and_blocks_fold_the_tables_and_replays_of_one_fold(job, whol
 def test_the_report_does_not_depend_on_the_chunks_or_blocks(job, monkeypatch):
     ref = _report(job)
     assert ref["devices"][0]["id"] == "gpu:6"
-    monkeypatch.setattr(partials, "INPROCESS_CHUNK", 3)
-    monkeypatch.setattr(partials, "INPROCESS_BLOCKS", 4)
+    monkeypatch.setattr(gather, "INPROCESS_CHUNK", 3)
+    monkeypatch.setattr(gather, "INPROCESS_BLOCKS", 4)
     assert _report(job) == ref
 
 
@@ -74,8 +75,8 @@ def test_a_missing_rank_is_reported_whatever_its_chunk(job, monkeypatch):
     holed = MemoryJob(job.meta, {r: job.ops(r) for r in range(job.world_size) if r != 9})
     ref = _report(holed)
     assert "9" in ref["missing_ranks"] and any("unreadable" in a for a in ref["assumptions"])
-    monkeypatch.setattr(partials, "INPROCESS_CHUNK", 5)
-    monkeypatch.setattr(partials, "INPROCESS_BLOCKS", 3)
+    monkeypatch.setattr(gather, "INPROCESS_CHUNK", 5)
+    monkeypatch.setattr(gather, "INPROCESS_BLOCKS", 3)
     assert _report(holed) == ref
     win = persistent_window(holed)
     _, missing = gather_folded(holed, win, holed.communicators, chunk=4, nblocks=2)

@@ -51,7 +51,8 @@ from holmes.errors import ConfigError
 from holmes.localize.evidence.confidence import device_confidence
 from holmes.localize.persistent.compute_source import has_compute, row_compute
 from holmes.localize.persistent.peers import Roles, p2p_stages
-from holmes.localize.persistent.partials import fold_parts, gather_folded, part_of, replayed_iterations
+from holmes.localize.persistent.gather import gather_folded
+from holmes.localize.persistent.partials import fold_parts, part_of, replayed_iterations
 from holmes.localize.persistent.rank import PersistentSummary, persistent_window
 from holmes.localize.persistent.suspects import (ComputeOutliers, NetworkOutliers, StageHost, Suspect,
                                                  compute_suspects, network_suspects, slot_classes, stage_hosts,

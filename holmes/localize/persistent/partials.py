@@ -19,6 +19,8 @@ process or on a cluster (:mod:`holmes.parallel`), with nothing the size of the j
    replay's per-instance arrays for the instances the program rows use; then :func:`assemble`
    (the client) adds the blocks up into a :class:`~holmes.localize.persistent.wait.Folded`.
 
+:func:`~holmes.localize.persistent.gather.gather_folded` runs the three steps as tasks on an executor.
+
 Every table is a sum of integers (nanoseconds, bytes, counts) or a minimum with ties broken by
 the lower rank, so the result is bit for bit the one of ``fold`` whatever the chunks and blocks.
 
@@ -40,8 +42,7 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections import deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,12 +56,10 @@ from holmes.localize.persistent.rank import _RBITS, PersistentSummary, persisten
 from holmes.localize.persistent.wait import (_BIG, _MASK, Folded, _fold, _seq_range, _slot_info, p2p_copies,
                                              slot_type_codes, type_keys)
 from holmes.localize.persistent.whatif import Program
-from holmes.parallel.sizes import (BLOCK_ROWS, DISTRIBUTED_CHUNK, INPROCESS_BLOCKS, INPROCESS_CHUNK,
-                                   INSTANCE_KEY_BITS, OPS_PER_RANK_ITERATION, PROGRAM_SLICE_ROWS,
-                                   SLOT_HASH_MULTIPLIERS)
+from holmes.parallel.sizes import INSTANCE_KEY_BITS, PROGRAM_SLICE_ROWS, SLOT_HASH_MULTIPLIERS
 
 __all__ = ["Part", "Plan", "chunk_part", "part_of", "plan", "block_fold", "assemble", "fold_parts", "fold",
-           "replayed_iterations"]
+           "replayed_iterations", "block_config", "collect_rows"]
 
 log = logging.getLogger(__name__)
 
@@ -558,121 +557,6 @@ def block_config(pl: Plan, th: Thresholds, clock: np.ndarray | None = None) -> d
         one = ok & (ck[np.clip(sender, 0, len(ck) - 1)] == ck[np.clip(receiver, 0, len(ck) - 1)])
     return {"base": pl.base, "smin": pl.smin, "expected": pl.expected, "scode": pl.scode, "W": pl.world_size,
             "T": len(pl.window), "bins": th.slot_bins_per_octave, "one_clock_sender": np.where(one, sender, -1)}
-
-
-def _meta(part: Part) -> Part:
-    return part.meta()
-
-
-def _rows(part: Part) -> dict[str, np.ndarray] | None:
-    return part.rows
-
-
-def _piece(part: Part, b: int) -> dict[str, np.ndarray]:
-    return part.blocks[b]
-
-
-def _chunk_task(source: Any, ranks: list[int], window: np.ndarray, keep: np.ndarray | None, nblocks: int,
-                thresholds: Thresholds | None) -> Part:
-    from holmes.detect.jobmap import open_job
-
-    return chunk_part(open_job(source), ranks, window, keep=keep, nblocks=nblocks, thresholds=thresholds)
-
-
-_OPS_PER_RANK_ITERATION = OPS_PER_RANK_ITERATION
-
-
-def gather_folded(job: Any, window: Any, communicators: Mapping[str, Any], *, scheduler: Any = None,
-                  program_its: np.ndarray | None = None, program: bool = True, restricted: bool = False,
-                  thresholds: Thresholds | None = None, chunk: int | None = None,
-                  nblocks: int | None = None, clock: np.ndarray | None = None) -> tuple[Folded, dict[int, str]]:
-    """Map, plan, reduce by block and assemble on an executor: the job's
-    :class:`~holmes.localize.persistent.wait.Folded` and its unreadable ranks.
-
-    Parameters
-    ----------
-    job : path, Job or JobSource
-        In process, read as given; on a cluster each map task opens the job's directory by path.
-    window : int array
-        The iterations (:func:`~holmes.localize.persistent.rank.persistent_window`).
-    communicators : mapping
-        The job's communicators.
-    scheduler : None, str, distributed.Client or Executor
-        Where the tasks run (:func:`holmes.parallel.get_executor`).
-    program_its : int array, optional
-        The window iterations the what-if replays run on (None: all).
-    program : bool
-        Build the what-if program (its rows travel to this process).
-    restricted : bool
-        Keep only ``program_its``'s rows in the program (the job has no compute tables whose
-        per-row alignment needs all of them).
-    chunk, nblocks : int, optional
-        Ranks per map task and reduce blocks (default: :data:`INPROCESS_CHUNK` ranks in process,
-        :data:`DISTRIBUTED_CHUNK` on a cluster; about one block per :data:`BLOCK_ROWS` window
-        operators, at least :data:`INPROCESS_BLOCKS` in process and two per worker on a cluster).
-        The result does not depend on them.
-    clock : int array, optional
-        Per rank, which clock its timestamps read (:func:`block_config`; default: none shared, every
-        pair read by its durations).
-    """
-    from holmes.detect.jobmap import job_source
-    from holmes.localize.evidence.sources import JobSource, open_source
-    from holmes.parallel import get_executor, split_items
-
-    th = thresholds or load_thresholds()
-    win = np.asarray(window, dtype=np.int64)
-    T = len(win)
-    ex = get_executor(scheduler)
-    try:
-        src = job_source(getattr(job, "job", job) if isinstance(job, JobSource) else job, ex) if ex.distributed \
-            else open_source(job)
-        W = open_source(job).world_size
-        blocks_for_size = -(-W * T * _OPS_PER_RANK_ITERATION // BLOCK_ROWS)
-        if ex.distributed:
-            chunk = chunk or DISTRIBUTED_CHUNK
-            nblocks = nblocks or max(2 * ex.workers, blocks_for_size)
-        else:
-            chunk, nblocks = chunk or INPROCESS_CHUNK, nblocks or max(INPROCESS_BLOCKS, blocks_for_size)
-        keep = None
-        if program:
-            keep = np.zeros(T, np.bool_)
-            keep[program_its if restricted and program_its is not None else slice(None)] = True
-        parts = [ex.submit(_chunk_task, src, rs, win, keep, nblocks, th) for rs in split_items(list(range(W)), chunk)]
-        metas = [ex.fetch(ex.submit(_meta, h)) for h in parts]
-        pl = plan(metas, communicators)
-        rows = needed_by_block = None
-        if program:  # one part's rows at a time, fetched and placed
-            rows, needed_by_block = collect_rows(pl, (ex.fetch(ex.submit(_rows, h)) for h in parts),
-                                                 _kept_rows(pl, program_its, restricted), nblocks)
-        del metas
-        cfg = ex.share(block_config(pl, th, clock))
-        to_global = ex.share(pl.to_global)
-        def submit(b: int) -> Any:
-            return ex.submit(block_fold, [ex.submit(_piece, p, b) for p in parts], to_global, cfg,
-                             None if needed_by_block is None else needed_by_block[b])
-
-        def blocks() -> Iterator[dict[str, Any]]:
-            # a few blocks on the cluster at a time (each worker busy, one result on its way), fetched and dropped
-            ahead = deque(submit(b) for b in range(min(nblocks, ex.workers + 1)))
-            nxt = len(ahead)
-            while ahead:
-                h = ahead.popleft()
-                value = ex.fetch(h)
-                ex.release(h)
-                del h
-                if nxt < nblocks:
-                    ahead.append(submit(nxt))
-                    nxt += 1
-                yield value
-                del value
-            for p in parts:
-                ex.release(p)
-
-        f = assemble(pl, blocks(), rows, replay_its=program_its, restricted=restricted)
-        return f, pl.missing
-    finally:
-        if ex is not scheduler:
-            ex.close()
 
 
 def fold(summary: PersistentSummary, communicators: Mapping[str, Any], *, program: bool = True,

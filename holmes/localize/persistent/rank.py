@@ -291,7 +291,7 @@ def summarize_table(r: int, t: pa.Table, win: np.ndarray, starts: dict[int, int]
         return None
     gap, new_batch, dur = gap[sel], new_batch[sel], (end - start)[sel]
     new_batch[np.r_[True, it[1:] != it[:-1]]] = True
-    detached = _detached(start[sel], end[sel], new_batch)
+    detached = _detached(start[sel], end[sel], new_batch, batch_issue_ns)
     T = len(win)
     widx = np.searchsorted(win, it).astype(np.int32)
     iter_ptr = np.searchsorted(widx, np.arange(T + 1)).astype(np.int64)
@@ -323,20 +323,25 @@ def _batches(start: np.ndarray, end: np.ndarray, issue_ns: float | None = None) 
     waits for it).
 
     An operator issued once every earlier one completed starts a batch, ``start`` minus the latest
-    end before it after them. One issued while an earlier one was in flight:
+    end before it after them. One issued while an earlier one was in flight (``issue_ns``: threshold
+    ``batch_issue_ns``):
 
-    * within ``issue_ns`` (threshold ``batch_issue_ns``) of the previous one's start, while that one
-      ran: issued with it (Megatron's batched send/recv), gap 0;
-    * later, or after the previous one completed: the rank went on with its own work while the
-      earlier operator ran (gloo's ``isend`` completes only when a pipeline schedule waits on it at
-      the end of the step; DDP's buckets reduce while the backward goes on): a batch of its own, its
-      gap since the previous operator's end, or its start where it was still running.
+    * after the previous one completed (an older one still in flight): a batch of its own, its gap
+      since the previous one's end;
+    * while the previous one ran on for more than ``issue_ns``, and more than ``issue_ns`` after its
+      start: the rank went on with its own work while the earlier operator ran (gloo's ``isend``
+      completes only when a pipeline schedule waits on it at the end of the step; DDP's buckets
+      reduce while the backward goes on): a batch of its own, its gap since the previous one's start;
+    * else issued with the previous one (Megatron's batched send/recv; one that outlived the next
+      one's start by a few microseconds, two CUDA streams' timings), gap 0.
 
-    >>> st, en = np.array([0, 10, 300, 600, 900]), np.array([5, 1000, 320, 980, 950])
+    >>> st, en = np.array([0, 10, 300, 600, 900]), np.array([5, 1000, 320, 1500, 950])
     >>> g, b = _batches(st, en, 100)
-    >>> g.tolist(), b.astype(int).tolist()   # 10 ns after the first's end; 290 after the 2nd's start...
+    >>> g.tolist(), b.astype(int).tolist()   # 5 after the first's end; 290 after the 2nd's start...
     ([0, 5, 290, 280, 300], [1, 1, 1, 1, 1])
-    >>> _batches(np.array([0, 20]), np.array([50, 60]), 100)[1].astype(int).tolist()   # issued together
+    >>> _batches(np.array([0, 20, 500]), np.array([50, 60, 560]), 100)[1].astype(int).tolist()   # issued together
+    [1, 0, 1]
+    >>> _batches(np.array([0, 5000]), np.array([5030, 6000]), 100)[1].astype(int).tolist()   # outlived it by 30
     [1, 0]
     """
     issue_ns = or_shipped(issue_ns, "batch_issue_ns")
@@ -350,24 +355,27 @@ def _batches(start: np.ndarray, end: np.ndarray, issue_ns: float | None = None) 
         new[1:] = gap[1:] >= 0
         done = end[:-1] <= s1
         since = np.where(done, s1 - end[:-1], s1 - start[:-1])
-        apart = ~new[1:] & (done | (since > issue_ns))
+        apart = ~new[1:] & (done | ((since > issue_ns) & (end[:-1] - s1 > issue_ns)))
         gap[1:][apart] = since[apart]
         new[1:][apart] = True
     return gap, new
 
 
-def _detached(start: np.ndarray, end: np.ndarray, new_batch: np.ndarray) -> np.ndarray:
-    """Per row, whether the operator was still in flight when the rank's next batch began: the rank
-    did not wait for it there (the replay waits for it only at the end of the step).
+def _detached(start: np.ndarray, end: np.ndarray, new_batch: np.ndarray, issue_ns: float | None = None
+              ) -> np.ndarray:
+    """Per row, whether the operator was still in flight (by more than ``issue_ns``, threshold
+    ``batch_issue_ns``) when the rank's next batch began: the rank did not wait for it there (the
+    replay waits for it only at the end of the step).
 
-    >>> _detached(np.array([0, 10, 300]), np.array([5, 1000, 320]), np.array([True, True, True])).astype(int).tolist()
+    >>> _detached(np.array([0, 10, 300]), np.array([5, 1000, 320]), np.ones(3, bool), 100).astype(int).tolist()
     [0, 1, 0]
     """
     if not len(start):
         return np.zeros(0, np.bool_)
+    issue_ns = or_shipped(issue_ns, "batch_issue_ns")
     bid = np.cumsum(new_batch) - 1
     nxt = np.r_[start[new_batch][1:], np.iinfo(np.int64).max]
-    return end > nxt[bid]
+    return end - nxt[bid] > issue_ns
 
 
 def _np(col: Any) -> np.ndarray:
