@@ -213,6 +213,19 @@ def swap_compute(gap: np.ndarray, comp: np.ndarray, new: np.ndarray) -> np.ndarr
 
 
 @njit(cache=True, nogil=True)
+def _completed(det, r, e, pending, dmax, outstanding, bmax):  # pragma: no cover - compiled
+    # one of rank r's operators completed at e: a detached one only moves its step's end
+    if det:
+        pending[r] -= 1
+        if e > dmax[r]:
+            dmax[r] = e
+    else:
+        outstanding[r] -= 1
+        if e > bmax[r]:
+            bmax[r] = e
+
+
+@njit(cache=True, nogil=True)
 def _replay(iter_ptr, inst, gap, new_batch, detached, x, size, rank_of, nxt, its, out, tail
             ):  # pragma: no cover - compiled
     W = iter_ptr.shape[0]
@@ -273,28 +286,14 @@ def _replay(iter_ptr, inst, gap, new_batch, detached, x, size, rank_of, nxt, its
                             k = head[i]
                             while k >= 0:
                                 rr = rank_of[k]
-                                if detached[k]:
-                                    pending[rr] -= 1
-                                    if e > dmax[rr]:
-                                        dmax[rr] = e
-                                else:
-                                    outstanding[rr] -= 1
-                                    if e > bmax[rr]:
-                                        bmax[rr] = e
-                                    if outstanding[rr] == 0 and rr != r and not onstack[rr]:
-                                        stack[sp] = rr
-                                        sp += 1
-                                        onstack[rr] = True
+                                _completed(detached[k], rr, e, pending, dmax, outstanding, bmax)
+                                if not detached[k] and outstanding[rr] == 0 and rr != r and not onstack[rr]:
+                                    stack[sp] = rr
+                                    sp += 1
+                                    onstack[rr] = True
                                 k = nxt[k]
                             head[i] = -1
-                            if detached[j]:
-                                pending[r] -= 1
-                                if e > dmax[r]:
-                                    dmax[r] = e
-                            else:
-                                outstanding[r] -= 1
-                                if e > bmax[r]:
-                                    bmax[r] = e
+                            _completed(detached[j], r, e, pending, dmax, outstanding, bmax)
                         else:
                             nxt[j] = head[i]
                             head[i] = j
