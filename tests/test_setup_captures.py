@@ -205,26 +205,23 @@ def test_the_per_rank_table_reads_a_pipeline_over_the_default_group_from_its_p2p
         assert [row["stage"] for row in js["rank_summary"]] == stages, setup
 
 
-def _persistent_evidence(path):
-    """The persistent analysis's evidence (waiting caused, what-if) of a captured job."""
+def _persistent_evidence(path, monkeypatch):
+    """The persistent analysis's evidence (waiting caused, what-if) and folded tables of a job."""
     from holmes.localize.persistent.analysis import PersistentAnalysis
 
     got = {}
-    orig = PersistentAnalysis._whatif
+    whatif = PersistentAnalysis._whatif
 
     def keep(self, run, ev, f):
-        orig(self, run, ev, f)
+        whatif(self, run, ev, f)
         got["ev"], got["f"] = ev, f
 
-    PersistentAnalysis._whatif = keep
-    try:
-        holmes.localize(path)
-    finally:
-        PersistentAnalysis._whatif = orig
+    monkeypatch.setattr(PersistentAnalysis, "_whatif", keep)
+    holmes.localize(path)
     return got["ev"], got["f"]
 
 
-def test_the_replay_of_a_gloo_pipeline_reproduces_its_stalled_steps():
+def test_the_replay_of_a_gloo_pipeline_reproduces_its_stalled_steps(monkeypatch):
     # rank 0 stalls 63 ms before each of its 4 sends every 4th step: those steps last ~275 ms
     # (iteration starts 3 -> 4). gloo completes an isend only in wait(), at the end of the step, so
     # every later operator of the rank was "issued while one was in flight" and joined one batch
@@ -232,7 +229,7 @@ def test_the_replay_of_a_gloo_pipeline_reproduces_its_stalled_steps():
     # steps alone stretch the window ~4x. The rank went on past those sends (they run detached)
     from holmes.localize.persistent.whatif import replay
 
-    ev, f = _persistent_evidence(DATA / "gpipe_rank0" / "slow")
+    ev, f = _persistent_evidence(DATA / "gpipe_rank0" / "slow", monkeypatch)
     steps = replay(f.program)
     stalled = steps[np.isin(f.window, [3, 7, 11, 15])]
     assert np.all((stalled > 250e6) & (stalled < 300e6)), stalled / 1e6
@@ -241,23 +238,22 @@ def test_the_replay_of_a_gloo_pipeline_reproduces_its_stalled_steps():
     assert f.program.detached.any()
 
 
-def test_a_late_first_stage_made_the_others_wait_and_its_stage_costs_most():
+def test_a_late_first_stage_made_the_others_wait_and_its_stage_costs_most(monkeypatch):
     # rank 0 stalls 1.5 ms before each micro-batch's send in every step. Its sends end only at the
     # end of the step (gloo), so the receive, which waited for it, was the shortest copy: the fold
     # took the receiver for the member that entered last (waiting caused ~2-5 ms a rank, rank 3 the
     # most). Read by the late-sender rule, rank 0 made the others wait; and the what-if, with its
     # stalls in the replay, finds stage 0 the costliest
-    ev, _ = _persistent_evidence(DATA / "gpipe_every" / "slow")
+    ev, _ = _persistent_evidence(DATA / "gpipe_every" / "slow", monkeypatch)
     caused = ev.caused.sum(axis=1)
     assert int(np.argmax(caused)) == 0 and caused[0] > 1.3 * np.sort(caused)[-2], caused / 1e6
     assert max(ev.by_stage, key=ev.by_stage.get) == 0, ev.by_stage
 
 
 def test_a_p2p_pair_is_read_across_its_ends_only_on_one_clock():
-    from holmes.localize.persistent.partials import block_config, plan
-    from holmes.localize.persistent.rank import persistent_summaries, persistent_window
-    from holmes.localize.persistent.partials import part_of
     from holmes.calibration.thresholds import load_thresholds
+    from holmes.localize.persistent.partials import block_config, part_of, plan
+    from holmes.localize.persistent.rank import persistent_summaries, persistent_window
 
     job = holmes.read_job(DATA / "gpipe" / "slow")
     part = part_of(persistent_summaries(job, persistent_window(job)))

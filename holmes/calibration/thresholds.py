@@ -395,10 +395,11 @@ class Thresholds(BaseModel):
     wait_slack_ns: NonNeg = _doc(
         "See wait_ratio (nanoseconds).")
     batch_issue_ns: NonNeg = _doc(
-        "An operator a rank issued while its previous one was still in flight joins that one's batch "
-        "(issued together, e.g. batched send/recv) when it started within batch_issue_ns of it; later, "
-        "the rank computed in between and the earlier operator ran detached (an async isend, a DDP "
-        "bucket) (nanoseconds).")
+        "An operator a rank issued while its previous one was still in flight starts a batch of its own "
+        "when it came more than batch_issue_ns after that one's start and that one ran on past it by more "
+        "than batch_issue_ns: the rank computed in between and the earlier operator ran detached (an async "
+        "isend, a DDP bucket); else it joins that one's batch (issued together, e.g. batched send/recv) "
+        "(nanoseconds).")
     slot_bins_per_octave: PosCount = _doc(
         "Message sizes are told apart to 1 / slot_bins_per_octave of a factor of two (operator types, "
         "peer slot classes).")

@@ -38,7 +38,7 @@ import functools
 import logging
 import os
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -317,6 +317,18 @@ class ClusterTopology:
         1
         """
         return self._rank(rank) // self.gpus_per_host
+
+    def hosts_of(self, ranks: Any) -> np.ndarray:
+        """Host index of each GPU rank in ``ranks`` (an int array; :meth:`host_of` for many).
+
+        >>> from holmes.topology import rail_optimized
+        >>> rail_optimized(16).hosts_of(np.arange(16)).tolist()[6:10]
+        [0, 0, 1, 1]
+        """
+        r = np.asarray(ranks, dtype=np.int64)
+        if r.size and (r.min() < 0 or r.max() >= self.num_gpus):
+            self._rank(int(r[(r < 0) | (r >= self.num_gpus)][0]))  # raises, naming it
+        return r // self.gpus_per_host
 
     def nic_of(self, rank: int) -> str:
         """NIC id of GPU ``rank`` (``nic:<rank>``)."""

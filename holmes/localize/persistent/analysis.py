@@ -157,8 +157,9 @@ class PersistentAnalysis:
         # every row) are read
         restricted = its is not None and not has_compute(src)
         # the ranks of one host read one clock: a P2P pair of one host may be read across its ends
-        gph = getattr(run.topology, "gpus_per_host", 0)
-        clock = np.arange(src.world_size) // gph if gph else None
+        topo = run.topology
+        clock = topo.hosts_of(np.arange(src.world_size)) if topo is not None and topo.num_gpus >= src.world_size \
+            else None
         if self.summary is not None:
             src.note_read(self.summary.ranks)
             keep = None
@@ -334,7 +335,7 @@ class PersistentAnalysis:
         by_host: dict[int, list[Suspect]] = {}
         for s in comp:
             by_host.setdefault(int(topo.host_of(s.ranks[0])), []).append(s)
-        host_of = np.array([int(topo.host_of(r)) for r in range(W)]) if by_host else None
+        host_of = topo.hosts_of(np.arange(W)) if by_host else None
         for h, ss in by_host.items():
             host_gpus = np.flatnonzero(host_of == h).tolist()
             # the host when most of its GPUs work persistently beyond their peers (half the sigmas)

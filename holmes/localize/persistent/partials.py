@@ -549,12 +549,11 @@ def block_config(pl: Plan, th: Thresholds, clock: np.ndarray | None = None) -> d
     """
     sender = ((pl.slot_keys >> _RBITS) & _MASK) - 1
     receiver = (pl.slot_keys & _MASK) - 1
-    if clock is None:
-        one = np.zeros(len(sender), np.bool_)
-    else:
+    one = np.zeros(len(sender), np.bool_)
+    if clock is not None:
         ck = np.asarray(clock, np.int64)
-        ok = (sender >= 0) & (sender < len(ck)) & (receiver >= 0) & (receiver < len(ck))
-        one = ok & (ck[np.clip(sender, 0, len(ck) - 1)] == ck[np.clip(receiver, 0, len(ck) - 1)])
+        p2p = np.flatnonzero((sender >= 0) & (sender < len(ck)) & (receiver >= 0) & (receiver < len(ck)))
+        one[p2p] = ck[sender[p2p]] == ck[receiver[p2p]]
     return {"base": pl.base, "smin": pl.smin, "expected": pl.expected, "scode": pl.scode, "W": pl.world_size,
             "T": len(pl.window), "bins": th.slot_bins_per_octave, "one_clock_sender": np.where(one, sender, -1)}
 

@@ -6,7 +6,8 @@ analysis window (no strings; every value but one is measured on the rank's own c
 
 * per operator: its *slot* (communicator, or communicator + sender + receiver for P2P), its
   ``seq``, its iteration, its duration, the rank's compute gap before it, the rank's own work since
-  it last waited, whether it starts a batch of operators issued together, its bytes, its operator
+  it last waited, whether it starts a batch of operators issued together and whether the rank went
+  on past it while it ran (*detached*: an async ``isend``, a DDP bucket), its bytes, its operator
   (an index into :data:`OP_KINDS`: what-if analysis compares an all-gather with all-gathers), and
   its start (the one timestamp: a P2P pair's send start against its receive, where the sender
   entered last -- :func:`~holmes.localize.evidence.p2p.late_sender_transfer`);
@@ -312,8 +313,8 @@ def summarize_table(r: int, t: pa.Table, win: np.ndarray, starts: dict[int, int]
             m = slot == j
             seq[m] = np.arange(int(m.sum()))
     ops = {"slot": slot.astype(np.int32), "seq": seq, "widx": widx, "dur": dur, "own": own,
-           "gap": gap.astype(np.float64), "new_batch": new_batch, "nbytes": col["nbytes"][sel].astype(np.int64), "opk": opk,
-           "start": start[sel], "detached": detached}
+           "gap": gap.astype(np.float64), "new_batch": new_batch, "nbytes": col["nbytes"][sel].astype(np.int64),
+           "opk": opk, "start": start[sel], "detached": detached}
     return RankSummary(comms, keys.astype(np.int64), ops, compute, iter_ptr)
 
 

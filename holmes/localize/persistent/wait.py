@@ -7,7 +7,8 @@ the summaries were merged):
 * per operator *instance* (a slot -- communicator, or P2P communicator + sender + receiver -- and a
   ``seq``): its member count, its shortest copy (its duration, its rank, that rank's own work
   before it, its iteration) and its second-shortest duration. The member that entered last waited
-  for no one: its copy lasted least; the others waited about ``second - shortest`` each;
+  for no one: its copy lasted least; the others waited about ``second - shortest`` each (a P2P pair
+  of one host whose send outlived its transfer is read by its ends instead: :func:`p2p_copies`);
 * **waiting caused** (ranks x iterations): each instance's last member is charged
   ``(n - 1) * min(second - shortest, its own work since it last waited)`` (clock-free: every
   duration and gap is measured on one rank's clock);
