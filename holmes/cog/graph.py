@@ -49,6 +49,9 @@ OP_CODES = {"all_reduce": 0, "all_gather": 1, "reduce_scatter": 2, "all_to_all":
             "reduce": 5, "barrier": 6, "send": 7, "recv": 8}
 OP_NAMES = {v: k for k, v in OP_CODES.items()}
 SEND, RECV = OP_CODES["send"], OP_CODES["recv"]
+#: collectives whose members all complete together (the last data arrives everywhere at once):
+#: a copy recorded ending later was *observed* late (not broadcast/reduce: a tree's members end in turn)
+SYMMETRIC = np.array([OP_CODES[o] for o in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "barrier")])
 
 
 def _codes(col: pa.ChunkedArray, table: Mapping[str, int], add: Any) -> np.ndarray:
@@ -111,6 +114,17 @@ class RankOps:
 
     def __repr__(self) -> str:
         return f"RankOps(rank={self.rank}, rows={len(self)})"
+
+    def set_end(self, end: np.ndarray) -> None:
+        """Replace the operators' end times (ns), e.g. :meth:`CommOpGraph.align_collective_ends`;
+        durations follow and the cached compute and excess are recomputed on demand."""
+        end = np.asarray(end, dtype=np.int64)
+        if end.shape != self.end.shape:
+            raise ValueError(f"{end.shape[0]} end times for {len(self)} rows of rank {self.rank}")
+        self.end = end
+        self.duration = end - self.start
+        self._excess = None
+        self._compute = None
 
     @property
     def is_p2p(self) -> np.ndarray:
@@ -198,6 +212,8 @@ class RankOps:
         gap_excess, duration_excess : int64 arrays, >= 0
         """
         if self._excess is None or self._excess[0] != quantile:
+            # an operator issued while the previous one was still in flight has no compute
+            # before it (a negative gap is the previous one's waiting, not work)
             gap = self.gap
             self._excess = (quantile, excess_over_low(gap, self.op_index, quantile),
                             excess_over_low(self.duration, self.op_index, quantile))
@@ -325,6 +341,63 @@ class CommOpGraph:
 
     def __contains__(self, rank: object) -> bool:
         return rank in self.ranks
+
+    def align_collective_ends(self, host_of: Any, slack_ns: float) -> int:
+        """End each copy of a symmetric collective (:data:`SYMMETRIC`) when its host's first copy
+        of the same instance ended, where it was recorded more than ``slack_ns`` later.
+
+        The members of an all-reduce (all-gather, reduce-scatter, all-to-all, barrier) complete
+        together. A copy that ends well after another copy *on the same clock* (``host_of(rank)``
+        equal) was observed late: an asynchronous operator's completion callback that waited for a
+        rank busy with its own work (gloo, a Python future callback behind the GIL), or a process
+        descheduled before it took the time. That time was the rank's, not the operator's: left in
+        place it hides the rank's compute (its next operator starts "before" the previous ended)
+        and lowers its usual level. Copies on different hosts are never compared (their clocks
+        differ). Returns how many copies were moved; the fetched ranks are changed in place.
+
+        >>> from holmes.io.schema import ops_table
+        >>> g = CommOpGraph({"dp": ("dp", (0, 1))})
+        >>> for r, end in ((0, 900), (1, 400)):
+        ...     _ = g.add_rank(r, ops_table(rank=[r], iteration=[0], op_index=[0], comm_id=["dp"], seq=[0],
+        ...                                 op=["all_reduce"], peer=[None], nbytes=[8], start_ns=[100], end_ns=[end]))
+        >>> g.align_collective_ends(lambda r: 0, 100), g.ranks[0].end.tolist(), g.ranks[0].duration.tolist()
+        (1, [400], [300])
+        >>> g.align_collective_ends(lambda r: r, 100)  # two hosts: two clocks, nothing compared
+        0
+        """
+        ranks = [ro for ro in self.ranks.values() if len(ro)]
+        if len(ranks) < 2:
+            return 0
+        sel = [np.flatnonzero(np.isin(ro.op, SYMMETRIC)) for ro in ranks]
+        host = np.concatenate([np.full(k.size, int(host_of(ro.rank)), np.int64) for ro, k in zip(ranks, sel)])
+        comm = np.concatenate([ro.comm[k].astype(np.int64) for ro, k in zip(ranks, sel)])
+        seq = np.concatenate([ro.seq[k] for ro, k in zip(ranks, sel)])
+        end = np.concatenate([ro.end[k] for ro, k in zip(ranks, sel)])
+        if not end.size:
+            return 0
+        order = np.lexsort((seq, comm, host))
+        key = np.stack([host[order], comm[order], seq[order]])
+        first = np.ones(order.size, dtype=bool)
+        first[1:] = np.any(key[:, 1:] != key[:, :-1], axis=0)
+        group = np.cumsum(first) - 1
+        earliest = np.minimum.reduceat(end[order], np.flatnonzero(first))
+        first_end = np.empty_like(end)
+        first_end[order] = earliest[group]
+        moved, at = 0, 0
+        for ro, k in zip(ranks, sel):
+            fe = first_end[at:at + k.size]
+            at += k.size
+            nxt = np.append(ro.start[1:], np.iinfo(np.int64).max)[k]
+            # only a copy still open when its rank issued its next operator (asynchronous: a
+            # synchronous one ends before the rank goes on, whenever it is scheduled back)
+            late = (ro.end[k] > fe + slack_ns) & (ro.end[k] > nxt)
+            if late.any():
+                new = ro.end.copy()
+                rows = k[late]
+                new[rows] = np.maximum(fe[late], ro.start[rows])
+                ro.set_end(new)
+                moved += int(late.sum())
+        return moved
 
     @property
     def num_groups(self) -> int:

@@ -362,6 +362,11 @@ class WholeJobComparison(PivotSearch):
         ref = IrregularityRule(p.delta).reference(sel.durations)
         for r in range(run.source.world_size):
             search.rank_ops(r)
+        moved = search.graph.align_collective_ends(topo.host_of, p.t.collective_end_slack_ns)
+        if moved:
+            run.assume(f"{moved} collective copies ended more than {p.t.collective_end_slack_ns / 1e3:g} us after "
+                       "their host's first copy: read as ending with it (members complete together; the later "
+                       "end was observed late, the time the rank's own)")
         transfers = TransferTimes(search.graph.ranks, search.graph.members)
         cells = None if run.source.missing else \
             CellEvidence(search.graph.ranks, search.graph.members, topo.host_of, transfers,
