@@ -173,10 +173,11 @@ class Thresholds(BaseModel):
         "corpora (205 runs) 4 jobs lie above 0.1 (at most 0.12) and read the same either way, while "
         "DDP's few ms of compute between its gradient buckets reach 0.6 (Algorithm 1 was unsure there).")
     collective_end_slack_ns: NonNeg = _doc(
-        "Jobs read whole: a copy of an all-reduce, all-gather, reduce-scatter, all-to-all or barrier that"
-        " ended more than collective_end_slack_ns after its host's first copy of the same operator is "
-        "read as ending with that one (the members complete together: the later end was observed late, "
-        "e.g. an async completion callback waiting for a busy rank) (nanoseconds).")
+        "Jobs read whole: a copy of an all-reduce, all-gather, reduce-scatter, all-to-all or barrier "
+        "still open when its rank issued its next operator (asynchronous), ending more than "
+        "collective_end_slack_ns after its host's first copy of the same operator, is read as ending with"
+        " that one (the members complete together: the later end was observed late, e.g. gloo's "
+        "completion callback waiting for the GIL of a busy rank) (nanoseconds).")
     cell_usual_q: Annotated[float, Field(gt=0, lt=0.5)] = _doc(
         "Jobs read whole: a row's usual level is this quantile of its iterations, so a slowdown covering "
         "up to 1 - cell_usual_q of them is measured against the healthy level.")

@@ -364,9 +364,9 @@ class WholeJobComparison(PivotSearch):
             search.rank_ops(r)
         moved = search.graph.align_collective_ends(topo.host_of, p.t.collective_end_slack_ns)
         if moved:
-            run.assume(f"{moved} collective copies ended more than {p.t.collective_end_slack_ns / 1e3:g} us after "
-                       "their host's first copy: read as ending with it (members complete together; the later "
-                       "end was observed late, the time the rank's own)")
+            run.assume(f"{moved} asynchronous collective copies, still open when their rank went on, ended more than "
+                       f"{p.t.collective_end_slack_ns / NS_PER_MS:g} ms after their host's first copy: read as ending "
+                       "with it (members complete together: observed late, the time the rank's own)")
         transfers = TransferTimes(search.graph.ranks, search.graph.members)
         cells = None if run.source.missing else \
             CellEvidence(search.graph.ranks, search.graph.members, topo.host_of, transfers,
