@@ -1,9 +1,9 @@
 """Capture a ``torch.distributed.pipelining`` job (GPipe or 1F1B) with ``holmes.logger``.
 
-Four CPU processes (gloo), one pipeline stage each (a small MLP cut in four), 4 micro-batches a
-step, scheduled by ``ScheduleGPipe`` or ``Schedule1F1B``. The schedules send activations and
-gradients in batches of ``isend``/``irecv`` (``P2POp``); the logger records each as a send or
-recv with its peer::
+Four CPU processes (gloo; ``--world`` N for N), one pipeline stage each (a small MLP cut in
+four), 4 micro-batches a step (N when N > 4: 1F1B needs one per stage at least), scheduled by
+``ScheduleGPipe`` or ``Schedule1F1B``. The schedules send activations and gradients in batches
+of ``isend``/``irecv`` (``P2POp``); the logger records each as a send or recv with its peer::
 
     python examples/capture_pipelining.py --out /tmp/pp-job --schedule 1f1b --slow-rank 2
     holmes localize /tmp/pp-job
@@ -18,6 +18,7 @@ import time
 
 from _capture_common import count_ops, init, jobs, launch, parse_args, stall
 
+#: micro-batches a step, at least one per stage (``Schedule1F1B`` refuses fewer)
 MICRO_BATCHES = 4
 
 
@@ -45,14 +46,15 @@ def train(rank: int, args, out: str, slow_rank: int | None, count_dir: str | Non
     stage_mod = Stage()
     stage = PipelineStage(stage_mod, rank, args.world, torch.device("cpu"))
     cls = Schedule1F1B if args.schedule == "1f1b" else ScheduleGPipe
-    schedule = cls(stage, n_microbatches=MICRO_BATCHES, loss_fn=lambda y, t: (y - t).square().mean())
+    micro = max(MICRO_BATCHES, args.world)
+    schedule = cls(stage, n_microbatches=micro, loss_fn=lambda y, t: (y - t).square().mean())
     opt = torch.optim.SGD(stage_mod.parameters(), lr=0.01)
     gen = torch.Generator().manual_seed(0)
     for step in range(args.steps):
         logger.step(step)  # holmes
         stage_mod.step = step
-        x = torch.randn(8 * MICRO_BATCHES, 128, generator=gen)
-        target = torch.randn(8 * MICRO_BATCHES, 128, generator=gen)
+        x = torch.randn(8 * micro, 128, generator=gen)
+        target = torch.randn(8 * micro, 128, generator=gen)
         if rank == 0:
             schedule.step(x)
         elif rank == args.world - 1:

@@ -357,11 +357,12 @@ class CommOpGraph:
 
         >>> from holmes.io.schema import ops_table
         >>> g = CommOpGraph({"dp": ("dp", (0, 1))})
-        >>> for r, end in ((0, 900), (1, 400)):
-        ...     _ = g.add_rank(r, ops_table(rank=[r], iteration=[0], op_index=[0], comm_id=["dp"], seq=[0],
-        ...                                 op=["all_reduce"], peer=[None], nbytes=[8], start_ns=[100], end_ns=[end]))
+        >>> for r, (s1, e0) in ((0, (500, 900)), (1, (450, 400))):  # rank 0 went on at 500, its copy "ended" at 900
+        ...     _ = g.add_rank(r, ops_table(rank=[r] * 2, iteration=[0, 0], op_index=[0, 1], comm_id=["dp"] * 2,
+        ...                                 seq=[0, 1], op=["all_reduce"] * 2, peer=[None] * 2, nbytes=[8] * 2,
+        ...                                 start_ns=[100, s1], end_ns=[e0, 950]))
         >>> g.align_collective_ends(lambda r: 0, 100), g.ranks[0].end.tolist(), g.ranks[0].duration.tolist()
-        (1, [400], [300])
+        (1, [400, 950], [300, 450])
         >>> g.align_collective_ends(lambda r: r, 100)  # two hosts: two clocks, nothing compared
         0
         """
