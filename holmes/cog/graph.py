@@ -117,10 +117,13 @@ class RankOps:
 
     def set_end(self, end: np.ndarray) -> None:
         """Replace the operators' end times (ns), e.g. :meth:`CommOpGraph.align_collective_ends`;
-        durations follow and the cached compute and excess are recomputed on demand."""
+        durations and :attr:`table` (an in-memory copy: nothing read is written back) follow, and
+        the cached compute and excess are recomputed on demand."""
         end = np.asarray(end, dtype=np.int64)
         if end.shape != self.end.shape:
             raise ValueError(f"{end.shape[0]} end times for {len(self)} rows of rank {self.rank}")
+        i = self.table.schema.get_field_index("end_ns")
+        self.table = self.table.set_column(i, self.table.schema.field(i), pa.array(end, self.table.schema.field(i).type))
         self.end = end
         self.duration = end - self.start
         self._excess = None
@@ -363,6 +366,8 @@ class CommOpGraph:
         ...                                 start_ns=[100, s1], end_ns=[e0, 950]))
         >>> g.align_collective_ends(lambda r: 0, 100), g.ranks[0].end.tolist(), g.ranks[0].duration.tolist()
         (1, [400, 950], [300, 450])
+        >>> g.ranks[0].table.column("end_ns").to_pylist()  # the per-rank table reads the same
+        [400, 950]
         >>> g.align_collective_ends(lambda r: r, 100)  # two hosts: two clocks, nothing compared
         0
         """
