@@ -215,8 +215,6 @@ class RankOps:
         gap_excess, duration_excess : int64 arrays, >= 0
         """
         if self._excess is None or self._excess[0] != quantile:
-            # an operator issued while the previous one was still in flight has no compute
-            # before it (a negative gap is the previous one's waiting, not work)
             gap = self.gap
             self._excess = (quantile, excess_over_low(gap, self.op_index, quantile),
                             excess_over_low(self.duration, self.op_index, quantile))
@@ -346,17 +344,20 @@ class CommOpGraph:
         return rank in self.ranks
 
     def align_collective_ends(self, host_of: Any, slack_ns: float) -> int:
-        """End each copy of a symmetric collective (:data:`SYMMETRIC`) when its host's first copy
-        of the same instance ended, where it was recorded more than ``slack_ns`` later.
+        """End each copy of a symmetric collective (:data:`SYMMETRIC`) that was still open when its
+        rank issued its next operator, and was recorded ending more than ``slack_ns`` after its
+        host's first copy of the same instance, when that first copy ended.
 
         The members of an all-reduce (all-gather, reduce-scatter, all-to-all, barrier) complete
-        together. A copy that ends well after another copy *on the same clock* (``host_of(rank)``
-        equal) was observed late: an asynchronous operator's completion callback that waited for a
-        rank busy with its own work (gloo, a Python future callback behind the GIL), or a process
-        descheduled before it took the time. That time was the rank's, not the operator's: left in
-        place it hides the rank's compute (its next operator starts "before" the previous ended)
-        and lowers its usual level. Copies on different hosts are never compared (their clocks
-        differ). Returns how many copies were moved; the fetched ranks are changed in place.
+        together. An asynchronous copy that ends well after another copy *on the same clock*
+        (``host_of(rank)`` equal), after its rank had gone on to its next operator, was observed
+        late: gloo completes an asynchronous operator through a Python future callback, which waits
+        for the GIL of a rank busy with its own work (DDP's buckets during the backward). That time
+        was the rank's, not the operator's: left in place it hides the rank's compute (its next
+        operator starts "before" the previous ended) and lowers its usual level. A synchronous copy
+        is never moved (it ended before its rank went on: a late end there is the rank scheduled
+        back late), nor are copies compared across hosts (their clocks differ). Returns how many
+        copies were moved; the fetched ranks are changed in place (their tables too, in memory).
 
         >>> from holmes.io.schema import ops_table
         >>> g = CommOpGraph({"dp": ("dp", (0, 1))})
