@@ -24,6 +24,10 @@ its healthy twin, captured while another job loaded the 2-core machine; the heal
 ``nvswitch:0`` at 0.98 for one step whose P2P transfers from rank 1 to rank 0 took 8.7 ms more
 (judged against 2 channels x 15 steps, a tail scale resting on 2 cells).
 
+``ddp2``: the DDP script on 2 ranks (rank 0 stalls 50 ms every 5th of 31 steps) and its healthy
+twin, where rank 0's asynchronous bucket all-reduces were recorded ending milliseconds after rank
+1's (gloo's completion callback waits for the GIL of a rank busy in its backward).
+
 The live captures are ``tests/test_logger_setups.py``; these are the same jobs, fixed, so the
 verdicts are checked deterministically.
 """
