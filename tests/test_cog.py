@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from holmes.cog import CommOpGraph
 from holmes.io.schema import ops_table
@@ -70,3 +72,40 @@ def test_unknown_comm_gets_code_and_networkx_view():
     assert nxg.has_edge(("op", 0, 0), ("op", 0, 1))
     assert nxg.has_edge(("op", 0, 2), ("gpu", 4))
     assert nxg.has_edge(("group", g.group_of[g.comm_code("tp-0")]), ("gpu", 1))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_aligning_collective_ends_only_shortens_async_copies_to_a_peers_end(data):
+    from holmes.cog.graph import SYMMETRIC
+
+    world = data.draw(st.integers(2, 4))
+    n_ops = data.draw(st.integers(1, 5))
+    ops = data.draw(st.lists(st.sampled_from(["all_reduce", "broadcast", "all_gather", "barrier"]),
+                             min_size=n_ops, max_size=n_ops))
+    g = CommOpGraph({"dp": ("dp", tuple(range(world)))})
+    before = {}
+    for r in range(world):
+        starts = sorted(data.draw(st.lists(st.integers(0, 10_000), min_size=n_ops, max_size=n_ops)))
+        lens = data.draw(st.lists(st.integers(0, 5_000), min_size=n_ops, max_size=n_ops))
+        t = ops_table(rank=[r] * n_ops, iteration=[0] * n_ops, op_index=list(range(n_ops)),
+                      comm_id=["dp"] * n_ops, seq=list(range(n_ops)), op=ops, peer=[None] * n_ops,
+                      nbytes=[8] * n_ops, start_ns=starts, end_ns=[s + d for s, d in zip(starts, lens)])
+        ro = g.add_rank(r, t)
+        before[r] = ro.end.copy()
+    host = data.draw(st.sampled_from([lambda r: 0, lambda r: r % 2]))
+    moved = g.align_collective_ends(host, 100)
+    changed = 0
+    for r, ro in g.ranks.items():
+        assert (ro.end >= ro.start).all() and (ro.end <= before[r]).all()
+        assert np.array_equal(ro.duration, ro.end - ro.start)
+        assert ro.table.column("end_ns").to_pylist() == ro.end.tolist()
+        diff = ro.end != before[r]
+        changed += int(diff.sum())
+        nxt = np.append(ro.start[1:], np.iinfo(np.int64).max)
+        # only symmetric collectives still open when the rank went on, never past a same-host peer's end
+        assert (np.isin(ro.op[diff], SYMMETRIC)).all() and (before[r][diff] > nxt[diff]).all()
+        for k in np.flatnonzero(diff):
+            peers = [before[q][k] for q in g.ranks if host(q) == host(r)]
+            assert ro.end[k] == max(min(peers), ro.start[k])
+    assert changed == moved
