@@ -28,6 +28,11 @@ its healthy twin, captured while another job loaded the 2-core machine; the heal
 twin, where rank 0's asynchronous bucket all-reduces were recorded ending milliseconds after rank
 1's (gloo's completion callback waits for the GIL of a rank busy in its backward).
 
+``gpipe_hidden/healthy``: a healthy GPipe capture (4 ranks, 30 steps) in which every rank stalled
+2-5 ms once or twice, but only rank 1's stalls landed in its compute; the others' showed as one-off
+transfer stalls (a gloo ``isend`` progresses only when its sender gets to it). The known limit of
+``docs/logger.md``, kept as a strict expected failure.
+
 The live captures are ``tests/test_logger_setups.py``; these are the same jobs, fixed, so the
 verdicts are checked deterministically.
 """
@@ -298,3 +303,12 @@ def test_a_p2p_pair_is_read_across_its_ends_only_on_one_clock():
     assert (one[p2p] >= 0).all() and (one[~p2p] == -1).all()
     apart = block_config(pl, th, clock=np.arange(4))["one_clock_sender"]          # a host each
     assert (apart == -1).all()
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "known limit (docs/logger.md): every rank stalled 2-5 ms once or twice, but only rank 1's stalls "
+    "reached its compute cells (p 3e-7, 1e-10); the other ranks' showed as one-off transfer stalls of "
+    "nvswitch:0, so the compute null lacks them and gpu:1 is named at 0.98"))
+def test_a_healthy_pipeline_whose_stalls_hide_in_open_sends_names_nothing():
+    rep = holmes.localize(DATA / "gpipe_hidden" / "healthy")
+    assert rep.devices == [], [(d.id, d.confidence) for d in rep.all_devices[:3]]
