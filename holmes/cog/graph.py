@@ -382,14 +382,12 @@ class CommOpGraph:
         end = np.concatenate([ro.end[k] for ro, k in zip(ranks, sel)])
         if not end.size:
             return 0
-        order = np.lexsort((seq, comm, host))
-        key = np.stack([host[order], comm[order], seq[order]])
-        first = np.ones(order.size, dtype=bool)
-        first[1:] = np.any(key[:, 1:] != key[:, :-1], axis=0)
-        group = np.cumsum(first) - 1
-        earliest = np.minimum.reduceat(end[order], np.flatnonzero(first))
-        first_end = np.empty_like(end)
-        first_end[order] = earliest[group]
+        # per copy, the first end among the copies of its instance on its host
+        _, inv = np.unique(np.stack([host, comm, seq], axis=1), axis=0, return_inverse=True)
+        inv = inv.reshape(-1)
+        earliest = np.full(int(inv.max()) + 1, np.iinfo(np.int64).max)
+        np.minimum.at(earliest, inv, end)
+        first_end = earliest[inv]
         moved, at = 0, 0
         for ro, k in zip(ranks, sel):
             fe = first_end[at:at + k.size]
