@@ -26,19 +26,23 @@ Reported, on rank 0:
   more (the CPU-time overhead per operator above says how much, asynchronous ones included).
 
 ``--setup ddp`` runs a stock DistributedDataParallel model instead (its gradient buckets reach the
-logger through the dispatcher hook, :mod:`holmes.logger._dispatch`), 100 pairs at least and 90 s of
-pairs at most by default, with a third arm, *floor*: the dispatcher hook's Python kernels
-installed but recording nothing. Its overhead is what PyTorch's boxed Python-kernel mechanism
-costs by itself (converting each operator's arguments to Python and back, cold between two
-buckets' worth of backward compute); the logger's own share is the rest. Every arm pays the same
-enable/disable switching before its barrier.
+logger through the dispatcher hook, :mod:`holmes.logger._dispatch`: the compiled kernel of
+:mod:`holmes.logger._native` where it builds), 100 pairs at least and 90 s of pairs at most by
+default, with two more arms: *floor*, the dispatcher hook's kernels installed but recording nothing
+(what the dispatcher mechanism costs by itself; with the Python kernels, converting each operator's
+arguments to Python and back, cold between two buckets' worth of backward compute), and *python*,
+the same logger with ``native=False`` (the dispatcher's Python kernels: the path of a machine
+without a compiler, the naive path measured in the same run). ``dispatch_op_us`` (the compiled
+kernel where it is used, ``native=1``) and ``dispatch_py_op_us`` (the Python kernel) time one
+dispatcher operator in isolation. Every arm pays the same enable/disable switching before its
+barrier.
 
     python benchmarks/logger_overhead.py [--ranks 2] [--budget-s 1100] [--target-ci 0.5] [--live]
     python benchmarks/logger_overhead.py --setup ddp       # ~2 minutes on 2 ranks
 
 ``--live`` records in parts (``parts_every=10``) as a watched job would. Last line:
 ``overhead_pct=<%> overhead_ci95_pct=<half-width> per_op_us=<us> cpu_overhead_pct=<%> ...``, with
-``floor_pct=... floor_cpu_pct=...`` at its end when the floor arm ran. Timing on a shared machine
+``native=... dispatch_py_op_us=... floor_pct=... python_pct=...`` at its end with ``--setup ddp``. Timing on a shared machine
 is noisy: the interval says how much; compare figures measured at the same load (printed).
 """
 
@@ -99,7 +103,7 @@ def _per_op_cost(n: int = 20000, rounds: int = 15) -> tuple[float, float]:
     return cost["bare"], cost["logged"]
 
 
-def _dispatch_op_cost(n: int = 3000, rounds: int = 9) -> tuple[float, float]:
+def _dispatch_op_cost(n: int = 3000, rounds: int = 9, native: bool | None = None) -> tuple[float, float]:
     """(ns per bare, ns per logged) ``ProcessGroup.allreduce`` of a 1-rank gloo group, waited for:
     the path of operators that bypass ``torch.distributed`` (DDP's reducer), caught by the
     logger's dispatcher hook. Thread CPU time, interleaved rounds, medians."""
@@ -113,7 +117,7 @@ def _dispatch_op_cost(n: int = 3000, rounds: int = 9) -> tuple[float, float]:
         try:
             pg = dist.group.WORLD
             t = torch.ones(16)
-            lg = holmes.logger.CommOpsLogger(os.path.join(tmp, "job"), flush_every=8192)
+            lg = holmes.logger.CommOpsLogger(os.path.join(tmp, "job"), flush_every=8192, native=native)
 
             def bare() -> None:
                 pg.allreduce([t]).wait()
@@ -198,6 +202,9 @@ def worker(rank: int, world: int, init_file: str, out_dir: str, a: argparse.Name
     pairs = [dist.new_group([r, r + 1]) for r in range(0, world - world % 2, 2)]
     tp = pairs[rank // 2] if rank < len(pairs) * 2 else None
     logger = holmes.logger.CommOpsLogger(out_dir, parts_every=10 if a.live else None)
+    # the "python" arm: the same logger with the dispatcher's Python kernels only (the path of a
+    # machine without a compiler, and of this package before the compiled kernel)
+    py_logger = holmes.logger.CommOpsLogger(out_dir + "-python", native=False) if a.python_arm else None
     w = torch.randn(a.size, a.size)
     act = torch.randn(64, 64)
     grads = [torch.randn(1 << 16) for _ in range(a.buckets)]
@@ -238,10 +245,12 @@ def worker(rank: int, world: int, init_file: str, out_dir: str, a: argparse.Name
 
     # (wall ns, thread CPU ns) per step and arm; "floor" (--floor): the dispatcher hook's Python
     # kernels installed but recording nothing, i.e. what PyTorch's Python-kernel mechanism alone costs
-    arms = ("off", "on") + (("floor",) if a.floor else ()) + (("hook",) if a.setup == "ddp" and a.comm_hook else ())
+    arms = ("off", "on") + (("floor",) if a.floor else ()) + (("hook",) if a.setup == "ddp" and a.comm_hook else ()) \
+        + (("python",) if a.python_arm else ())
     times: dict[str, list[tuple[int, int]]] = {m: [] for m in arms}
     floor = DispatchHook(None) if a.floor else None
     orders = list(itertools.permutations(arms))
+    native_used = False  # the compiled dispatcher kernel took the "on" arm's buckets
     n_on = 0  # logged steps, warm-up included (rows per step = rows / n_on)
     stop = torch.zeros(1)
     t_begin = time.monotonic()
@@ -262,15 +271,22 @@ def worker(rank: int, world: int, init_file: str, out_dir: str, a: argparse.Name
                 logger.disable()
             if mode == "floor":
                 floor.install()
+            if mode == "python":
+                py_logger.enable()
             dist.barrier()
             c0, t0 = time.thread_time_ns(), time.perf_counter_ns()
             if mode in ("on", "hook"):
                 logger.step()
+            elif mode == "python":
+                py_logger.step()
             if mode == "on":
                 n_on += 1
+                native_used = native_used or logger._dispatch.native_installed
             (hooked_step if mode == "hook" else train_step)()
             t1, c1 = time.perf_counter_ns(), time.thread_time_ns()
             logger.disable()
+            if py_logger is not None:
+                py_logger.disable()
             if floor is not None:
                 floor.uninstall()
             if rep >= a.warmup:
@@ -286,6 +302,8 @@ def worker(rank: int, world: int, init_file: str, out_dir: str, a: argparse.Name
         hook_rows = logger.recorder.rows_written - before
         logger.disable()
     logger.close(finalize=False)
+    if py_logger is not None:
+        py_logger.close(finalize=False)
     if rank == 0:
         with open(result_file, "w") as f:
             rows = logger.recorder.rows_written
@@ -293,6 +311,7 @@ def worker(rank: int, world: int, init_file: str, out_dir: str, a: argparse.Name
                        (2 * a.layers if tp is not None else 0) + a.buckets,
                        "n_async": round(rows / max(n_on, 1)) if a.setup == "ddp" else a.buckets,
                        "rows": logger.recorder.rows_written, "hook_rows": hook_rows,
+                       "native": int(native_used),
                        "elapsed_s": time.monotonic() - t_begin}, f)
     dist.destroy_process_group()
 
@@ -325,6 +344,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="--setup ddp: a fourth arm, the same model with torch's own allreduce comm hook "
                          "(register_comm_hook(None, allreduce_hook)) and the logger on: its buckets take the "
                          "namespace fast path instead of the dispatcher hook; against the plain model off")
+    ap.add_argument("--python-arm", action=argparse.BooleanOptionalAction, default=None,
+                    help="an arm logging with the dispatcher's Python kernels only (native=False): the naive "
+                         "path the compiled kernel replaces, measured in the same run (default: with --setup ddp)")
     ap.add_argument("--save", help="write the per-step times (JSON) here")
     ap.add_argument("--seed", type=int, default=0, help="seed of the bootstrap")
     ap.add_argument("--smoke", action="store_true",
@@ -335,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     a.budget_s = a.budget_s if a.budget_s is not None else (90.0 if ddp else 1100.0)
     a.min_pairs = a.min_pairs if a.min_pairs is not None else (100 if ddp else 300)
     a.floor = ddp if a.floor is None else a.floor
+    a.python_arm = ddp if a.python_arm is None else a.python_arm
     if a.smoke:
         try:
             import torch  # noqa: F401
@@ -357,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     load0 = os.getloadavg()
     bare_ns, wrapped_ns = _per_op_cost(2000, 3) if a.smoke else _per_op_cost()
     disp_bare_ns, disp_ns = _dispatch_op_cost(2000, 3) if a.smoke else _dispatch_op_cost()
+    dpy_bare_ns, dpy_ns = _dispatch_op_cost(2000, 3, False) if a.smoke else _dispatch_op_cost(native=False)
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
     with tempfile.TemporaryDirectory() as tmp:
         res = os.path.join(tmp, "result.json")
@@ -380,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     cpu_off = statistics.median(x[1] for x in times["off"]) / 1e6
     per_op_us = (wrapped_ns - bare_ns) / 1e3
     dispatch_op_us = (disp_ns - disp_bare_ns) / 1e3
+    dispatch_py_op_us = (dpy_ns - dpy_bare_ns) / 1e3
     ops = r["ops_per_step"]
     lag1 = float(np.corrcoef(ratios[:-1], ratios[1:])[0, 1]) if len(ratios) > 2 else float("nan")
     print(f"{'arm':<12}{'median step ms':>16}{'steps':>8}")
@@ -396,18 +421,28 @@ def main(argv: list[str] | None = None) -> int:
           f"-> {per_op_us:.2f} us per op, {ops * per_op_us / (med_off * 1e3) * 100:.3f}% of a {med_off:.1f} ms step")
     print(f"the dispatcher hook (operators that bypass torch.distributed, e.g. DDP's buckets): a 1-rank gloo "
           f"ProcessGroup.allreduce {disp_bare_ns / 1e3:.1f} us bare, {disp_ns / 1e3:.1f} us logged -> "
-          f"{dispatch_op_us:.2f} us per op")
-    floor_keys = ""
+          f"{dispatch_op_us:.2f} us per op ({'compiled kernel' if r.get('native') else 'Python kernel'}); the Python "
+          f"kernel: {dpy_bare_ns / 1e3:.1f} us bare, {dpy_ns / 1e3:.1f} us logged -> {dispatch_py_op_us:.2f} us per op")
+    floor_keys = f" native={r.get('native', 0)} dispatch_py_op_us={dispatch_py_op_us:.2f}"
     if "floor" in times:  # the Python-kernel mechanism alone, and the logger's share on top of it
         f_over, flo, fhi = (_pct(v) for v in hodges_lehmann(_log_ratios(times, 0, "floor")))
         fc_over, fclo, fchi = (_pct(v) for v in hodges_lehmann(_log_ratios(times, 1, "floor")))
         med_floor = statistics.median(x[0] for x in times["floor"]) / 1e6
-        print(f"floor arm (the dispatcher hook's Python kernels installed, recording nothing; median step "
+        print(f"floor arm (the dispatcher hook's kernels installed, recording nothing; median step "
               f"{med_floor:.3f} ms): wall {f_over:+.3f}% ({flo:+.3f}..{fhi:+.3f}), thread CPU {fc_over:+.3f}% "
-              f"({fclo:+.3f}..{fchi:+.3f}): PyTorch's boxed Python-kernel mechanism; the logger's own share is the "
-              f"rest ({cpu_over - fc_over:+.3f}% thread CPU)")
-        floor_keys = (f" floor_pct={f_over:.3f} floor_ci95_pct={(fhi - flo) / 2:.3f} floor_cpu_pct={fc_over:.3f} "
+              f"({fclo:+.3f}..{fchi:+.3f}): the dispatcher mechanism ({'compiled' if r.get('native') else 'boxed Python'} "
+              f"kernel); the logger's own share is the rest ({cpu_over - fc_over:+.3f}% thread CPU)")
+        floor_keys += (f" floor_pct={f_over:.3f} floor_ci95_pct={(fhi - flo) / 2:.3f} floor_cpu_pct={fc_over:.3f} "
                       f"floor_cpu_ci95_pct={(fchi - fclo) / 2:.3f}")
+    if "python" in times:  # the same logger on the Python kernels only: the naive path, same run
+        p_over, plo, phi = (_pct(v) for v in hodges_lehmann(_log_ratios(times, 0, "python")))
+        pc_over, pclo, pchi = (_pct(v) for v in hodges_lehmann(_log_ratios(times, 1, "python")))
+        med_py = statistics.median(x[0] for x in times["python"]) / 1e6
+        print(f"python arm (the same logger with native=False: the dispatcher's Python kernels; median step "
+              f"{med_py:.3f} ms): wall {p_over:+.3f}% ({plo:+.3f}..{phi:+.3f}), thread CPU {pc_over:+.3f}% "
+              f"({pclo:+.3f}..{pchi:+.3f}); the logger as run costs {cpu_over / pc_over if pc_over > 0 else float('nan'):.2f}x "
+              f"its thread CPU")
+        floor_keys += (f" python_pct={p_over:.3f} python_ci95_pct={(phi - plo) / 2:.3f} python_cpu_pct={pc_over:.3f}")
     if "hook" in times:  # DDP with torch's allreduce comm hook, logged through the namespace path
         h_over, hlo, hhi = (_pct(v) for v in hodges_lehmann(_log_ratios(times, 0, "hook")))
         hc_over, hclo, hchi = (_pct(v) for v in hodges_lehmann(_log_ratios(times, 1, "hook")))

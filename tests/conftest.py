@@ -28,3 +28,21 @@ def world1(tmp_path):
         yield
     finally:
         dist.destroy_process_group()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _native_logger_kernel(request):
+    """Build the logger's compiled dispatcher kernel once, before the first torch test, where a
+    compiler is present (its first build takes 20-60 s; a rank spawned by a test with a timeout
+    must find it built). Without one the logger's Python kernels are used and tested."""
+    if any(item.get_closest_marker("torch") for item in request.session.items):
+        try:
+            import holmes.logger
+
+            pytest.importorskip("torch")
+            holmes.logger.build_native()
+        except (ImportError, pytest.skip.Exception):
+            pass
+        except Exception:  # noqa: BLE001 - no compiler: the Python kernels are what is tested
+            pass
+    yield

@@ -97,14 +97,17 @@ class DispatchHook:
     is kept to a few dictionary and counter operations and one future callback.
     """
 
-    def __init__(self, logger: Any = None) -> None:
+    def __init__(self, logger: Any = None, native: bool | None = None) -> None:
         # one cell read by every kernel (cheaper than calling a function or reading an attribute chain)
         self._cell: list[Any] = [logger]
         self._lib: Any = None
+        self.native = native  # the compiled kernel for CPU collectives: None = where it builds
+        self._native: Any = None  # the installed NativeKernel
         self._unbox_pg: Any = None
         self._unbox_work: Any = None
         self._warned = False
-        self.seen = 0  # operators recorded through this hook
+        self._seen = 0  # operators recorded through the Python kernels
+        self._native_seen0 = 0
 
     @property
     def logger(self) -> Any:
@@ -113,6 +116,22 @@ class DispatchHook:
     @logger.setter
     def logger(self, lg: Any) -> None:
         self._cell[0] = lg
+        if self._native is not None:
+            self._native.refresh()
+
+    @property
+    def native_installed(self) -> bool:
+        """Whether the compiled kernel takes the collectives on CPU tensors (see :mod:`holmes.logger._native`)."""
+        return self._native is not None
+
+    @property
+    def seen(self) -> int:
+        """Operators recorded through this hook (its Python kernels and the compiled one)."""
+        return self._seen + (self._native.seen - self._native_seen0 if self._native is not None else 0)
+
+    @seen.setter
+    def seen(self, n: int) -> None:
+        self._seen = n
 
     @property
     def installed(self) -> bool:
@@ -139,9 +158,31 @@ class DispatchHook:
             lib._destroy()
             raise
         self._lib = lib
+        if self.native is not False:
+            self._install_native()
         return self
 
+    def _install_native(self) -> None:
+        from holmes.logger._native import NativeKernel, load_native
+
+        mod = load_native()
+        if mod is None:
+            if self.native:
+                log.warning("holmes logger: native=True but the compiled kernel could not be loaded")
+            return
+        try:
+            nk = NativeKernel(mod, self._cell, C10D_SPECS)
+            nk.install()
+        except Exception:  # noqa: BLE001 - e.g. another hook already holds the key: the Python kernels stay
+            log.warning("holmes logger: the compiled dispatcher kernel could not be installed", exc_info=True)
+            return
+        self._native, self._native_seen0 = nk, nk.seen
+
     def uninstall(self) -> None:
+        nk, self._native = self._native, None
+        if nk is not None:
+            self._seen += nk.seen - self._native_seen0
+            nk.uninstall()
         lib, self._lib = self._lib, None
         if lib is not None:
             lib._destroy()
@@ -186,7 +227,7 @@ class DispatchHook:
             head = (next(rec._index), key, opk, nbytes, time_ns())
             rec._inflight[key] = head
             out = redispatch(keyset & after, *args)
-            self.seen += 1
+            self._seen += 1
             try:  # the work: last in the returned tuple (or returned alone)
                 fut = unbox_work(out[-1] if type(out) is tuple else out).get_future()
             except (RuntimeError, AttributeError, TypeError, IndexError):
@@ -248,7 +289,7 @@ class DispatchHook:
                 box.append(clock.event())
             else:
                 fut.add_done_callback(functools.partial(_cuda_end, clock, box))
-            self.seen += 1
+            self._seen += 1
         except Exception:  # noqa: BLE001
             self._warn_once(name)
         return out
@@ -272,7 +313,7 @@ class DispatchHook:
     def _issued(self, lg: Any, note: tuple[str, str, int | None, int], start: int, work: Any) -> None:
         cid, name, peer, nbytes = note
         rec = lg.recorder
-        self.seen += 1
+        self._seen += 1
         if work is None:  # a synchronous operator (monitored_barrier_) has returned
             rec.record(cid, name, peer=peer, nbytes=nbytes, start_ns=start, end_ns=time.time_ns())
             return

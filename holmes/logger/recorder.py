@@ -183,6 +183,10 @@ class CommOpsRecorder:
         # threads that ran a hook's completion callback (see holmes.logger._work._async_done)
         self._cb_threads: set[int] = set()
         self._pending: list[PendingOp] = []
+        # callables returning the (key, end_ns) of operators held in _inflight that completed
+        # elsewhere (the compiled dispatcher kernel's buffer, holmes.logger._native); drained at
+        # every flush, dump and running_since
+        self._drainers: list[Callable[[], Iterable[tuple[int, int]]]] = []
         self._lock = threading.RLock()
         self._comm_ids: dict[str, int] = {}
         self._comm_names: list[str] = []
@@ -430,6 +434,7 @@ class CommOpsRecorder:
     def running_since(self) -> int | None:
         """``start_ns`` of the oldest operator still running, or None."""
         with self._lock:
+            self._drain()
             return min([h[_START] for h in list(self._inflight.values())] +
                        [h.head[_START] for h in self._pending if not h.done], default=None)
 
@@ -453,7 +458,14 @@ class CommOpsRecorder:
         """Rows held in memory (not yet written)."""
         return len(self._done) + len(self._inflight) + len(self._pending)
 
+    def _drain(self) -> None:
+        """End the operators that completed outside Python (see ``_drainers``)."""
+        for drainer in self._drainers:
+            for key, end in drainer():
+                self.close_sync(key, end)
+
     def _resolve_pending(self, final: bool) -> None:
+        self._drain()
         now = time.time_ns()
         for h in list(self._pending):
             got = None

@@ -144,6 +144,13 @@ class CommOpsLogger:
         the first step mark after every ``parts_every`` iterations or ``parts_interval`` seconds,
         so ``holmes watch`` follows the job while it trains (see
         :class:`~holmes.logger.CommOpsRecorder`).
+    dispatch : bool, default True
+        Also hook the dispatcher's ``c10d`` operators (:mod:`holmes.logger._dispatch`): how DDP's
+        gradient buckets, coalesced operators and direct ``ProcessGroup`` calls are logged.
+    native : bool, optional
+        The compiled dispatcher kernel for collectives on CPU tensors (:mod:`holmes.logger._native`):
+        None (default) uses it where it builds or is built (a C++ compiler; ``HOLMES_LOGGER_NATIVE=0``
+        turns it off), False never, True the same as None but warns when it cannot be loaded.
 
     Examples
     --------
@@ -157,7 +164,7 @@ class CommOpsLogger:
                  flush_every: int = 8192, layout: Any = None,
                  groups: Mapping[str, Iterable[Any]] | None = None, start_iteration: int = 0,
                  parts_every: int | None = None, parts_interval: float | None = None,
-                 dispatch: bool = True) -> None:
+                 dispatch: bool = True, native: bool | None = None) -> None:
         self.out_dir = Path(out_dir)
         self._rank = None if rank is None else int(rank)
         self._world_size = None if world_size is None else int(world_size)
@@ -179,7 +186,7 @@ class CommOpsLogger:
         self._cuda = CudaClock()
         self._atexit = False
         self.dispatch = bool(dispatch)
-        self._dispatch = DispatchHook(self)
+        self._dispatch = DispatchHook(self, native=native)
 
     # ------------------------------------------------------------------ lifecycle
 
