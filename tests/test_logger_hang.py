@@ -17,8 +17,10 @@ REPO = Path(__file__).resolve().parents[1]
 WORLD, STUCK, PG_TIMEOUT_S = 4, 2, 4
 
 
-def _worker(rank: int, out: str, store: str) -> None:
-    """One rank: 4 steps of an all_reduce on the world and one on a pair; rank STUCK sleeps in step 2."""
+def _worker(rank: int, out: str, store: str, path: str = "namespace") -> None:
+    """One rank: 4 steps of an all_reduce on the world and one on a pair; rank STUCK sleeps in step 2.
+    ``path``: ``namespace`` calls ``dist.all_reduce``; ``dispatcher`` calls the process groups'
+    ``allreduce`` (DDP's path: the dispatcher hook, compiled where it builds)."""
     from datetime import timedelta
 
     import torch
@@ -31,27 +33,36 @@ def _worker(rank: int, out: str, store: str) -> None:
     pair = [dist.new_group([0, 1]), dist.new_group([2, 3])][rank // 2]
     lg = holmes.logger.CommOpsLogger(out, rank=rank, world_size=WORLD)
     lg.install_dump_handlers(("SIGTERM",), exceptions=False)
+    world = dist.group.WORLD
+
+    def all_reduce(t, group):
+        if path == "namespace":
+            dist.all_reduce(t, group=group)
+        else:
+            group.allreduce([t]).wait()
+
     try:
         with lg:
             for it in range(4):
                 lg.step(it)
-                dist.all_reduce(torch.ones(256), group=pair)
+                all_reduce(torch.ones(256), pair)
                 if rank == STUCK and it == 2:
                     Path(out, "stuck").write_text("1")
                     time.sleep(3600)  # the hang: this rank never enters the next collective
-                dist.all_reduce(torch.ones(1024))
+                all_reduce(torch.ones(1024), world)
     except RuntimeError as exc:  # the process group's timeout: the logger dumped on the way out
         print(f"rank {rank}: {exc}"[:200], file=sys.stderr)
 
 
 @pytest.mark.torch
-def test_stuck_rank_is_localized_from_the_logger_dumps(tmp_path):
+@pytest.mark.parametrize("path", ["namespace", "dispatcher"])
+def test_stuck_rank_is_localized_from_the_logger_dumps(tmp_path, path):
     pytest.importorskip("torch")
     import holmes
 
     out, store = tmp_path / "job", tmp_path / "store"
     env = dict(os.environ, GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, __file__, str(r), str(out), str(store)], cwd=REPO, env=env,
+    procs = [subprocess.Popen([sys.executable, __file__, str(r), str(out), str(store), path], cwd=REPO, env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
              for r in range(WORLD)]
     try:
@@ -83,4 +94,4 @@ def test_stuck_rank_is_localized_from_the_logger_dumps(tmp_path):
 
 
 if __name__ == "__main__":
-    _worker(int(sys.argv[1]), sys.argv[2], sys.argv[3])
+    _worker(int(sys.argv[1]), sys.argv[2], sys.argv[3], *sys.argv[4:5])

@@ -105,3 +105,25 @@ def test_native_false_and_the_environment_switch_keep_the_python_kernels(tmp_pat
         pg.allreduce([torch.ones(4)]).wait()
         assert lg._dispatch.seen == 1
     assert _rows(tmp_path / "job")["op"] == ["all_reduce"]
+
+
+def test_a_kernel_that_does_not_build_leaves_the_python_kernels_and_says_so_once(tmp_path, world1, monkeypatch,
+                                                                                   caplog):
+    from holmes.logger import _native
+
+    def no_compiler(verbose=False):
+        raise RuntimeError("Error building extension: c++: command not found")
+
+    monkeypatch.setattr(_native, "build_native", no_compiler)
+    monkeypatch.setattr(_native, "_CACHE", {})
+    pg = dist.group.WORLD
+    with caplog.at_level("WARNING", logger="holmes.logger._native"):
+        for i in range(2):
+            lg = holmes.logger.CommOpsLogger(tmp_path / f"job{i}")
+            with lg:
+                assert not lg._dispatch.native_installed
+                pg.allreduce([torch.ones(4)]).wait()
+                assert lg._dispatch.seen == 1
+    said = [r.getMessage() for r in caplog.records if "compiled dispatcher kernel is unavailable" in r.getMessage()]
+    assert len(said) == 1 and "command not found" in said[0]
+    assert _rows(tmp_path / "job1")["op"] == ["all_reduce"]

@@ -133,12 +133,8 @@ void kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::S
       key = -1;
     }
   }
-  try {
-    op.redispatchBoxed(below, stack);
-  } catch (...) {
-    if (key >= 0) push_end(tag, key, now_ns());  // it ended (failed) here
-    throw;
-  }
+  // an exception here (it failed before it was issued) leaves it in flight, as a synchronous one
+  op.redispatchBoxed(below, stack);
   if (key < 0) return;
   s->seen.fetch_add(1, std::memory_order_relaxed);
   c10::intrusive_ptr<c10::ivalue::Future> fut;
@@ -152,7 +148,11 @@ void kernel(const c10::OperatorHandle& op, c10::DispatchKeySet ks, torch::jit::S
     push_end(tag, key, now_ns());
     return;
   }
-  fut->addCallback([tag, key](c10::ivalue::Future&) { push_end(tag, key, now_ns()); });
+  // a work that failed (the process group's timeout, a peer gone) never completed: the operator
+  // stays in flight, where a hang dump writes it as started
+  fut->addCallback([tag, key](c10::ivalue::Future& f) {
+    if (!f.hasError()) push_end(tag, key, now_ns());
+  });
 }
 
 void install(const py::dict& specs, py::object issue_fn, py::object resolve_fn) {

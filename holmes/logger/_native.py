@@ -11,9 +11,10 @@ ends the operator from a C++ callback on the work's future (no GIL; the end is e
 Python callback's waits for the GIL). Completed operators wait in a C++ buffer until the
 recorder's next flush, dump or :meth:`~holmes.logger.CommOpsRecorder.running_since`.
 
-The module is compiled once by :func:`torch.utils.cpp_extension.load` (about 30-60 s, cached in
-``TORCH_EXTENSIONS_DIR``, default ``~/.cache/torch_extensions``; concurrent ranks wait on its
-lock). :func:`build_native` builds it ahead of a job; ``HOLMES_LOGGER_NATIVE=0`` turns it off.
+The module is compiled once by :func:`torch.utils.cpp_extension.load` (20-60 s; concurrent ranks
+wait on its lock) into ``~/.cache/holmes/native`` (``HOLMES_NATIVE_DIR`` elsewhere), then imported
+from there directly (milliseconds). :func:`build_native` builds it ahead of a job;
+``HOLMES_LOGGER_NATIVE=0`` turns it off.
 Without a compiler the Python kernels are used, as before.
 """
 
@@ -43,19 +44,52 @@ def _disabled() -> bool:
 
 
 def _module_name() -> str:
+    """The module's name: Python, torch and a digest of the source (a changed source, another torch
+    or another Python is another module, built apart)."""
+    import hashlib
     import sys
 
     import torch
 
     ver = torch.__version__.replace(".", "_").replace("+", "_")
-    return f"holmes_logger_native_py{sys.version_info[0]}{sys.version_info[1]}_torch{ver}"
+    digest = hashlib.sha256(_SOURCE.read_bytes()).hexdigest()[:12]
+    return f"holmes_logger_native_py{sys.version_info[0]}{sys.version_info[1]}_torch{ver}_{digest}"
+
+
+def _build_dir(name: str) -> Path:
+    """Where the module is built: ``$HOLMES_NATIVE_DIR`` or ``$XDG_CACHE_HOME/holmes/native``
+    (default ``~/.cache/holmes/native``), one folder per module name."""
+    root = os.environ.get("HOLMES_NATIVE_DIR")
+    if not root:
+        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+        root = os.path.join(cache, "holmes", "native")
+    return Path(root) / name
+
+
+def _import_built(name: str, folder: Path) -> Any:
+    """The module already built in ``folder`` (imported directly: no compiler check, no ninja), or None."""
+    import importlib.machinery
+    import importlib.util
+
+    for suffix in importlib.machinery.EXTENSION_SUFFIXES + [".so"]:
+        path = folder / f"{name}{suffix}"
+        if path.is_file() and not (folder / "lock").exists():
+            spec = importlib.util.spec_from_file_location(name, path)
+            if spec is None or spec.loader is None:
+                return None
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            return mod
+    return None
 
 
 def build_native(verbose: bool = False) -> Any:
     """Compile (if needed) and import the logger's compiled kernel; returns the module.
 
-    Raises whatever :func:`torch.utils.cpp_extension.load` raises (no compiler, no headers).
-    Run it once per machine image before a job to take the compile out of the job's start.
+    Built once per source, torch and Python into ``~/.cache/holmes/native`` (``HOLMES_NATIVE_DIR``
+    elsewhere), later imported from there directly. Raises whatever
+    :func:`torch.utils.cpp_extension.load` raises (no compiler, no headers). Run it once per
+    machine image before a job to take the compile out of the job's start.
 
     Examples
     --------
@@ -65,9 +99,18 @@ def build_native(verbose: bool = False) -> Any:
         mod = _CACHE.get("mod")
         if mod is not None:
             return mod
-        from torch.utils import cpp_extension
+        import torch  # noqa: F401 - the module links against torch's libraries, loaded first
 
-        mod = cpp_extension.load(_module_name(), [str(_SOURCE)], extra_cflags=["-O2"], verbose=verbose)
+        name = _module_name()
+        folder = _build_dir(name)
+        mod = _import_built(name, folder)
+        if mod is None:
+            from torch.utils import cpp_extension
+
+            folder.mkdir(parents=True, exist_ok=True)
+            log.info("holmes logger: building the compiled dispatcher kernel in %s (once, 20-60 s)", folder)
+            mod = cpp_extension.load(name, [str(_SOURCE)], extra_cflags=["-O2"], build_directory=str(folder),
+                                     verbose=verbose)
         _CACHE["mod"] = mod
         return mod
 

@@ -207,8 +207,15 @@ def _keep_thread_state() -> None:
 
 
 def _async_done(rec: Any, key: int, head: tuple[int, ...], _fut: Any = None) -> None:
-    """An asynchronous collective of the fast path completed (on the backend's thread)."""
+    """An asynchronous collective of the fast path completed (on the backend's thread). One that
+    failed (the process group's timeout, a peer gone) never completed: it stays in flight, where a
+    hang dump writes it as started."""
     end = time.time_ns()
+    if _fut is not None:
+        try:
+            _fut.value()
+        except Exception:  # noqa: BLE001 - the work's error is the caller's to see, at wait()
+            return
     if rec._inflight.pop(key, None) is not None:  # (None: dumped or closed meanwhile)
         rec._done.append(head + ((end if end > head[4] else head[4]),))
     tid = threading.get_ident()
