@@ -7,6 +7,7 @@ event clock. PyTorch is never imported here.
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -43,6 +44,18 @@ _P2P_SPECS = {
 }
 #: The ``torch.distributed`` functions the logger wraps (those the installed torch has).
 WRAPPED_FUNCTIONS = tuple(_COLL_SPECS) + tuple(_P2P_SPECS) + ("batch_isend_irecv",)
+
+
+def _default_rank_world() -> tuple[int | None, int | None]:
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except ImportError:  # pragma: no cover - torch missing
+        pass
+    r, w = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    return (int(r) if r is not None else None), (int(w) if w is not None else None)
 
 
 def default_group() -> Any:

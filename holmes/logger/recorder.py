@@ -183,9 +183,8 @@ class CommOpsRecorder:
         # threads that ran a hook's completion callback (see holmes.logger._work._async_done)
         self._cb_threads: set[int] = set()
         self._pending: list[PendingOp] = []
-        # callables returning the (key, end_ns) of operators held in _inflight that completed
-        # elsewhere (the compiled dispatcher kernel's buffer, holmes.logger._native); drained at
-        # every flush, dump and running_since
+        # callables returning the (key, end_ns) of _inflight operators that completed elsewhere
+        # (the compiled kernel's buffer, holmes.logger._native); drained at flush, dump, running_since
         self._drainers: list[Callable[[], Iterable[tuple[int, int]]]] = []
         self._lock = threading.RLock()
         self._comm_ids: dict[str, int] = {}
@@ -458,8 +457,7 @@ class CommOpsRecorder:
         """Rows held in memory (not yet written)."""
         return len(self._done) + len(self._inflight) + len(self._pending)
 
-    def _drain(self) -> None:
-        """End the operators that completed outside Python (see ``_drainers``)."""
+    def _drain(self) -> None:  # the operators that completed outside Python (see _drainers)
         for drainer in self._drainers:
             for key, end in drainer():
                 self.close_sync(key, end)

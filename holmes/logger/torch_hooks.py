@@ -43,8 +43,9 @@ from typing import Any
 from holmes.errors import ConfigError
 from holmes.logger._dispatch import DispatchHook
 from holmes.logger._dumps import _reason_of, install_dump_handlers
-from holmes.logger._work import (_COLL_SPECS, _P2P_SPECS, WRAPPED_FUNCTIONS, CudaClock, TimedWork, arg, async_issued,
-                                  default_group, finish_on_completion, global_peer, is_cuda, nbytes_of, nbytes_of_list)
+from holmes.logger._work import (_COLL_SPECS, _P2P_SPECS, WRAPPED_FUNCTIONS, CudaClock, TimedWork, _default_rank_world,
+                                  arg, async_issued, default_group, finish_on_completion, global_peer, is_cuda, nbytes_of,
+                                  nbytes_of_list)
 from holmes.logger.recorder import _OP_CODE, CommOpsRecorder, _op_key
 
 __all__ = ["CommOpsLogger", "enable", "WRAPPED_FUNCTIONS", "active_logger"]
@@ -105,18 +106,6 @@ class _Wrapper:
         return f"<holmes logger wrapper of torch.distributed.{self._name}>"
 
 
-def _default_rank_world() -> tuple[int | None, int | None]:
-    try:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            return dist.get_rank(), dist.get_world_size()
-    except ImportError:  # pragma: no cover - torch missing
-        pass
-    r, w = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
-    return (int(r) if r is not None else None), (int(w) if w is not None else None)
-
-
 class CommOpsLogger:
     """Record every ``torch.distributed`` communication operator of this rank as CommOps v1.
 
@@ -145,12 +134,11 @@ class CommOpsLogger:
         so ``holmes watch`` follows the job while it trains (see
         :class:`~holmes.logger.CommOpsRecorder`).
     dispatch : bool, default True
-        Also hook the dispatcher's ``c10d`` operators (:mod:`holmes.logger._dispatch`): how DDP's
-        gradient buckets, coalesced operators and direct ``ProcessGroup`` calls are logged.
+        Also hook the dispatcher's ``c10d`` operators (DDP's buckets, coalesced operators, direct
+        ``ProcessGroup`` calls; :mod:`holmes.logger._dispatch`).
     native : bool, optional
-        The compiled dispatcher kernel for collectives on CPU tensors (:mod:`holmes.logger._native`):
-        None (default) uses it where it builds or is built (a C++ compiler; ``HOLMES_LOGGER_NATIVE=0``
-        turns it off), False never, True the same as None but warns when it cannot be loaded.
+        The compiled dispatcher kernel for CPU collectives (:mod:`holmes.logger._native`): None
+        where it builds (``HOLMES_LOGGER_NATIVE=0``: never), False never, True warns if it cannot.
 
     Examples
     --------
