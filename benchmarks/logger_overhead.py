@@ -49,6 +49,7 @@ is noisy: the interval says how much; compare figures measured at the same load 
 from __future__ import annotations
 
 import argparse
+import gc
 import itertools
 import json
 import os
@@ -382,6 +383,9 @@ def main(argv: list[str] | None = None) -> int:
     disp_bare_ns, disp_ns = _dispatch_op_cost(2000, 3) if a.smoke else _dispatch_op_cost()
     dpy_bare_ns, dpy_ns = _dispatch_op_cost(2000, 3, False) if a.smoke else _dispatch_op_cost(native=False)
     method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+    # the measurements above leave process groups in garbage: collected here, not in a forked
+    # worker, where a gloo group's destructor waits forever on threads that were not forked
+    gc.collect()
     with tempfile.TemporaryDirectory() as tmp:
         res = os.path.join(tmp, "result.json")
         mp.start_processes(worker, nprocs=a.ranks, start_method=method,

@@ -127,3 +127,18 @@ def test_a_kernel_that_does_not_build_leaves_the_python_kernels_and_says_so_once
     said = [r.getMessage() for r in caplog.records if "compiled dispatcher kernel is unavailable" in r.getMessage()]
     assert len(said) == 1 and "command not found" in said[0]
     assert _rows(tmp_path / "job1")["op"] == ["all_reduce"]
+
+
+def test_the_namespace_asynchronous_path_ends_in_cpp_too(tmp_path, world1, native):
+    lg = holmes.logger.CommOpsLogger(tmp_path / "job")
+    with lg:
+        works = [dist.all_reduce(torch.ones(256), async_op=True) for _ in range(3)]
+        for w in works:
+            w.wait()
+        done = time.time_ns()
+        rec = lg.recorder
+        assert not rec._cb_threads  # no Python callback ran on gloo's thread: the ends are C++'s
+        time.sleep(0.05)
+    rows = _rows(tmp_path / "job")
+    assert rows["seq"] == [0, 1, 2] and rows["op"] == ["all_reduce"] * 3
+    assert max(rows["end_ns"]) <= done + 5_000_000

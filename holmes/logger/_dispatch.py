@@ -160,13 +160,18 @@ class DispatchHook:
         self._lib = lib
         if self.native is not False:
             self._install_native()
+        else:
+            from holmes.logger._native import unregister_native
+
+            unregister_native()
         return self
 
     def _install_native(self) -> None:
-        from holmes.logger._native import NativeKernel, load_native
+        from holmes.logger._native import NativeKernel, load_native, unregister_native
 
         mod = load_native()
         if mod is None:
+            unregister_native()  # (loaded earlier in this process, since disabled by the environment)
             if self.native:
                 log.warning("holmes logger: native=True but the compiled kernel could not be loaded")
             return

@@ -140,7 +140,18 @@ def _tag_of(rec: Any, mod: Any) -> int:
     if tag is None:
         tag = rec._native_tag = next(_TAGS)
         rec._drainers.append(functools.partial(mod.drain, tag))
+        # the namespace wrappers' asynchronous operators end the same way (holmes.logger._work.async_issued)
+        rec._watch = functools.partial(mod.watch, tag=tag)
     return tag
+
+
+def unregister_native() -> None:
+    """Remove the compiled kernel from the dispatcher if this process registered it (a logger with
+    ``native=False`` then gets the Python kernels for CPU tensors too: the compiled kernel, kept
+    registered as a pass-through between loggers, would otherwise hide them)."""
+    mod = _CACHE.get("mod")
+    if mod is not None:
+        mod.unregister()
 
 
 class NativeKernel:
@@ -171,11 +182,13 @@ class NativeKernel:
         self.refresh()
 
     def uninstall(self) -> None:
-        """Remove the kernel. Operators it issued that are still running end later: the recorder
-        keeps draining them (its drainer stays attached)."""
+        """Stop recording; the kernel stays registered as a pass-through (see ``_native.cpp``).
+        Operators it issued that are still running end later: the recorder keeps draining them
+        (its drainer stays attached)."""
         self._mod.uninstall()
         self._rec = None
         self._seq.clear()
+        self._groups.clear()  # the process groups are the job's again (a group outliving its job hangs a fork)
 
     def refresh(self) -> None:
         """Follow the hook's logger: record into its recorder, or only redispatch."""

@@ -239,10 +239,22 @@ def _async_done(rec: Any, key: int, head: tuple[int, ...], _fut: Any = None) -> 
 
 
 def async_issued(rec: Any, work: Any, key: int, head: tuple[int, ...]) -> Any:
-    """Finish an asynchronous collective held in flight under ``key`` when ``work`` completes: a
-    callback on its future (no PendingOp, no lock); without a future, the general path's
-    completion (a PendingOp finished at ``wait()``/``is_completed()``)."""
+    """Finish an asynchronous collective held in flight under ``key`` when ``work`` completes: in
+    C++ where the compiled kernel is loaded (``rec._watch``: the end read on the backend's thread,
+    no GIL, drained at the next flush); else a callback on its future (no PendingOp, no lock);
+    without a future, the general path's completion (a PendingOp finished at
+    ``wait()``/``is_completed()``)."""
     if work is not None:
+        watch = getattr(rec, "_watch", None)
+        if watch is not None:
+            try:
+                watched = watch(work, key=key)
+            except (TypeError, RuntimeError):  # not a c10d Work
+                watched = False
+            if watched:
+                if len(rec._inflight) >= rec.flush_every:
+                    rec.flush()
+                return work
         try:
             fut = work.get_future()
         except (RuntimeError, AttributeError):

@@ -237,6 +237,7 @@ class CommOpsLogger:
             _coalescing = c10d._world.pg_coalesce_state
             if self.dispatch:
                 try:
+                    self._dispatch.logger = self
                     self._dispatch.install()
                 except Exception:  # noqa: BLE001 - another torch: log what the namespace sees, say so
                     log.warning("holmes logger: the c10d dispatcher hook could not be installed; operators that "
@@ -271,6 +272,7 @@ class CommOpsLogger:
                 c10d.P2POp.op = self._saved_p2pop_op
             self._saved_p2pop_op = _NOTHING
             self._dispatch.uninstall()
+            self._dispatch.logger = None  # no cycle through the hook: a disabled logger is freed when dropped
             _ACTIVE = None
 
     def __enter__(self) -> "CommOpsLogger":
