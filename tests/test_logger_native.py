@@ -142,3 +142,23 @@ def test_the_namespace_asynchronous_path_ends_in_cpp_too(tmp_path, world1, nativ
     rows = _rows(tmp_path / "job")
     assert rows["seq"] == [0, 1, 2] and rows["op"] == ["all_reduce"] * 3
     assert max(rows["end_ns"]) <= done + 5_000_000
+
+
+def test_a_closed_logger_holds_no_process_group_and_is_freed_when_dropped(tmp_path, world1):
+    import gc
+    import weakref
+
+    pg = dist.new_group([0])
+    lg = holmes.logger.CommOpsLogger(tmp_path / "job")
+    with lg:
+        dist.all_reduce(torch.ones(2), group=pg)
+        pg.allreduce([torch.ones(2)]).wait()  # through the dispatcher hook too
+    assert not lg._group_cache and not lg._seq_of
+    ref = weakref.ref(lg)
+    gc.disable()
+    try:
+        del lg
+        assert ref() is None  # freed by its reference count: no cycle through the dispatcher hook
+    finally:
+        gc.enable()
+    assert _rows(tmp_path / "job")["op"] == ["all_reduce", "all_reduce"]

@@ -346,6 +346,8 @@ class CommOpsLogger:
         self.disable()
         rec = self.recorder
         path = rec.close()
+        self._group_cache.clear()  # the process groups are the job's again (one kept alive past its
+        self._seq_of.clear()  # job hangs a forked child whose interpreter frees it: ~ProcessGroupGloo)
         if self._atexit:
             atexit.unregister(self._atexit_close)
             self._atexit = False
