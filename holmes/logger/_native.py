@@ -12,7 +12,7 @@ Python callback's waits for the GIL). Completed operators wait in a C++ buffer u
 recorder's next flush, dump or :meth:`~holmes.logger.CommOpsRecorder.running_since`.
 
 The module is compiled once by :func:`torch.utils.cpp_extension.load` (20-60 s; concurrent ranks
-wait on its lock) into ``~/.cache/holmes/native`` (``HOLMES_NATIVE_DIR`` elsewhere), then imported
+wait on its lock) into ``~/.cache/holmes-native`` (``HOLMES_NATIVE_DIR`` elsewhere), then imported
 from there directly (milliseconds). :func:`build_native` builds it ahead of a job;
 ``HOLMES_LOGGER_NATIVE=0`` turns it off.
 Without a compiler the Python kernels are used, as before.
@@ -57,12 +57,13 @@ def _module_name() -> str:
 
 
 def _build_dir(name: str) -> Path:
-    """Where the module is built: ``$HOLMES_NATIVE_DIR`` or ``$XDG_CACHE_HOME/holmes/native``
-    (default ``~/.cache/holmes/native``), one folder per module name."""
+    """Where the module is built: ``$HOLMES_NATIVE_DIR`` or ``$XDG_CACHE_HOME/holmes-native``
+    (default ``~/.cache/holmes-native``; not under the benchmarks' pruned ``~/.cache/holmes``),
+    one folder per module name."""
     root = os.environ.get("HOLMES_NATIVE_DIR")
     if not root:
         cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-        root = os.path.join(cache, "holmes", "native")
+        root = os.path.join(cache, "holmes-native")
     return Path(root) / name
 
 
@@ -86,7 +87,7 @@ def _import_built(name: str, folder: Path) -> Any:
 def build_native(verbose: bool = False) -> Any:
     """Compile (if needed) and import the logger's compiled kernel; returns the module.
 
-    Built once per source, torch and Python into ``~/.cache/holmes/native`` (``HOLMES_NATIVE_DIR``
+    Built once per source, torch and Python into ``~/.cache/holmes-native`` (``HOLMES_NATIVE_DIR``
     elsewhere), later imported from there directly. Raises whatever
     :func:`torch.utils.cpp_extension.load` raises (no compiler, no headers). Run it once per
     machine image before a job to take the compile out of the job's start.
