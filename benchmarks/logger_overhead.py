@@ -317,6 +317,13 @@ def worker(rank: int, world: int, init_file: str, out_dir: str, a: argparse.Name
     dist.destroy_process_group()
 
 
+def _arm(times: dict, arm: str) -> tuple[tuple[float, float, float], tuple[float, float, float], float]:
+    """An extra arm against "off": (wall %, low, high), (thread CPU %, low, high), median step ms."""
+    wall = tuple(_pct(v) for v in hodges_lehmann(_log_ratios(times, 0, arm)))
+    cpu = tuple(_pct(v) for v in hodges_lehmann(_log_ratios(times, 1, arm)))
+    return wall, cpu, statistics.median(x[0] for x in times[arm]) / 1e6  # type: ignore[return-value]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ranks", type=int, default=2)
@@ -429,9 +436,7 @@ def main(argv: list[str] | None = None) -> int:
           f"kernel: {dpy_bare_ns / 1e3:.1f} us bare, {dpy_ns / 1e3:.1f} us logged -> {dispatch_py_op_us:.2f} us per op")
     floor_keys = f" native={r.get('native', 0)} dispatch_py_op_us={dispatch_py_op_us:.2f}"
     if "floor" in times:  # the Python-kernel mechanism alone, and the logger's share on top of it
-        f_over, flo, fhi = (_pct(v) for v in hodges_lehmann(_log_ratios(times, 0, "floor")))
-        fc_over, fclo, fchi = (_pct(v) for v in hodges_lehmann(_log_ratios(times, 1, "floor")))
-        med_floor = statistics.median(x[0] for x in times["floor"]) / 1e6
+        (f_over, flo, fhi), (fc_over, fclo, fchi), med_floor = _arm(times, "floor")
         print(f"floor arm (the dispatcher hook's kernels installed, recording nothing; median step "
               f"{med_floor:.3f} ms): wall {f_over:+.3f}% ({flo:+.3f}..{fhi:+.3f}), thread CPU {fc_over:+.3f}% "
               f"({fclo:+.3f}..{fchi:+.3f}): the dispatcher mechanism ({'compiled' if r.get('native') else 'boxed Python'} "
@@ -439,18 +444,14 @@ def main(argv: list[str] | None = None) -> int:
         floor_keys += (f" floor_pct={f_over:.3f} floor_ci95_pct={(fhi - flo) / 2:.3f} floor_cpu_pct={fc_over:.3f} "
                       f"floor_cpu_ci95_pct={(fchi - fclo) / 2:.3f}")
     if "python" in times:  # the same logger on the Python kernels only: the naive path, same run
-        p_over, plo, phi = (_pct(v) for v in hodges_lehmann(_log_ratios(times, 0, "python")))
-        pc_over, pclo, pchi = (_pct(v) for v in hodges_lehmann(_log_ratios(times, 1, "python")))
-        med_py = statistics.median(x[0] for x in times["python"]) / 1e6
+        (p_over, plo, phi), (pc_over, pclo, pchi), med_py = _arm(times, "python")
         print(f"python arm (the same logger with native=False: the dispatcher's Python kernels; median step "
               f"{med_py:.3f} ms): wall {p_over:+.3f}% ({plo:+.3f}..{phi:+.3f}), thread CPU {pc_over:+.3f}% "
               f"({pclo:+.3f}..{pchi:+.3f}); the logger as run costs {cpu_over / pc_over if pc_over > 0 else float('nan'):.2f}x "
               f"its thread CPU")
         floor_keys += (f" python_pct={p_over:.3f} python_ci95_pct={(phi - plo) / 2:.3f} python_cpu_pct={pc_over:.3f}")
     if "hook" in times:  # DDP with torch's allreduce comm hook, logged through the namespace path
-        h_over, hlo, hhi = (_pct(v) for v in hodges_lehmann(_log_ratios(times, 0, "hook")))
-        hc_over, hclo, hchi = (_pct(v) for v in hodges_lehmann(_log_ratios(times, 1, "hook")))
-        med_hook = statistics.median(x[0] for x in times["hook"]) / 1e6
+        (h_over, hlo, hhi), (hc_over, hclo, hchi), med_hook = _arm(times, "hook")
         print(f"comm-hook arm (register_comm_hook(None, allreduce_hook), logger on, {r.get('hook_rows', 0)} rows a "
               f"step; median step {med_hook:.3f} ms): wall {h_over:+.3f}% ({hlo:+.3f}..{hhi:+.3f}), thread CPU "
               f"{hc_over:+.3f}% ({hclo:+.3f}..{hchi:+.3f}) against the plain model off")
