@@ -129,10 +129,6 @@ class DispatchHook:
         """Operators recorded through this hook (its Python kernels and the compiled one)."""
         return self._seen + (self._native.seen - self._native_seen0 if self._native is not None else 0)
 
-    @seen.setter
-    def seen(self, n: int) -> None:
-        self._seen = n
-
     @property
     def installed(self) -> bool:
         return self._lib is not None
@@ -160,18 +156,17 @@ class DispatchHook:
         self._lib = lib
         if self.native is not False:
             self._install_native()
-        else:
+        if self._native is None:  # a compiled kernel registered earlier would hide the Python ones on CPU
             from holmes.logger._native import unregister_native
 
             unregister_native()
         return self
 
     def _install_native(self) -> None:
-        from holmes.logger._native import NativeKernel, load_native, unregister_native
+        from holmes.logger._native import NativeKernel, load_native
 
         mod = load_native()
         if mod is None:
-            unregister_native()  # (loaded earlier in this process, since disabled by the environment)
             if self.native:
                 log.warning("holmes logger: native=True but the compiled kernel could not be loaded")
             return

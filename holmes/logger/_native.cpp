@@ -219,7 +219,7 @@ std::vector<std::pair<int64_t, int64_t>> drain(int64_t tag) {
 
 // End an operator issued elsewhere (the namespace wrappers' asynchronous fast path) when `work`
 // completes, as the kernel's own: False when the work has no future (the caller's path then).
-bool watch(const c10::intrusive_ptr<c10d::Work>& work, int64_t tag, int64_t key) {
+bool watch(int64_t tag, int64_t key, const c10::intrusive_ptr<c10d::Work>& work) {
   c10::intrusive_ptr<c10::ivalue::Future> fut;
   try {
     fut = work->getFuture();
@@ -251,8 +251,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("unregister", &unregister, "stop recording and remove the kernel");
   m.def("set_active", &set_active, "record (True) or only redispatch (False)");
   m.def("drain", &drain, "the (key, end_ns) of the operators completed since the last drain");
-  m.def("watch", &watch, "end operator `key` of recorder `tag` when the work completes", py::arg("work"),
-        py::arg("tag"), py::arg("key"));
+  m.def("watch", &watch, "end operator `key` of recorder `tag` when `work` completes");
   m.def("counters", &counters, "operators seen and recording failures");
   m.def("now_ns", &now_ns, "the kernel's clock (CLOCK_REALTIME, ns)");
 }

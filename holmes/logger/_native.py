@@ -142,7 +142,7 @@ def _tag_of(rec: Any, mod: Any) -> int:
         tag = rec._native_tag = next(_TAGS)
         rec._drainers.append(functools.partial(mod.drain, tag))
         # the namespace wrappers' asynchronous operators end the same way (holmes.logger._work.async_issued)
-        rec._watch = functools.partial(mod.watch, tag=tag)
+        rec._watch = functools.partial(mod.watch, tag)  # watch(key, work): positional, no keyword parsing
     return tag
 
 

@@ -248,7 +248,7 @@ def async_issued(rec: Any, work: Any, key: int, head: tuple[int, ...]) -> Any:
         watch = getattr(rec, "_watch", None)
         if watch is not None:
             try:
-                watched = watch(work, key=key)
+                watched = watch(key, work)
             except (TypeError, RuntimeError):  # not a c10d Work
                 watched = False
             if watched:
