@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from holmes.cog.own_work import own_work_gaps, wait_arrays
 from holmes.stats import excess_over_low
 
 __all__ = ["RankOps", "CommOpGraph", "OP_CODES"]
@@ -81,7 +82,7 @@ class RankOps:
     """
 
     __slots__ = ("rank", "iteration", "op_index", "comm", "seq", "op", "peer", "start", "end", "duration", "nbytes",
-                 "abnormal", "_iters", "_iter_lo", "_iter_hi", "table", "_excess", "_compute")
+                 "abnormal", "_iters", "_iter_lo", "_iter_hi", "table", "_excess", "_compute", "wait")
 
     def __init__(self, rank: int, table: pa.Table, comm_code: Any) -> None:
         self.rank = int(rank)
@@ -97,6 +98,8 @@ class RankOps:
         self.start = col("start_ns", np.int64)
         self.end = col("end_ns", np.int64)
         self.duration = self.end - self.start
+        # (return_ns, wait_ns) of the asynchronous operators the rank waited on (-1: none; None: not logged)
+        self.wait = wait_arrays(table) if n else None
         self.nbytes = col("nbytes", np.int64)
         self.comm = _codes(table.column("comm_id"), {}, comm_code)
         self.op = _codes(table.column("op"), OP_CODES, lambda v: OP_CODES.get(v, 0))
@@ -184,8 +187,7 @@ class RankOps:
             return out
         its = self.iteration[rows]
         if gap:
-            prev = np.maximum(rows - 1, 0)
-            vals = np.where(rows > 0, self.start[rows] - self.end[prev], np.nan).astype(float)
+            vals = np.where(rows > 0, self.gap[rows], np.nan).astype(float)
         else:
             vals = self.duration[rows].astype(float)
         pos = np.searchsorted(iterations, its)
@@ -196,11 +198,13 @@ class RankOps:
     @property
     def gap(self) -> np.ndarray:
         """Per row, the time between the previous row's end and this row's start (0 for row 0):
-        the rank's own work (compute, data loading, optimizer) before it issued the op."""
-        g = np.zeros(len(self), dtype=np.int64)
-        if len(self) > 1:
-            g[1:] = self.start[1:] - self.end[:-1]
-        return g
+        the rank's own work (compute, data loading, optimizer) before it issued the op. Where the
+        log says when the rank waited on an asynchronous operator (``wait_ns``), the time since
+        that operator's start less the time blocked in ``wait()``
+        (:func:`~holmes.cog.own_work.own_work_gaps`)."""
+        if self.wait is None:
+            return own_work_gaps(self.start, self.end)
+        return own_work_gaps(self.start, self.end, self.wait[1], self.wait[0])
 
     def excess(self, quantile: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
         """Per row, how much longer than usual its compute gap and its duration were.

@@ -74,6 +74,10 @@ COMPUTE_SCHEMA = pa.schema(
 COLLECTIVE_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "reduce", "barrier")
 P2P_OPS = ("send", "recv")
 OP_NAMES = COLLECTIVE_OPS + P2P_OPS
+#: the optional columns of an asynchronous operator the rank waited on: when the call that issued
+#: it returned, and when the rank began to block on it (entered ``Work.wait()``); null where the
+#: operator was synchronous or the source does not say
+WAIT_FIELDS = (pa.field("return_ns", pa.int64(), nullable=True), pa.field("wait_ns", pa.int64(), nullable=True))
 #: values of the optional ``state`` column: done; entered, not finished; issued, not entered
 STATES = ("completed", "started", "scheduled")
 
@@ -214,6 +218,9 @@ def validate_ops(table: pa.Table, source: str | None = None, *, world_size: int 
     w = _where(source)
     if has_state:
         _check_states(out, w)
+    for f in WAIT_FIELDS:
+        if f.name in out.column_names:
+            out = _check_wait(out, f, w)
     if out.num_rows == 0:
         return out
     ranks = out.column("rank")
@@ -254,6 +261,17 @@ def _short(values: list, k: int = 5, width: int = 40) -> str:
     """
     shown = [v if not isinstance(v, str) or len(v) <= width else v[: width - 3] + "..." for v in values[:k]]
     return str(shown) + (f" and {len(values) - k} more" if len(values) > k else "")
+
+
+def _check_wait(out: pa.Table, field: pa.Field, w: str) -> pa.Table:
+    """An optional ``return_ns``/``wait_ns`` column: integers (nulls allowed), returned as int64."""
+    i = out.column_names.index(field.name)
+    col = out.column(i)
+    if col.type == field.type:
+        return out
+    if not (pa.types.is_integer(col.type) or pa.types.is_null(col.type)):
+        raise SchemaError(f"{w}column '{field.name}' has type {col.type}, expected int64")
+    return out.set_column(i, field, col.cast(pa.int64()))
 
 
 def _check_states(out: pa.Table, w: str) -> None:

@@ -116,6 +116,11 @@ class TimedWork:
             h.finish(now)
 
     def wait(self, *args: Any, **kwargs: Any) -> Any:
+        if self._end_event is None:  # CPU: the rank blocks from here (CUDA: the stream does, not the rank)
+            now = time.time_ns()
+            for h in self._handles:
+                if h.wait_ns is None:
+                    h.wait_ns = now
         r = self._work.wait(*args, **kwargs)
         self._done()
         return r

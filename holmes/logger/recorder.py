@@ -50,7 +50,7 @@ import pyarrow.parquet as pq
 
 from holmes.errors import ConfigError
 from holmes.io.parts import ITERATION_KEYS, part_filename, rank_parts_dirname
-from holmes.io.schema import ITERATIONS_SCHEMA, OP_NAMES, OPS_SCHEMA, P2P_OPS
+from holmes.io.schema import ITERATIONS_SCHEMA, OP_NAMES, OPS_SCHEMA, P2P_OPS, WAIT_FIELDS
 
 __all__ = ["CommOpsRecorder", "PendingOp", "COMMS_DIR"]
 
@@ -79,7 +79,7 @@ def _op_key(code: int, peer: int) -> int:
     return code << 32 | (peer + 1)
 #: what the rank files are written with: CommOps v1, ``comm_id`` and ``op`` dictionary-encoded
 _WRITE_SCHEMA = pa.schema([pa.field(f.name, pa.dictionary(pa.int32(), pa.string()), f.nullable)
-                           if f.name in ("comm_id", "op") else f for f in OPS_SCHEMA])
+                           if f.name in ("comm_id", "op") else f for f in OPS_SCHEMA] + list(WAIT_FIELDS))
 #: parquet options of the rank files: dictionaries only for the two string columns, delta-encoded
 #: monotone integers, lz4, no statistics (4x faster and 4x smaller than pyarrow's defaults)
 _WRITE_OPTIONS: dict[str, Any] = {
@@ -102,12 +102,16 @@ class PendingOp:
     ``(start_ns, end_ns)`` or ``None`` while the operator is still running.
     """
 
-    __slots__ = ("_rec", "head", "done", "resolver", "poll")
+    __slots__ = ("_rec", "head", "done", "resolver", "poll", "return_ns", "wait_ns")
 
     def __init__(self, rec: "CommOpsRecorder", head: tuple[int, ...]) -> None:
         self._rec = rec
         self.head = head  # iteration, op_index, comm, seq, op, peer, nbytes, start_ns
         self.done = False
+        # an asynchronous operator: when the call that issued it returned, and when the rank began
+        # to block on it (entered Work.wait()), if it did; its row then says when the rank was free
+        self.return_ns: int | None = None
+        self.wait_ns: int | None = None
         self.resolver: Callable[[bool], tuple[int, int] | None] | None = None
         self.poll: Callable[[], bool] | None = None
 
@@ -183,6 +187,10 @@ class CommOpsRecorder:
         # threads that ran a hook's completion callback (see holmes.logger._work._async_done)
         self._cb_threads: set[int] = set()
         self._pending: list[PendingOp] = []
+        # packed (iteration, op_index) of a finished row -> (return_ns, wait_ns): when the call that
+        # issued it returned and when the rank entered wait() on it (asynchronous operators the rank
+        # waited on; written as the optional columns of the same names)
+        self._waits: dict[int, tuple[int, int]] = {}
         # callables returning the (key, end_ns) of _inflight operators that completed elsewhere
         # (the compiled kernel's buffer, holmes.logger._native); drained at flush, dump, running_since
         self._drainers: list[Callable[[], Iterable[tuple[int, int]]]] = []
@@ -444,7 +452,11 @@ class CommOpsRecorder:
             h.done = True
             head = h.head
             start = head[_START] if start_ns is None else int(start_ns)
-            self._done.append(head[:_START] + (start, max(int(end_ns), start)))
+            end = max(int(end_ns), start)
+            self._done.append(head[:_START] + (start, end))
+            if h.wait_ns is not None:
+                w = min(max(int(h.wait_ns), start), end)
+                self._waits[head[0]] = (min(max(int(h.return_ns or start), start), w), w)
             try:
                 self._pending.remove(h)
             except ValueError:  # pragma: no cover - already removed
@@ -504,6 +516,15 @@ class CommOpsRecorder:
         if self._iters:
             self._write_iterations()
 
+    def _wait_columns(self, a: np.ndarray) -> list[pa.Array]:
+        """The ``return_ns`` and ``wait_ns`` of packed rows (taken out of ``_waits``): null but for
+        the asynchronous operators the rank waited on."""
+        if not self._waits:
+            return [pa.nulls(len(a), pa.int64())] * 2
+        pop = self._waits.pop
+        rw = np.array([pop(k, (-1, -1)) for k in (a[:, 0]).tolist()], np.int64).reshape(-1, 2)
+        return [pa.array(rw[:, j], mask=rw[:, j] < 0, type=pa.int64()) for j in (0, 1)]
+
     def _columns(self, a: np.ndarray) -> list[pa.Array]:
         """The CommOps v1 columns (end_ns included) of an ``(n, 6)`` array of packed rows;
         ``comm_id`` and ``op`` dictionary-encoded (readers cast them to strings)."""
@@ -523,7 +544,7 @@ class CommOpsRecorder:
         ]
 
     def _write_rows(self, a: np.ndarray) -> None:
-        table = pa.Table.from_arrays(self._columns(a), schema=_WRITE_SCHEMA)
+        table = pa.Table.from_arrays(self._columns(a) + self._wait_columns(a), schema=_WRITE_SCHEMA)
         if self._writer is None:
             self._writer = pq.ParquetWriter(self._ops_tmp(), _WRITE_SCHEMA, **_WRITE_OPTIONS)
         if self.live:
@@ -593,7 +614,11 @@ class CommOpsRecorder:
             if self.closed:
                 return self.log_path
             self._flush_locked(final=False)  # finished rows out
-            heads = list(self._inflight.values()) + [h.head for h in self._pending if not h.done]
+            open_ops = [h for h in self._pending if not h.done]
+            heads = list(self._inflight.values()) + [h.head for h in open_ops]
+            # a rank blocked in wait() on an operator that never completed says so
+            rets = [None] * len(self._inflight) + [h.return_ns if h.wait_ns is not None else None for h in open_ops]
+            waits = [None] * len(self._inflight) + [h.wait_ns for h in open_ops]
             self._inflight.clear()
             n = len(heads)
             self._finish_ops_file_locked()  # what is complete is readable from here on
@@ -603,8 +628,9 @@ class CommOpsRecorder:
             if n:
                 cols = [c.cast(pa.string()) if pa.types.is_dictionary(c.type) else c
                         for c in self._columns(np.array([h + (-1,) for h in heads], dtype=np.int64))[:9]]
-                running = pa.Table.from_arrays(cols + [pa.nulls(n, pa.int64()), pa.array(["started"] * n, pa.string())],
-                                               names=OPS_SCHEMA.names + ["state"])
+                running = pa.Table.from_arrays(cols + [pa.nulls(n, pa.int64()), pa.array(rets, pa.int64()),
+                                                       pa.array(waits, pa.int64()), pa.array(["started"] * n, pa.string())],
+                                               names=OPS_SCHEMA.names + [f.name for f in WAIT_FIELDS] + ["state"])
                 if self.live:  # the running ops are the last part (readers fill 'completed' in the others)
                     final = self.parts_dir / part_filename(self.parts_written)
                     tmp = self.parts_dir / f".{final.name}.partial"
@@ -613,6 +639,9 @@ class CommOpsRecorder:
                     self.parts_written += 1
                 else:
                     done = pq.read_table(self.ops_path)
+                    for f in WAIT_FIELDS:
+                        if f.name not in done.column_names:
+                            done = done.append_column(f, pa.nulls(done.num_rows, pa.int64()))
                     done = done.append_column("state", pa.array(["completed"] * done.num_rows, type=pa.string()))
                     both = pa.concat_tables([done.cast(running.schema), running])
                     tmp = self.ops_path.with_name(f".{self.ops_path.name}.dump")

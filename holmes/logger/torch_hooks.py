@@ -477,7 +477,11 @@ def _issue(lg: CommOpsLogger, orig: Callable, args: tuple, kwargs: dict, cuda: b
             rec.close_sync(key, end)
         return out
     out = _run(orig, args, kwargs)
+    returned = time.time_ns()   # the rank is free from here until it waits (gloo's batch_isend_irecv may block in the call)
     handles = [rec.begin(cid, op, peer=peer, nbytes=nbytes, start_ns=start) for cid, op, peer, nbytes in entries]
+    if not cuda:
+        for h in handles:
+            h.return_ns = returned
     if cuda:
         box: list = []
         for h in handles:
