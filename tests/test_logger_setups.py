@@ -136,6 +136,11 @@ def test_pipelining_every_p2p_captured_and_slow_rank_named(tmp_path, schedule):
                 rows = Counter((o, p) for i, o, p in zip(t["iteration"], t["op"], t["peer"]) if i == it)
                 assert rows == Counter({(o, p): mb for o in ("send", "recv") for p in neighbours}), (r, it)
             assert all(p in neighbours for p in t["peer"])
+            # the schedule waits on every isend/irecv of a step: the row says when the issuing call
+            # returned and when the rank began to wait, in that order inside the operator
+            steady = [k for k, i in enumerate(t["iteration"]) if i >= 1]
+            assert all(t["wait_ns"][k] is not None for k in steady), r
+            assert all(t["start_ns"][k] <= t["return_ns"][k] <= t["wait_ns"][k] <= t["end_ns"][k] for k in steady)
         # every send has its recv: same (comm_id, seq) on the two ends
         for r in range(WORLD - 1):
             a, b = job.ops(r).to_pydict(), job.ops(r + 1).to_pydict()

@@ -1,5 +1,6 @@
 """The dump triggers of :meth:`holmes.logger.CommOpsLogger.install_dump_handlers`: signals, an
-uncaught exception, and a watchdog thread for an operator in flight too long."""
+uncaught exception, and a watchdog thread for an operator in flight too long; and the rows a dump
+adds for the operators still in flight (:func:`write_running`)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,43 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from holmes.errors import ConfigError
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-__all__ = ["install_dump_handlers"]
+from holmes.errors import ConfigError
+from holmes.io.parts import part_filename
+from holmes.io.schema import OPS_SCHEMA, WAIT_FIELDS
+
+__all__ = ["install_dump_handlers", "write_running"]
+
+
+def write_running(rec: Any, heads: list[tuple[int, ...]], rets: list[int | None], waits: list[int | None]) -> None:
+    """Add the operators still in flight (packed rows without their end; ``rets``/``waits``: their
+    ``return_ns``/``wait_ns`` or None) to ``rec``'s closed rank log with ``state`` ``"started"``
+    (every earlier row ``"completed"``); live, as its last part (readers fill ``completed`` in the others)."""
+    n = len(heads)
+    cols = [c.cast(pa.string()) if pa.types.is_dictionary(c.type) else c
+            for c in rec._columns(np.array([h + (-1,) for h in heads], dtype=np.int64))[:9]]
+    running = pa.Table.from_arrays(cols + [pa.nulls(n, pa.int64()), pa.array(rets, pa.int64()),
+                                           pa.array(waits, pa.int64()), pa.array(["started"] * n, pa.string())],
+                                   names=OPS_SCHEMA.names + [f.name for f in WAIT_FIELDS] + ["state"])
+    if rec.live:
+        final = rec.parts_dir / part_filename(rec.parts_written)
+        tmp = rec.parts_dir / f".{final.name}.partial"
+        pq.write_table(running, tmp)
+        os.replace(tmp, final)
+        rec.parts_written += 1
+        return
+    done = pq.read_table(rec.ops_path)
+    for f in WAIT_FIELDS:   # a log written before the columns existed
+        if f.name not in done.column_names:
+            done = done.append_column(f, pa.nulls(done.num_rows, pa.int64()))
+    done = done.append_column("state", pa.array(["completed"] * done.num_rows, type=pa.string()))
+    both = pa.concat_tables([done.cast(running.schema), running])
+    tmp = rec.ops_path.with_name(f".{rec.ops_path.name}.dump")
+    pq.write_table(both, tmp)
+    os.replace(tmp, rec.ops_path)
 
 
 def install_dump_handlers(self: Any, signals: Iterable[str] = ("SIGTERM", "SIGUSR1"), *, exceptions: bool = True,

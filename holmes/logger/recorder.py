@@ -51,6 +51,8 @@ import pyarrow.parquet as pq
 from holmes.errors import ConfigError
 from holmes.io.parts import ITERATION_KEYS, part_filename, rank_parts_dirname
 from holmes.io.schema import ITERATIONS_SCHEMA, OP_NAMES, OPS_SCHEMA, P2P_OPS, WAIT_FIELDS
+from holmes.logger._dumps import write_running
+from holmes.logger._waits import wait_columns
 
 __all__ = ["CommOpsRecorder", "PendingOp", "COMMS_DIR"]
 
@@ -108,8 +110,7 @@ class PendingOp:
         self._rec = rec
         self.head = head  # iteration, op_index, comm, seq, op, peer, nbytes, start_ns
         self.done = False
-        # an asynchronous operator: when the call that issued it returned, and when the rank began
-        # to block on it (entered Work.wait()), if it did; its row then says when the rank was free
+        # asynchronous: when its issuing call returned and the rank entered Work.wait(), if it did
         self.return_ns: int | None = None
         self.wait_ns: int | None = None
         self.resolver: Callable[[bool], tuple[int, int] | None] | None = None
@@ -187,9 +188,7 @@ class CommOpsRecorder:
         # threads that ran a hook's completion callback (see holmes.logger._work._async_done)
         self._cb_threads: set[int] = set()
         self._pending: list[PendingOp] = []
-        # packed (iteration, op_index) of a finished row -> (return_ns, wait_ns): when the call that
-        # issued it returned and when the rank entered wait() on it (asynchronous operators the rank
-        # waited on; written as the optional columns of the same names)
+        # packed (iteration, op_index) of a finished row the rank waited on -> (return_ns, wait_ns)
         self._waits: dict[int, tuple[int, int]] = {}
         # callables returning the (key, end_ns) of _inflight operators that completed elsewhere
         # (the compiled kernel's buffer, holmes.logger._native); drained at flush, dump, running_since
@@ -516,15 +515,6 @@ class CommOpsRecorder:
         if self._iters:
             self._write_iterations()
 
-    def _wait_columns(self, a: np.ndarray) -> list[pa.Array]:
-        """The ``return_ns`` and ``wait_ns`` of packed rows (taken out of ``_waits``): null but for
-        the asynchronous operators the rank waited on."""
-        if not self._waits:
-            return [pa.nulls(len(a), pa.int64())] * 2
-        pop = self._waits.pop
-        rw = np.array([pop(k, (-1, -1)) for k in (a[:, 0]).tolist()], np.int64).reshape(-1, 2)
-        return [pa.array(rw[:, j], mask=rw[:, j] < 0, type=pa.int64()) for j in (0, 1)]
-
     def _columns(self, a: np.ndarray) -> list[pa.Array]:
         """The CommOps v1 columns (end_ns included) of an ``(n, 6)`` array of packed rows;
         ``comm_id`` and ``op`` dictionary-encoded (readers cast them to strings)."""
@@ -544,7 +534,7 @@ class CommOpsRecorder:
         ]
 
     def _write_rows(self, a: np.ndarray) -> None:
-        table = pa.Table.from_arrays(self._columns(a) + self._wait_columns(a), schema=_WRITE_SCHEMA)
+        table = pa.Table.from_arrays(self._columns(a) + wait_columns(self._waits, a[:, 0]), schema=_WRITE_SCHEMA)
         if self._writer is None:
             self._writer = pq.ParquetWriter(self._ops_tmp(), _WRITE_SCHEMA, **_WRITE_OPTIONS)
         if self.live:
@@ -614,9 +604,8 @@ class CommOpsRecorder:
             if self.closed:
                 return self.log_path
             self._flush_locked(final=False)  # finished rows out
-            open_ops = [h for h in self._pending if not h.done]
+            open_ops = [h for h in self._pending if not h.done]   # a rank blocked in wait() says so
             heads = list(self._inflight.values()) + [h.head for h in open_ops]
-            # a rank blocked in wait() on an operator that never completed says so
             rets = [None] * len(self._inflight) + [h.return_ns if h.wait_ns is not None else None for h in open_ops]
             waits = [None] * len(self._inflight) + [h.wait_ns for h in open_ops]
             self._inflight.clear()
@@ -626,27 +615,7 @@ class CommOpsRecorder:
                 self._iter_writer.close()
                 os.replace(self._tmp_iters, self.iterations_path)
             if n:
-                cols = [c.cast(pa.string()) if pa.types.is_dictionary(c.type) else c
-                        for c in self._columns(np.array([h + (-1,) for h in heads], dtype=np.int64))[:9]]
-                running = pa.Table.from_arrays(cols + [pa.nulls(n, pa.int64()), pa.array(rets, pa.int64()),
-                                                       pa.array(waits, pa.int64()), pa.array(["started"] * n, pa.string())],
-                                               names=OPS_SCHEMA.names + [f.name for f in WAIT_FIELDS] + ["state"])
-                if self.live:  # the running ops are the last part (readers fill 'completed' in the others)
-                    final = self.parts_dir / part_filename(self.parts_written)
-                    tmp = self.parts_dir / f".{final.name}.partial"
-                    pq.write_table(running, tmp)
-                    os.replace(tmp, final)
-                    self.parts_written += 1
-                else:
-                    done = pq.read_table(self.ops_path)
-                    for f in WAIT_FIELDS:
-                        if f.name not in done.column_names:
-                            done = done.append_column(f, pa.nulls(done.num_rows, pa.int64()))
-                    done = done.append_column("state", pa.array(["completed"] * done.num_rows, type=pa.string()))
-                    both = pa.concat_tables([done.cast(running.schema), running])
-                    tmp = self.ops_path.with_name(f".{self.ops_path.name}.dump")
-                    pq.write_table(both, tmp)
-                    os.replace(tmp, self.ops_path)
+                write_running(self, heads, rets, waits)
             self.rows_written += n
             self._write_sidecar(dump={"reason": reason, "at_ns": at, **({"detail": str(detail)[:500]} if detail else {})})
             self.rows_written -= n

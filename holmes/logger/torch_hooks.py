@@ -477,11 +477,8 @@ def _issue(lg: CommOpsLogger, orig: Callable, args: tuple, kwargs: dict, cuda: b
             rec.close_sync(key, end)
         return out
     out = _run(orig, args, kwargs)
-    returned = time.time_ns()   # the rank is free from here until it waits (gloo's batch_isend_irecv may block in the call)
+    returned = time.time_ns()   # free from here until wait() (gloo's batch_isend_irecv can block in the call)
     handles = [rec.begin(cid, op, peer=peer, nbytes=nbytes, start_ns=start) for cid, op, peer, nbytes in entries]
-    if not cuda:
-        for h in handles:
-            h.return_ns = returned
     if cuda:
         box: list = []
         for h in handles:
@@ -493,6 +490,8 @@ def _issue(lg: CommOpsLogger, orig: Callable, args: tuple, kwargs: dict, cuda: b
         if isinstance(out, list):
             return [TimedWork(w, handles, end_fn) for w in out]
         return finish_on_completion(out, handles, end_fn)
+    for h in handles:
+        h.return_ns = returned
     if isinstance(out, list):  # batch_isend_irecv: one work per operator unless coalesced
         if len(out) == len(handles):
             return [finish_on_completion(w, [h], None) for w, h in zip(out, handles)]

@@ -594,13 +594,11 @@ def _rest_over_top(excess: np.ndarray, usual: np.ndarray, min_ops: int) -> float
 
 
 def _common(x: np.ndarray, q: float) -> np.ndarray:
-    """Per iteration (column), the ``q`` quantile over the rows: what most of them did together.
-    The value of a row at or below that quantile (not one interpolated towards the row above it):
-    with two ranks, a slow one would otherwise enter the other's common mode."""
+    """Per iteration (column), the ``q`` quantile over the rows: what most of them did together."""
     with np.errstate(all="ignore"):
         if not x.size:
             return np.zeros((1, x.shape[1]))
-        cm = np.nanquantile(x, q, axis=0, keepdims=True, method="lower")
+        cm = np.nanquantile(x, q, axis=0, keepdims=True)
     return np.nan_to_num(cm, nan=0.0)
 
 
