@@ -312,3 +312,33 @@ def test_a_p2p_pair_is_read_across_its_ends_only_on_one_clock():
 def test_a_healthy_pipeline_whose_stalls_hide_in_open_sends_names_nothing():
     rep = holmes.localize(DATA / "gpipe_hidden" / "healthy")
     assert rep.devices == [], [(d.id, d.confidence) for d in rep.all_devices[:3]]
+
+
+def _without_wait_columns(src: Path, dst: Path) -> Path:
+    """A copy of a captured job as the logger wrote it before ``return_ns``/``wait_ns`` existed."""
+    import shutil
+
+    import pyarrow.parquet as pq
+
+    shutil.copytree(src, dst)
+    for f in (dst / "ranks").glob("*.parquet"):
+        t = pq.read_table(f)
+        pq.write_table(t.drop_columns(["return_ns", "wait_ns"]), f)
+    return dst
+
+
+def test_a_healthy_1f1b_pipeline_reads_its_own_work_from_when_the_ranks_waited(tmp_path):
+    # 4 stages on the 2-core machine, nothing injected (captured 2026-11-28 with return_ns/wait_ns).
+    # Read as if every isend/irecv held its rank from its start to its end, the middle stages'
+    # work partly hid inside their open operators (their compute read 2-3 ms a step against
+    # 3-6 ms measured), and the last stage's 1-1.5 ms hiccups in 7 steps stood out: gpu:3 at 0.98.
+    # With the columns every rank's work between its operators is measured
+    # (holmes.cog.own_work) and those steps lie within the job's noise: nothing is named.
+    healthy = DATA / "1f1b_waits" / "healthy"
+    old = holmes.localize(_without_wait_columns(healthy, tmp_path / "old"))
+    assert [d.id for d in old.devices][:1] == ["gpu:3"]
+    rep = holmes.localize(healthy)
+    assert rep.devices == [], [(d.id, d.confidence) for d in rep.all_devices[:3]]
+    # the same capture script with rank 1 stalling its forward every 4th step: still named
+    slow = holmes.localize(DATA / "1f1b_waits" / "slow_rank1")
+    assert [d.id for d in slow.devices][:1] == ["gpu:1"]

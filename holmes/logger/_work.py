@@ -99,12 +99,13 @@ def arg(args: tuple, kwargs: dict, pos: int, name: str, default: Any = None) -> 
 class TimedWork:
     """Proxy of a ``torch.distributed.Work`` that finishes its operators when completion is seen."""
 
-    __slots__ = ("_work", "_handles", "_end_event")
+    __slots__ = ("_work", "_handles", "_end_event", "_cpu")
 
     def __init__(self, work: Any, handles: list[PendingOp], end_event: Callable[[], Any] | None = None) -> None:
         self._work = work
         self._handles = handles
         self._end_event = end_event
+        self._cpu = end_event is None  # CUDA: the stream waits in wait(), not the rank
 
     def _done(self) -> None:
         if self._end_event is not None:
@@ -116,7 +117,7 @@ class TimedWork:
             h.finish(now)
 
     def wait(self, *args: Any, **kwargs: Any) -> Any:
-        if self._end_event is None:  # CPU: the rank blocks from here (CUDA: the stream does, not the rank)
+        if self._cpu:  # the rank blocks from here
             now = time.time_ns()
             for h in self._handles:
                 if h.wait_ns is None:
