@@ -212,8 +212,15 @@ class CellEvidence:
         self.compute_excess = raw - _common(raw, self.common_q)
         scale = max(float(np.nanmedian(base)) if base.size else 1.0, 1.0)
         spread = max(_pooled_spread(self.compute_excess), th.cell_min_noise * scale, 1.0)
-        #: the job's compute noise: the pooled spread over the median rank's usual compute
-        self.noise = spread / scale
+        #: the job's compute noise (whether its cells can be compared at all): the pooled spread, or
+        #: where smaller the median rank's own (:func:`~holmes.stats.row_spread` of its compute
+        #: around its usual level), over the median rank's usual compute. With two ranks the common
+        #: mode, a quantile between them, takes a quarter of one rank's stall off the other, and
+        #: those reflections fill the pooled spread's lower part (a rank stalling 60 ms every 4th
+        #: step of a 2-rank pipeline read 1798%); a rank's own lower half does not hold them.
+        with nan_quiet():
+            own = float(np.nanmedian(_row_spread(raw))) if raw.size else np.nan
+        self.noise = min(spread, own) / scale if np.isfinite(own) else spread / scale
         self.compute_z = self.compute_excess / spread
         tt = transfers if transfers is not None else TransferTimes(ranks, members)
         self.transfers = tt
