@@ -167,8 +167,9 @@ class Thresholds(BaseModel):
     # ---- jobs read whole: cells (holmes.localize.cells, tails, transfer) ---------------------------
     cell_noise: NonNeg = _doc(
         "Jobs of at most full_read ranks are compared cell by cell only when the job's compute noise (the "
-        "pooled spread of the ranks' compute per iteration over the usual compute) is at most this; a "
-        "noisier job runs Algorithm 1 from the pivot instead. The comparison judges every cell against "
+        "pooled spread of the ranks' compute per iteration, or the median rank's own spread around its "
+        "usual level where smaller, over the usual compute) is at most this; a noisier job runs "
+        "Algorithm 1 from the pivot instead. The comparison judges every cell against "
         "the job's own noise, so only a job whose compute is mostly noise is refused: on the three real "
         "corpora (205 runs) 4 jobs lie above 0.1 (at most 0.12) and read the same either way, while "
         "DDP's few ms of compute between its gradient buckets reach 0.6 (Algorithm 1 was unsure there).")
