@@ -122,3 +122,20 @@ def test_wait_arrays_read_none_when_the_column_is_absent_or_empty():
     assert wait_arrays(t) is None and wait_arrays(pa.table({"x": [1]})) is None
     ret, wait = wait_arrays(pa.table({"wait_ns": pa.array([None, 5], pa.int64())}))
     assert ret.tolist() == [-1, -1] and wait.tolist() == [-1, 5]
+
+
+_any = st.integers(-10, 200)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(_any, _any, _any, _any), min_size=1, max_size=20))
+def test_any_logged_wait_and_return_never_make_more_work_than_elapsed(rows):
+    # columns from another writer: wait/return outside their operator, before its start, nulls (-1)
+    start = np.sort(np.array([r[0] for r in rows], np.int64))
+    end = start + np.abs(np.array([r[1] for r in rows], np.int64))
+    wait = np.array([r[2] for r in rows], np.int64)
+    ret = np.array([r[3] for r in rows], np.int64)
+    g = own_work_gaps(start, end, wait, ret)
+    assert g.shape == start.shape and g[0] == 0
+    # never more own work than the time since the previous operator began
+    assert (g[1:] <= np.diff(start)).all()
