@@ -36,9 +36,9 @@ CAPTURE = ROOT / "examples" / "capture_pipelining.py"
 COLUMNS = ("return_ns", "wait_ns")
 
 
-def _capture(out: Path, schedule: str, world: int, steps: int, slow: int | None) -> Path | None:
+def _capture(out: Path, schedule: str, world: int, steps: int, slow: int | None, extra: list[str]) -> Path | None:
     cmd = [sys.executable, str(CAPTURE), "--out", str(out), "--steps", str(steps), "--schedule", schedule,
-           "--world", str(world)] + ([] if slow is None else ["--slow-rank", str(slow)])
+           "--world", str(world)] + ([] if slow is None else ["--slow-rank", str(slow)] + extra)
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if done.returncode != 0 or not (out / "job.json").exists():
         print(f"# capture failed: {out.name}: {done.stderr.strip().splitlines()[-1:]}", flush=True)
@@ -98,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--schedules", default="gpipe,1f1b")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--parallel", type=int, default=1, help="captures at a time (2: a loaded machine)")
+    ap.add_argument("--delay", type=float, default=None, help="the slow rank's stall, seconds (script default 0.06)")
+    ap.add_argument("--every", type=int, default=None, help="... in every N-th step (script default 4; 1: every step)")
     ap.add_argument("--smoke", action="store_true", help="CI: one healthy and one slow 4-rank GPipe, 12 steps")
     args = ap.parse_args(argv)
     if args.smoke:
@@ -112,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
             root.mkdir(parents=True, exist_ok=True)
             plan = _plan(root, args.schedules.split(","), [int(w) for w in args.worlds.split(",")], args.repeats)
             with ThreadPoolExecutor(max(1, args.parallel)) as pool:
-                got = list(pool.map(lambda j: _capture(j[0], j[1], j[2], args.steps, j[3]), plan))
+                extra = ([] if args.delay is None else ["--delay", str(args.delay)]) + \
+                    ([] if args.every is None else ["--every", str(args.every)])
+                got = list(pool.map(lambda j: _capture(j[0], j[1], j[2], args.steps, j[3], extra), plan))
             jobs = [j for j in got if j is not None]
         (tmp / "old").mkdir()
         rows = []
