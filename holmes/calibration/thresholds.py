@@ -278,9 +278,10 @@ class Thresholds(BaseModel):
     tail_min_cells: PosCount = _doc(
         "Fewer finite null cells than this fit no tail (nothing is significant).")
     tail_predictive_cells: Count = _doc(
-        "A transfer cell is judged by the predictive tail (its scale's own uncertainty) when the "
-        "exponential scale of its null averaged fewer cells than this (0: never): a 4-rank pipeline's "
-        "P2P channels are judged against 2 channels x 15 steps, whose scale rests on 2 cells.")
+        "A transfer or compute cell is judged by the predictive tail (its scale's own uncertainty) when "
+        "the exponential scale of its null averaged fewer cells than this (0: never): a 4-rank "
+        "pipeline's P2P channels are judged against 2 channels x 15 steps, whose scale rests on 2 "
+        "cells; a 2-rank pipeline's stage against the other stage's 29 cells, on 3.")
     tail_min_scale: Pos = _doc(
         "The smallest scale of a fitted tail (in the cells' z units).")
     gpd_max_shape: NonNeg = _doc(
