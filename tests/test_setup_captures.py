@@ -238,9 +238,12 @@ def test_one_slow_p2p_step_of_a_small_pipeline_is_not_a_slow_nvswitch():
     # exponential scale fitted on 2 cells); nvswitch:0, the only device on the path, read 0.98
     rep = holmes.localize(DATA / "gpipe_every" / "healthy")
     assert rep.devices == [] and rep.verdict != "culprit", [(d.id, d.confidence) for d in rep.all_devices[:3]]
-    # the same cells judged by the ordinary exponential tail are the old certainty
+    # judged by the ordinary exponential tail, the stall is an event again (the old certainty); its
+    # only device, nvswitch:0, lies under every P2P channel of this single-host job, so the
+    # comparison between channels cancels it and it is not named either
     off = holmes.localize(DATA / "gpipe_every" / "healthy", thresholds={"tail_predictive_cells": 0})
-    assert [d.id for d in off.devices] == ["nvswitch:0"]
+    assert off.devices == []
+    assert any("transfer stall(s) whose channels share only nvswitch:0" in a for a in off.to_json()["assumptions"])
 
 
 def test_a_stage_of_one_slow_in_every_step_is_not_read_healthy():

@@ -458,6 +458,10 @@ def _gather_cells(run: Any, cells: CellEvidence, min_cost_ns: float, irregular: 
         more = f" and {len(cells.transients) - SHOWN_TRANSIENTS} more" if len(cells.transients) > SHOWN_TRANSIENTS else ""
         run.assume(f"{len(cells.transients)} one-off stall(s) of a single operator (on a host: one per rank) while "
                    f"the device's other work ran as usual, not counted as a device fault: {said}{more}")
+    if cells.unexplained:
+        devs = sorted({d for _, ds in cells.unexplained for d in ds})
+        run.assume(f"{len(cells.unexplained)} transfer stall(s) whose channels share only {', '.join(devs[:3])}, on "
+                   "every channel of their kind: the comparison cancels such a device, so none is named for them")
     ev = Evidence(cells=cells, events=events)
     for e in events:
         c = _event_cause(search, transfers, e)

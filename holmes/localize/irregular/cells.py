@@ -185,6 +185,9 @@ class CellEvidence:
         self._ranks = ranks
         #: events the last :meth:`events` judged one-off stalls of one operator
         self.transients: list[Event] = []
+        #: (iteration, devices) of the slow channels whose only shared devices every channel of
+        #: their kind crosses (:meth:`_network_devices`): no device named for them
+        self.unexplained: list[tuple[int, tuple[str, ...]]] = []
         self.tail = tail
         self.usual_q = float(usual_q)
         self.common_q = float(common_q)
@@ -445,6 +448,10 @@ class CellEvidence:
                 slow = [c for c in left if c == top or (tz[c, k] >= ratio * tz[top, k]
                         and near & set(self.transfers.ranks_of(c)) and mine & set(paths[c]))]
                 devices, best = self._network_devices(topology, k, slow)
+                if not devices:
+                    self.unexplained.append((it, tuple(sorted(set(paths[slow[0]])))))
+                    left = [c for c in left if c not in slow]
+                    continue
                 explained = set(devices[:best] if best else devices)
                 left = [c for c in left if c not in slow and not explained & set(paths[c])]
                 # what the slow channels together cost the iteration (a NIC slows several at once)
@@ -533,10 +540,22 @@ class CellEvidence:
         (a device on every path, a leaf or an NVSwitch, does not win by the volume it carries),
         then by how many those are (a slow switch covers more than each NIC under it), then
         NICs and their cables first.
+
+        A device that every channel of the slow channels' kind crosses (P2P directions, or
+        collectives: the channels their cells are judged against) is no candidate: it slows
+        them all alike, the comparison cancels it, and it cannot explain why these were slower
+        than the others -- one host's NVSwitch under every pair of a single-host job, as in
+        the persistent analysis (:func:`~holmes.localize.persistent.suspects.network_suspects`).
+        No candidate left: ``([], 0)``, the event names no device.
         """
         paths = self._paths(topology)
         sets = [paths[c] for c in slow]
+        kind = [c for c in range(len(self.channels)) if (self.channels[c][1] >= 0) == (self.channels[slow[0]][1] >= 0)]
+        everywhere = set(paths[kind[0]]).intersection(*(paths[c] for c in kind[1:])) if len(kind) >= 2 else set()
+        sets = [[d for d in s if d not in everywhere] for s in sets]
         cand = [d for d in sets[0] if all(d in s for s in sets[1:])] or list(sets[0])
+        if not cand:
+            return [], 0
         col = np.nan_to_num(self.transfer_z[:, k], nan=0.0)
         crossing = self._crossing
         low = self.t.cell_hot_z
