@@ -460,7 +460,7 @@ def _gather_cells(run: Any, cells: CellEvidence, min_cost_ns: float, irregular: 
                    f"the device's other work ran as usual, not counted as a device fault: {said}{more}")
     if cells.unexplained:
         devs = sorted({d for _, ds in cells.unexplained for d in ds})
-        run.assume(f"{len(cells.unexplained)} transfer stall(s) whose channels share only {', '.join(devs[:3])}, on "
+        run.assume(f"{len(cells.unexplained)} transfer stall(s) whose channels share only {', '.join(devs)}, on "
                    "every channel of their kind: the comparison cancels such a device, so none is named for them")
     ev = Evidence(cells=cells, events=events)
     for e in events:
