@@ -82,7 +82,7 @@ class RankOps:
     """
 
     __slots__ = ("rank", "iteration", "op_index", "comm", "seq", "op", "peer", "start", "end", "duration", "nbytes",
-                 "abnormal", "_iters", "_iter_lo", "_iter_hi", "table", "_excess", "_compute", "wait")
+                 "abnormal", "_iters", "_iter_lo", "_iter_hi", "table", "_excess", "_compute", "wait", "_gap")
 
     def __init__(self, rank: int, table: pa.Table, comm_code: Any) -> None:
         self.rank = int(rank)
@@ -108,6 +108,7 @@ class RankOps:
         self.abnormal: np.ndarray | None = None
         self._excess: tuple[float, np.ndarray, np.ndarray] | None = None
         self._compute: tuple[np.ndarray, np.ndarray] | None = None
+        self._gap: np.ndarray | None = None
         self._iters, first = np.unique(self.iteration, return_index=True)
         self._iter_lo = first
         self._iter_hi = np.append(first[1:], n)
@@ -131,6 +132,7 @@ class RankOps:
         self.duration = end - self.start
         self._excess = None
         self._compute = None
+        self._gap = None
 
     @property
     def is_p2p(self) -> np.ndarray:
@@ -202,9 +204,11 @@ class RankOps:
         log says when the rank waited on an asynchronous operator (``wait_ns``), the time since
         that operator's start less the time blocked in ``wait()``
         (:func:`~holmes.cog.own_work.own_work_gaps`)."""
-        if self.wait is None:
-            return own_work_gaps(self.start, self.end)
-        return own_work_gaps(self.start, self.end, self.wait[1], self.wait[0])
+        if self._gap is None:
+            self._gap = (own_work_gaps(self.start, self.end) if self.wait is None else
+                         own_work_gaps(self.start, self.end, self.wait[1], self.wait[0]))
+            self._gap.setflags(write=False)  # cached: shared by every caller
+        return self._gap
 
     def excess(self, quantile: float = 0.1) -> tuple[np.ndarray, np.ndarray]:
         """Per row, how much longer than usual its compute gap and its duration were.

@@ -81,7 +81,7 @@ WAIT_FIELDS = (pa.field("return_ns", pa.int64(), nullable=True), pa.field("wait_
 #: values of the optional ``state`` column: done; entered, not finished; issued, not entered
 STATES = ("completed", "started", "scheduled")
 
-_INT_COLUMNS = {"rank", "iteration", "op_index", "seq", "peer", "nbytes", "start_ns", "end_ns"}
+_INT_COLUMNS = {"rank", "iteration", "op_index", "seq", "peer", "nbytes", "start_ns", "end_ns", "return_ns", "wait_ns"}
 _STRING_COLUMNS = {"comm_id", "op", "name"}
 
 
@@ -218,9 +218,10 @@ def validate_ops(table: pa.Table, source: str | None = None, *, world_size: int 
     w = _where(source)
     if has_state:
         _check_states(out, w)
-    for f in WAIT_FIELDS:
+    for f in WAIT_FIELDS:   # optional: integers (nulls allowed), as int64
         if f.name in out.column_names:
-            out = _check_wait(out, f, w)
+            i = out.column_names.index(f.name)
+            out = out.set_column(i, f, _cast_column(out.column(i), f, source))
     if out.num_rows == 0:
         return out
     ranks = out.column("rank")
@@ -261,17 +262,6 @@ def _short(values: list, k: int = 5, width: int = 40) -> str:
     """
     shown = [v if not isinstance(v, str) or len(v) <= width else v[: width - 3] + "..." for v in values[:k]]
     return str(shown) + (f" and {len(values) - k} more" if len(values) > k else "")
-
-
-def _check_wait(out: pa.Table, field: pa.Field, w: str) -> pa.Table:
-    """An optional ``return_ns``/``wait_ns`` column: integers (nulls allowed), returned as int64."""
-    i = out.column_names.index(field.name)
-    col = out.column(i)
-    if col.type == field.type:
-        return out
-    if not (pa.types.is_integer(col.type) or pa.types.is_null(col.type)):
-        raise SchemaError(f"{w}column '{field.name}' has type {col.type}, expected int64")
-    return out.set_column(i, field, col.cast(pa.int64()))
 
 
 def _check_states(out: pa.Table, w: str) -> None:

@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 import pyarrow.compute as pc
 
-from holmes.cog.own_work import own_work_gaps, wait_arrays
+from holmes.cog.own_work import COLUMNS as OWN_WORK_COLUMNS
+from holmes.cog.own_work import table_gaps, wait_arrays
 from holmes.errors import HolmesError
 from holmes.report.svg import el, esc, num, png_data_uri, slowness_rgb, svg_open
 from holmes.stats import nan_quiet
@@ -43,7 +44,7 @@ __all__ = ["SlownessMap", "slowness_map", "rank_order", "heatmap_svg"]
 
 log = logging.getLogger(__name__)
 
-_COLUMNS = ("iteration", "start_ns", "end_ns", "return_ns", "wait_ns")
+_COLUMNS = ("iteration", "start_ns", "end_ns") + OWN_WORK_COLUMNS
 
 
 @dataclass
@@ -137,12 +138,7 @@ def _compute_per_iteration(table: Any, iterations: np.ndarray) -> np.ndarray:
     it = table.column("iteration").to_numpy()
     start = table.column("start_ns").to_numpy().astype(np.int64)
     end = table.column("end_ns").to_numpy().astype(np.int64)
-    wait = wait_arrays(table)
-    gap = np.zeros(len(it), dtype=np.float64)
-    if wait is not None:   # the log says when the rank waited: its own work around open operators
-        gap = np.maximum(own_work_gaps(start, end, wait[1], wait[0]), 0).astype(np.float64)
-    else:
-        gap[1:] = np.maximum(start[1:] - np.maximum.accumulate(end)[:-1], 0)
+    gap = table_gaps(start, end, wait_arrays(table))
     pos = np.searchsorted(iterations, it)
     ok = (pos < len(iterations)) & (iterations[np.minimum(pos, len(iterations) - 1)] == it)
     sums = np.bincount(pos[ok], weights=gap[ok], minlength=len(iterations))

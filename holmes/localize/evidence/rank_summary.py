@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from holmes.cog.own_work import own_work_gaps, wait_arrays
+from holmes.cog.own_work import table_gaps, wait_arrays
 from holmes.display import SUMMARY_RANKS
 from holmes.localize.evidence.p2p import late_sender_transfer, pipeline_stages, stages_of
 from holmes.units import NS_PER_MS
@@ -74,13 +74,7 @@ def _columns(t: Any) -> dict[str, np.ndarray]:
             "peer": peer.to_numpy().astype(np.int64),
             "start": t.column("start_ns").to_numpy().astype(np.int64),
             "end": t.column("end_ns").to_numpy().astype(np.int64),
-            **dict(zip(("returned", "wait"), _waits(t)))}
-
-
-def _waits(t: Any) -> tuple[np.ndarray, np.ndarray]:
-    """The ``return_ns`` and ``wait_ns`` columns, -1 where null or absent."""
-    w = wait_arrays(t)
-    return (np.full(t.num_rows, -1, np.int64),) * 2 if w is None else w
+            **dict(zip(("returned", "wait"), wait_arrays(t) or (np.full(t.num_rows, -1, np.int64),) * 2))}
 
 
 def rank_summary(tables: Mapping[int, Any], window: Sequence[int] | None = None,
@@ -144,11 +138,7 @@ def rank_summary(tables: Mapping[int, Any], window: Sequence[int] | None = None,
         d = dur[at:at + n]
         at += n
         it = c["iteration"]
-        gap = np.zeros(n)
-        if (c["wait"] >= 0).any():   # the log says when the rank waited: its own work around open operators
-            gap = np.maximum(own_work_gaps(c["start"], c["end"], c["wait"], c["returned"]), 0).astype(np.float64)
-        elif n > 1:
-            gap[1:] = np.maximum(c["start"][1:] - np.maximum.accumulate(c["end"])[:-1], 0)
+        gap = table_gaps(c["start"], c["end"], (c["returned"], c["wait"]))
         its, pos = np.unique(it, return_inverse=True)
         comp = np.bincount(pos, weights=gap, minlength=len(its))
         wait = np.bincount(pos, weights=d - tr, minlength=len(its))

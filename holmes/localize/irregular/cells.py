@@ -229,6 +229,7 @@ class CellEvidence:
         self.transfers = tt
         self._path_cache: list[list[str]] | None = None
         self._crossing: dict[str, list[int]] = {}
+        self._everywhere: dict[bool, set[str]] = {}
         self.channels = tt.channels
         t = tt.table(its) if len(self.channels) else np.zeros((0, its.size))
         tbase = _usual(t, self.usual_q) if t.size else np.zeros((t.shape[0], 1))
@@ -549,10 +550,8 @@ class CellEvidence:
         No candidate left: ``([], 0)``, the event names no device.
         """
         paths = self._paths(topology)
-        sets = [paths[c] for c in slow]
-        kind = [c for c in range(len(self.channels)) if (self.channels[c][1] >= 0) == (self.channels[slow[0]][1] >= 0)]
-        everywhere = set(paths[kind[0]]).intersection(*(paths[c] for c in kind[1:])) if len(kind) >= 2 else set()
-        sets = [[d for d in s if d not in everywhere] for s in sets]
+        everywhere = self._everywhere[self.channels[slow[0]][1] >= 0]
+        sets = [[d for d in paths[c] if d not in everywhere] for c in slow]
         cand = [d for d in sets[0] if all(d in s for s in sets[1:])] or list(sets[0])
         if not cand:
             return [], 0
@@ -577,6 +576,10 @@ class CellEvidence:
             for c, devs in enumerate(self._path_cache):
                 for d in devs:
                     self._crossing.setdefault(d, []).append(c)
+            # per kind (P2P or not), the devices every channel of that kind crosses (two or more)
+            for p2p in (False, True):
+                of = [set(devs) for c, devs in enumerate(self._path_cache) if (self.channels[c][1] >= 0) == p2p]
+                self._everywhere[p2p] = set.intersection(*of) if len(of) >= 2 else set()
         return self._path_cache
 
     def _compute_event(self, it: int, grew: list[int], top: int, z: float, p: float, excess: float) -> Event:
