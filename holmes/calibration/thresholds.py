@@ -466,6 +466,12 @@ class Thresholds(BaseModel):
         "its stalls count as evidence (a rank stalling its forward every few steps). 0: a stall never "
         "counts.")
 
+    pause_ratio: NonNeg = _doc(
+        "Jobs read whole: an event is part of a job-wide pause (the whole job stalled at once: no "
+        "device's fault, said in an assumption) when the significant cells its device cannot explain "
+        "lie on every host of the job and their summed excess is at least this many times the "
+        "event's own. 0: never.")
+
     # ---- Algorithm 1: the search's bound (holmes.localize.search) ----------------------------------------
     search_max_steps: PosCount = _doc(
         "Safety bound on the operators one search visits (holmes.localize.search.GraphSearch).")

@@ -444,7 +444,7 @@ def _gather_cells(run: Any, cells: CellEvidence, min_cost_ns: float, irregular: 
                   transient: float, warmup: Any = ()) -> Evidence:
     """A job read whole: the devices whose cells stood out of the job's noise
     (:class:`~holmes.localize.irregular.cells.CellEvidence`) by at least ``min_cost_ns``, one root cause per
-    event; one-off stalls of one operator (``transient``) are said, not counted; an event in the
+    event; one-off stalls of one operator (``transient``) and job-wide pauses are said, not counted; an event in the
     ``warmup`` iterations (the job's first, threshold ``warmup_iterations``) is no evidence (their
     cells stay in the job's noise: leaving them out of it moved the tails enough to lose r052's host)."""
     search, topo, transfers = run.search, run.topology, cells.transfers
@@ -458,6 +458,11 @@ def _gather_cells(run: Any, cells: CellEvidence, min_cost_ns: float, irregular: 
         more = f" and {len(cells.transients) - SHOWN_TRANSIENTS} more" if len(cells.transients) > SHOWN_TRANSIENTS else ""
         run.assume(f"{len(cells.transients)} one-off stall(s) of a single operator (on a host: one per rank) while "
                    f"the device's other work ran as usual, not counted as a device fault: {said}{more}")
+    pauses = sorted({e.iteration for e in cells.pauses if e.iteration not in warm})
+    if pauses:
+        run.assume(f"iteration(s) {', '.join(map(str, pauses))}: the whole job stalled at once (significant stalls "
+                   "on every host, beyond what the device standing out most explains: a pause of the machine, "
+                   "storage or scheduler); not counted as a device fault")
     if cells.unexplained:
         devs = sorted({d for _, ds in cells.unexplained for d in ds})
         run.assume(f"{len(cells.unexplained)} transfer stall(s) whose channels share only {', '.join(devs)}, on "

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from holmes.calibration.thresholds import Thresholds, load_thresholds, or_shipped
+from holmes.localize.irregular.pauses import split_pauses
 from holmes.localize.irregular.tails import familywise, tail_pvalue
 from holmes.localize.irregular.transfer import TransferTimes
 from holmes.stats import BELOW_ONE, nan_quiet, recurring
@@ -185,6 +186,8 @@ class CellEvidence:
         self._ranks = ranks
         #: events the last :meth:`events` judged one-off stalls of one operator
         self.transients: list[Event] = []
+        #: events the last :meth:`events` judged part of a job-wide pause (:mod:`.pauses`)
+        self.pauses: list[Event] = []
         #: (iteration, devices) of the slow channels whose only shared devices every channel of
         #: their kind crosses (:meth:`_network_devices`): no device named for them
         self.unexplained: list[tuple[int, tuple[str, ...]]] = []
@@ -462,9 +465,10 @@ class CellEvidence:
                 ranks = tuple(sorted(set().union(*(self.transfers.ranks_of(c) for c in slow))))
                 keep(Event(it, "network", ranks, float(tz[top, k]), float(pt[top, k]),
                            spent, tuple(slow), devices, float(pt1[top, k]), best))
-        return self._settle(found, irr)
+        return self._settle(found, irr, mc, mt)
 
-    def _settle(self, found: list[tuple[Event, bool]], irregular: set[int]) -> list[Event]:
+    def _settle(self, found: list[tuple[Event, bool]], irregular: set[int], mc: np.ndarray,
+                mt: np.ndarray) -> list[Event]:
         """The events that count, from every event and whether it is a one-off stall.
 
         A one-off stall is one-off only once: the stalls of a device whose compute events (stalls
@@ -472,9 +476,10 @@ class CellEvidence:
         ``transient_recur_p``: the same GPU or host standing out in several iterations while the
         job's other places did not) are a fault of that device -- a rank that stalls its forward
         every few steps, an intermittent kernel -- and count where they made the pivot's iteration
-        irregular (``irregular``: a stall the job did not feel names no culprit). Then, in an
-        iteration whose compute event cost at least its network event, the network event goes (the
-        transfers waited on the rank, or it on them)."""
+        irregular (``irregular``: a stall the job did not feel names no culprit). Events of a
+        job-wide pause (:func:`~.pauses.job_wide` over the significant cells ``mc``, ``mt``) go to
+        :attr:`pauses`. Then, in an iteration whose compute event cost at least its network event,
+        the network event goes (the transfers waited on the rank, or it on them)."""
         alpha = self.t.transient_recur_p
         comp = [e for e, _ in found if e.kind in ("gpu", "host")]  # one per iteration at most
         again: set[object] = set()
@@ -486,6 +491,7 @@ class CellEvidence:
         for e, t in found:
             stall = t and not (e.kind in ("gpu", "host") and e.devices[0] in again and e.iteration in irregular)
             (self.transients if stall else out).append(e)
+        out, self.pauses = split_pauses(self, out, mc, mt, self.t.pause_ratio, self._path_cache)
         cost = {e.iteration: e.excess_ns for e in out if e.kind != "network"}
         return [e for e in out if e.kind != "network" or cost.get(e.iteration, -1.0) < e.excess_ns]
 

@@ -1,0 +1,106 @@
+"""Job-wide pauses: an iteration in which the whole job stalled at once is no device's fault.
+
+A faulty device slows the work it carries: a GPU its rank's compute, a host its ranks', a NIC or
+a switch the transfers crossing it. The other ranks *wait* for it, and waiting is in neither of
+the cells' matrices (:mod:`holmes.localize.irregular.cells`): a slow device leaves the job's other
+cells at the noise. A pause of the whole job -- the machine or the cluster's storage stalls every
+process for a moment, a collective garbage collection, a checkpoint, the operating system -- does
+not: each rank is caught in whatever it was doing, so the iteration's significant cells lie on
+every host, in compute and in transfers of places that share no device. Whichever cell stood out
+most then names a device (one P2P copy that the pause caught for 100 ms names a spine switch at
+0.98, on a healthy job).
+
+:func:`job_wide` tells the two apart for one event: the significant cells the event's device
+cannot explain (outside its footprint) lie on every host of the job, and their summed excess is at
+least ``ratio`` times what the device explains. Such an event is evidence of the pause, not of a
+device; the irregular analysis says so in an assumption and counts it for no device.
+
+The footprint of an event:
+
+* a GPU or host: its ranks' compute and every channel one of its ranks is a member of (a slow GPU
+  may slow its own transfers);
+* a network event: the channels crossing its best devices, and the compute of its channels' ranks
+  (a slow sender, as a slow link looks from the sender's side, shows as the sender's compute).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = ["footprint", "job_wide", "split_pauses"]
+
+
+def footprint(cells: Any, event: Any, paths: Any) -> tuple[set[int], set[int]]:
+    """The ranks (compute rows by rank id) and channels (indices of ``cells.channels``) that the
+    device(s) of ``event`` can slow (see the module docstring); ``paths``: per channel, the
+    network devices on its path."""
+    tr = cells.transfers
+    n = len(cells.channels)
+    if event.kind == "network":
+        best = set(event.best_devices)
+        chans = {c for c in range(n) if best & set(paths[c])} | set(event.channels)
+        ranks = {r for c in event.channels for r in tr.ranks_of(c)}
+        return ranks, chans
+    ranks = set(event.ranks)
+    return ranks, {c for c in range(n) if ranks & set(tr.ranks_of(c))}
+
+
+def job_wide(cells: Any, event: Any, k: int, compute_sig: np.ndarray, transfer_sig: np.ndarray,
+             ratio: float, paths: Any = ()) -> bool:
+    """Whether ``event`` (iteration column ``k`` of ``cells``) is part of a job-wide pause.
+
+    ``compute_sig`` and ``transfer_sig`` are the significance masks of the cells
+    (``(ranks, iterations)`` and ``(channels, iterations)``) the events were found with; ``paths``
+    per channel the network devices on its path (network events). True when
+    the significant cells outside the event's :func:`footprint` lie on every host of a job of two
+    hosts or more and their summed excess is at least ``ratio`` times the event's own (the excess
+    of the significant cells inside its footprint). ``ratio`` <= 0: never.
+
+    >>> from types import SimpleNamespace as NS
+    >>> class T:
+    ...     def ranks_of(self, c): return [(0, 1), (2, 3)][c]
+    >>> cells = NS(channels=[0, 1], transfers=T(), rank_ids=[0, 1, 2, 3], host_of=lambda r: r // 2,
+    ...            _host_index={0: 0, 1: 1},
+    ...            compute_excess=np.array([[50.0], [20], [40], [0]]), transfer_excess=np.array([[0.0], [30]]))
+    >>> e = NS(kind="gpu", ranks=(0,), excess_ns=50.0)
+    >>> sig_t = np.array([[0], [1]], bool)
+    >>> job_wide(cells, e, 0, np.array([[1], [1], [1], [0]], bool), sig_t, 1.0)  # 20 + 40 + 30 on hosts 0, 1
+    True
+    >>> job_wide(cells, e, 0, np.array([[1], [0], [1], [0]], bool), sig_t, 1.0)  # host 0 spared: gpu:0's own
+    False
+    """
+    if ratio <= 0 or len(cells._host_index) < 2:
+        return False
+    ranks, chans = footprint(cells, event, paths)
+    ce = np.maximum(np.nan_to_num(cells.compute_excess[:, k]), 0.0)
+    te = np.maximum(np.nan_to_num(cells.transfer_excess[:, k]), 0.0) if len(cells.channels) else np.zeros(0)
+    inside = outside = 0.0
+    hosts: set[int] = set()
+    for j, r in enumerate(cells.rank_ids):
+        if not compute_sig[j, k]:
+            continue
+        if r in ranks:
+            inside += ce[j]
+        else:
+            outside += ce[j]
+            hosts.add(int(cells.host_of(r)))
+    for c in range(len(cells.channels)):
+        if not transfer_sig[c, k]:
+            continue
+        if c in chans:
+            inside += te[c]
+        else:
+            outside += te[c]
+            hosts.update(int(cells.host_of(r)) for r in cells.transfers.ranks_of(c))
+    return bool(len(hosts) >= len(cells._host_index) and outside >= ratio * max(inside, float(event.excess_ns), 1.0))
+
+
+def split_pauses(cells: Any, events: list[Any], compute_sig: np.ndarray, transfer_sig: np.ndarray, ratio: float,
+                 paths: Any) -> tuple[list[Any], list[Any]]:
+    """``events`` (of ``cells``' iterations) split into those that count and those of a job-wide
+    pause (:func:`job_wide`), each in the given order."""
+    col = {it: k for k, it in enumerate(np.asarray(cells.iterations).tolist())}
+    wide = [job_wide(cells, e, col[e.iteration], compute_sig, transfer_sig, ratio, paths or ()) for e in events]
+    return [e for e, w in zip(events, wide) if not w], [e for e, w in zip(events, wide) if w]
