@@ -1,9 +1,12 @@
 """Job-wide pauses (holmes.localize.irregular.pauses): a moment in which the whole job stalled at
-once names no device; a stall of one host still names the host.
+once names no device; a stall of one host still names the host; a faulty device's stall that a
+pause coincided with still counts.
 
-The pauses are added to real captured healthy runs of the development split
-(:func:`holmes.eval.perturb.job_wide_pause`); the cases are ones where, with the rule turned off
-(``pause_ratio=0``), a GPU is named at 0.98 -- checked here too, so the tests cannot pass vacuously.
+a1054 is a real healthy run whose whole machine stalled in its last iteration (a loaded box); the
+other pauses are added to real captured runs (:func:`holmes.eval.perturb.job_wide_pause`). Each
+case that the rule must change is checked with the rule off too (``pause_ratio=0``), so the tests
+cannot pass vacuously. ``pause_ratio`` itself was chosen on the development split
+(``benchmarks/pause_accuracy.py``); these cases only check the mechanism.
 """
 
 from __future__ import annotations
@@ -17,20 +20,29 @@ import pytest
 import holmes
 from holmes.eval.perturb import job_wide_pause, warp_times
 
-REAL = Path(__file__).resolve().parents[1] / "fixtures" / "real"
-PAUSED = [("r065-healthy-tp2-pp4-dp2", 13, 1), ("r065-healthy-tp2-pp4-dp2", 19, 7), ("r067-healthy-tp2-pp2-dp4", 17, 5)]
+FIX = Path(__file__).resolve().parents[1] / "fixtures"
+REAL = FIX / "real"
+A1054 = FIX / "real-always" / "a1054-healthy-tp2-pp4-dp1"
 SAID = "the whole job stalled at once"
 
 
-@pytest.mark.parametrize(("name", "iteration", "seed"), PAUSED)
-def test_a_job_wide_pause_names_no_device_and_says_so(name, iteration, seed):
-    job = job_wide_pause(holmes.read_job(REAL / name), iteration, seed=seed)
+@pytest.mark.parametrize("pause", [None, (15, 1)], ids=["as-captured", "a-second-pause"])
+def test_a_job_wide_pause_names_no_device_and_says_so(pause):
+    job = holmes.read_job(A1054)
+    if pause is not None:
+        job = job_wide_pause(job, pause[0], seed=pause[1])
     off = holmes.localize(job, pause_ratio=0)
-    assert off.verdict == "culprit" and off.devices[0].kind == "gpu"  # what the rule prevents
+    assert off.verdict == "culprit" and [d.id for d in off.devices] == ["switch:spine-0"]  # what the rule prevents
     rep = holmes.localize(job)
-    assert rep.devices == [] and rep.verdict != "culprit"
+    assert rep.devices == [] and rep.verdict == "inconclusive"
     said = [a for a in rep.assumptions if SAID in a]
-    assert len(said) == 1 and said[0].startswith(f"iteration(s) {iteration}:")
+    assert len(said) == 1 and said[0].startswith("iteration(s) ") and "24" in said[0].split(":")[0]
+
+
+def test_a_faulty_links_stall_that_a_pause_coincided_with_still_counts():
+    job = job_wide_pause(holmes.read_job(REAL / "r010-p2p-fluctuation-tp2-pp2-dp2-sp-do"), 16, seed=0)
+    rep = holmes.localize(job)
+    assert rep.verdict == "culprit" and {"nic:3", "nic:7"} <= {d.id for d in rep.devices[:3]}
 
 
 def test_a_pause_of_one_host_is_the_host_not_a_job_wide_pause():

@@ -2,8 +2,9 @@
 
 :func:`job_wide_pause` slows every process of a job at once for a moment -- a loaded machine, a
 storage or scheduler stall, a collective garbage collection -- the way a box under load shows it:
-each rank is caught a little later than the others, for a different time, and runs slower by its
-own factor meanwhile. No device is at fault; whatever each rank was doing (computing, copying,
+each rank is caught a little later than the others, for a different time, and runs slower
+meanwhile; the job as a whole loses the same time on every rank (they meet again at the next
+collective). No device is at fault; whatever each rank was doing (computing, copying,
 waiting) took longer. The tests and the threshold sweep of the irregular analysis's pause rule
 (``pause_ratio``, :mod:`holmes.localize.irregular.pauses`) use it on real captured jobs.
 
@@ -55,16 +56,19 @@ def warp_times(table: pa.Table, start_ns: float, width_ns: float, factor: float)
 
 
 def job_wide_pause(job: Any, iteration: int, *, seed: int = 0, at: float = 0.3, jitter_ns: float = 60e6,
-                   width_ns: tuple[float, float] = (60e6, 150e6), factor: tuple[float, float] = (1.3, 4.0),
+                   width_ns: tuple[float, float] = (60e6, 150e6), delay_ns: tuple[float, float] = (40e6, 150e6),
                    hosts: Iterable[int] | None = None) -> MemoryJob:
     """A copy of ``job`` in which every rank (of ``hosts``, default all) ran slower for a moment
-    of ``iteration``.
+    of ``iteration``, and the job lost the same time on all of them.
 
-    The moment starts ``at`` of the way into rank 0's ``iteration`` (its iterations table) plus a
-    per-rank delay drawn in ``[0, jitter_ns]``; each rank's window lasts a width drawn in
-    ``width_ns`` and it runs a factor drawn in ``factor`` slower within it (:func:`warp_times` of
-    its operators, iterations and compute tables). ``seed`` makes the draws (a
-    ``numpy.random.default_rng``; no global state).
+    The job loses a delay drawn in ``delay_ns``. Each rank's moment starts ``at`` of the way into
+    rank 0's ``iteration`` (its iterations table) plus a delay of its own drawn in
+    ``[0, jitter_ns]``, and lasts a width of its own drawn in ``width_ns``: the rank runs
+    ``1 + delay / width`` times slower within it (:func:`warp_times` of its operators,
+    iterations and compute tables), so whatever it was doing then took longer, and every rank is
+    ``delay`` later after its moment (the ranks meet again at their next collective, as a real
+    job does: a log whose ranks drifted apart would read as shifted, not paused). ``seed`` makes
+    the draws (a ``numpy.random.default_rng``; no global state).
     """
     rng = np.random.default_rng(seed)
     ranks = job.available_ranks()
@@ -77,7 +81,11 @@ def job_wide_pause(job: Any, iteration: int, *, seed: int = 0, at: float = 0.3, 
     t0 = s + at * (e - s)
     topo = job.topology
     chosen = None if hosts is None else {int(h) for h in hosts}
-    draws = {r: (t0 + rng.uniform(0.0, jitter_ns), rng.uniform(*width_ns), rng.uniform(*factor)) for r in ranks}
+    delay = rng.uniform(*delay_ns)
+    draws = {}
+    for r in ranks:
+        start, width = t0 + rng.uniform(0.0, jitter_ns), rng.uniform(*width_ns)
+        draws[r] = (start, width, 1.0 + delay / width)
     hit = {r for r in ranks if chosen is None or int(topo.host_of(r)) in chosen}
 
     def per(read: Any) -> dict[int, pa.Table]:

@@ -100,7 +100,17 @@ def job_wide(cells: Any, event: Any, k: int, compute_sig: np.ndarray, transfer_s
 def split_pauses(cells: Any, events: list[Any], compute_sig: np.ndarray, transfer_sig: np.ndarray, ratio: float,
                  paths: Any) -> tuple[list[Any], list[Any]]:
     """``events`` (of ``cells``' iterations) split into those that count and those of a job-wide
-    pause (:func:`job_wide`), each in the given order."""
+    pause (:func:`job_wide`), each in the given order.
+
+    A pause explains an event only for a device that stands out nowhere else: an event whose
+    device has an event of another iteration that is no pause counts (a faulty device's stall the
+    pause coincided with -- a fluctuating P2P link slow in the paused iteration too)."""
     col = {it: k for k, it in enumerate(np.asarray(cells.iterations).tolist())}
     wide = [job_wide(cells, e, col[e.iteration], compute_sig, transfer_sig, ratio, paths or ()) for e in events]
+    seen: dict[str, set[int]] = {}
+    for e, w in zip(events, wide):
+        if not w:
+            for d in e.best_devices:
+                seen.setdefault(d, set()).add(e.iteration)
+    wide = [w and not any(seen.get(d, set()) - {e.iteration} for d in e.best_devices) for e, w in zip(events, wide)]
     return [e for e, w in zip(events, wide) if not w], [e for e, w in zip(events, wide) if w]
