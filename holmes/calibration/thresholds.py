@@ -469,8 +469,8 @@ class Thresholds(BaseModel):
     pause_ratio: NonNeg = _doc(
         "Jobs read whole: an event is part of a job-wide pause (the whole job stalled at once: no "
         "device's fault, said in an assumption) when the significant cells its device cannot explain "
-        "lie on every host of the job and their summed excess is at least this many times the "
-        "event's own. 0: never.")
+        "cost every host of the job at least this many times the event's own excess over the number "
+        "of hosts (together at least this many times it, no host spared). 0: never.")
 
     # ---- Algorithm 1: the search's bound (holmes.localize.search) ----------------------------------------
     search_max_steps: PosCount = _doc(

@@ -11,8 +11,8 @@ most then names a device (one P2P copy that the pause caught for 100 ms names a 
 0.98, on a healthy job).
 
 :func:`job_wide` tells the two apart for one event: the significant cells the event's device
-cannot explain (outside its footprint) lie on every host of the job, and their summed excess is at
-least ``ratio`` times what the device explains. Such an event is evidence of the pause, not of a
+cannot explain (outside its footprint) cost every host of the job at least ``ratio / hosts`` times
+what the device explains (together at least ``ratio`` times it, no host spared). Such an event is evidence of the pause, not of a
 device; the irregular analysis says so in an assumption and counts it for no device.
 
 The footprint of an event:
@@ -53,10 +53,12 @@ def job_wide(cells: Any, event: Any, k: int, compute_sig: np.ndarray, transfer_s
 
     ``compute_sig`` and ``transfer_sig`` are the significance masks of the cells
     (``(ranks, iterations)`` and ``(channels, iterations)``) the events were found with; ``paths``
-    per channel the network devices on its path (network events). True when
-    the significant cells outside the event's :func:`footprint` lie on every host of a job of two
-    hosts or more and their summed excess is at least ``ratio`` times the event's own (the excess
-    of the significant cells inside its footprint). ``ratio`` <= 0: never.
+    per channel the network devices on its path (network events). True, on a job of two hosts
+    or more, when the significant cells outside the event's :func:`footprint` cost *every* host
+    at least ``ratio / hosts`` times the event's own excess (the significant cells inside its
+    footprint; a channel's excess shared equally by the hosts of its ranks): together at least
+    ``ratio`` times it, and no host spared (a trace of a cell on a host is no stall of it).
+    ``ratio`` <= 0: never.
 
     >>> from types import SimpleNamespace as NS
     >>> class T:
@@ -66,35 +68,40 @@ def job_wide(cells: Any, event: Any, k: int, compute_sig: np.ndarray, transfer_s
     ...            compute_excess=np.array([[50.0], [20], [40], [0]]), transfer_excess=np.array([[0.0], [30]]))
     >>> e = NS(kind="gpu", ranks=(0,), excess_ns=50.0)
     >>> sig_t = np.array([[0], [1]], bool)
-    >>> job_wide(cells, e, 0, np.array([[1], [1], [1], [0]], bool), sig_t, 1.0)  # 20 + 40 + 30 on hosts 0, 1
+    >>> job_wide(cells, e, 0, np.array([[1], [1], [1], [0]], bool), sig_t, 1.0)  # host 0: 20, host 1: 40 + 30
+    False
+    >>> job_wide(cells, e, 0, np.array([[1], [1], [1], [0]], bool), sig_t, 0.8)  # each at least 0.4 x 50
     True
-    >>> job_wide(cells, e, 0, np.array([[1], [0], [1], [0]], bool), sig_t, 1.0)  # host 0 spared: gpu:0's own
+    >>> job_wide(cells, e, 0, np.array([[1], [0], [1], [0]], bool), sig_t, 0.8)  # host 0 spared: gpu:0's own
     False
     """
-    if ratio <= 0 or len(cells._host_index) < 2:
+    nh = len(cells._host_index)
+    if ratio <= 0 or nh < 2:
         return False
     ranks, chans = footprint(cells, event, paths)
     ce = np.maximum(np.nan_to_num(cells.compute_excess[:, k]), 0.0)
     te = np.maximum(np.nan_to_num(cells.transfer_excess[:, k]), 0.0) if len(cells.channels) else np.zeros(0)
-    inside = outside = 0.0
-    hosts: set[int] = set()
+    inside = 0.0
+    per_host: dict[int, float] = {}
     for j, r in enumerate(cells.rank_ids):
         if not compute_sig[j, k]:
             continue
         if r in ranks:
             inside += ce[j]
         else:
-            outside += ce[j]
-            hosts.add(int(cells.host_of(r)))
+            h = int(cells.host_of(r))
+            per_host[h] = per_host.get(h, 0.0) + ce[j]
     for c in range(len(cells.channels)):
         if not transfer_sig[c, k]:
             continue
         if c in chans:
             inside += te[c]
-        else:
-            outside += te[c]
-            hosts.update(int(cells.host_of(r)) for r in cells.transfers.ranks_of(c))
-    return bool(len(hosts) >= len(cells._host_index) and outside >= ratio * max(inside, float(event.excess_ns), 1.0))
+            continue
+        hs = {int(cells.host_of(r)) for r in cells.transfers.ranks_of(c)}
+        for h in hs:
+            per_host[h] = per_host.get(h, 0.0) + te[c] / len(hs)
+    need = ratio * max(inside, float(event.excess_ns), 1.0) / nh
+    return bool(len(per_host) >= nh and min(per_host.values()) >= need)
 
 
 def split_pauses(cells: Any, events: list[Any], compute_sig: np.ndarray, transfer_sig: np.ndarray, ratio: float,
