@@ -159,3 +159,19 @@ def test_a_fifo_given_as_calibration_is_refused_not_read(tmp_path):
     os.mkfifo(fifo)
     with pytest.raises(ConfigError, match="unreadable confidence calibration"):
         ConfidenceCalibration.load(fifo)
+
+
+def test_a_by_kind_file_maps_compute_and_network_devices_apart_and_round_trips():
+    cal = ConfidenceCalibration(features=FEATURES, rank_buckets=1, by_path=False, by_kind=True,
+                                segments={"all": ((0.0, 10.0), (0.5, 0.6)), "any-r0-cmp": ((0.0, 10.0), (0.5, 0.95)),
+                                          "any-r0-net": ((0.0, 10.0), (0.2, 0.4))})
+    again = ConfidenceCalibration.from_json(json.loads(cal.dumps()))
+    assert again == cal and again.by_kind
+    devs = lambda kind: [DeviceScore(f"{kind}:1", kind, 1.0, confidence=1 - 1e-6, evidence=("irregular",))]  # noqa: E731
+    p = {k: float(cal.predict_proba(device_features(devs(k), world_size=8, whole_job=True))[0])
+         for k in ("gpu", "host", "nic", "switch")}
+    assert p["gpu"] == p["host"] > 0.9 > 0.5 > p["nic"] == p["switch"]
+    # a file of an earlier version (no by_kind) reads as before
+    doc = json.loads(cal.dumps())
+    del doc["by_kind"]
+    assert ConfidenceCalibration.from_json(doc).by_kind is False

@@ -142,15 +142,20 @@ def alike_groups(devices: Sequence[Any]) -> list[int]:
     return out
 
 
-def segment_of(X: np.ndarray, *, rank_buckets: int = 3, by_path: bool = True, by_analysis: bool = False) -> list[str]:
+def segment_of(X: np.ndarray, *, rank_buckets: int = 3, by_path: bool = True, by_analysis: bool = False,
+               by_kind: bool = False) -> list[str]:
     """The segment of each row of ``X`` (features as :data:`FEATURES`): ``"hang"`` for a device
     the hang analysis names, else the comparison (``whole``: the job compared cell by cell;
     ``alg1``: Algorithm 1; ``any`` when not ``by_path``) and the place in the ranked list
-    (``r0``, ``r1``, ... up to ``rank_buckets - 1``, the last bucket holding the rest).
+    (``r0``, ``r1``, ... up to ``rank_buckets - 1``, the last bucket holding the rest); with
+    ``by_kind``, then ``-cmp`` for a compute device (GPU, host) or ``-net`` for a network one
+    (their evidence differs: a rank's own work, or transfers that several devices share).
 
     >>> X = np.zeros((2, len(FEATURES))); X[1, FEATURES.index("rank")] = 4; X[0, FEATURES.index("whole_job")] = 1
     >>> segment_of(X)
     ['whole-r0', 'alg1-r2']
+    >>> X[0, FEATURES.index("kind_gpu")] = 1; segment_of(X, by_kind=True)
+    ['whole-r0-cmp', 'alg1-r2-net']
     """
     X = np.atleast_2d(X)
     hang = X[:, FEATURES.index("analysis_hang")] > 0
@@ -160,8 +165,10 @@ def segment_of(X: np.ndarray, *, rank_buckets: int = 3, by_path: bool = True, by
     # iteration) apart from one the irregular analysis's tail found
     per = (X[:, FEATURES.index("analysis_persistent")] > 0) & (X[:, FEATURES.index("analysis_irregular")] <= 0)
     an = [("-per" if p else "-irr") if by_analysis else "" for p in per]
-    return ["hang" if h else f"{('whole' if w else 'alg1') if by_path else 'any'}{a}-r{r}"
-            for h, w, r, a in zip(hang, whole, rank, an)]
+    comp = (X[:, FEATURES.index("kind_gpu")] > 0) | (X[:, FEATURES.index("kind_host")] > 0)
+    kd = [("-cmp" if c else "-net") if by_kind else "" for c in comp]
+    return ["hang" if h else f"{('whole' if w else 'alg1') if by_path else 'any'}{a}-r{r}{k}"
+            for h, w, r, a, k in zip(hang, whole, rank, an, kd)]
 
 
 @dataclass(frozen=True)
@@ -191,6 +198,8 @@ class ConfidenceCalibration:
     by_analysis : bool
         Whether a device only the persistent analysis found has segments of its own (its evidence
         is an effect test over every iteration, not the irregular analysis's tail).
+    by_kind : bool
+        Whether compute devices (GPU, host) and network devices have segments of their own.
     clip : (float, float)
         The probability range reported (no device is certain).
     logistic : dict or None
@@ -207,6 +216,7 @@ class ConfidenceCalibration:
     by_path: bool = True
     by_analysis: bool = False
     clip: tuple[float, float] = (0.001, 0.999)
+    by_kind: bool = False
     logistic: dict[str, Any] | None = None
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
 
@@ -237,7 +247,8 @@ class ConfidenceCalibration:
     def predict_proba(self, X: np.ndarray) -> np.ndarray:
         """``P(root cause)`` of each row of ``X`` (features as :data:`FEATURES`)."""
         X = np.atleast_2d(np.asarray(X, dtype=np.float64))
-        segs = segment_of(X, rank_buckets=self.rank_buckets, by_path=self.by_path, by_analysis=self.by_analysis)
+        segs = segment_of(X, rank_buckets=self.rank_buckets, by_path=self.by_path, by_analysis=self.by_analysis,
+                          by_kind=self.by_kind)
         ev = self.score(X)
         has = X[:, FEATURES.index("has_evidence")] > 0 if self.logistic is None else np.ones(len(X), bool)
         ax, ay = self.segments["all"]
@@ -281,6 +292,7 @@ class ConfidenceCalibration:
         r = lambda xs: [round(float(v), 10) for v in xs]  # noqa: E731 - stable text across platforms
         return {"schema": SCHEMA, "features": list(self.features), "rank_buckets": int(self.rank_buckets),
                 "by_path": bool(self.by_path), "by_analysis": bool(self.by_analysis), "clip": r(self.clip),
+                **({"by_kind": True} if self.by_kind else {}),
                 "segments": {k: {"x": r(x), "y": r(y)} for k, (x, y) in sorted(self.segments.items())},
                 "logistic": None if self.logistic is None else
                 {"mean": r(self.logistic["mean"]), "scale": r(self.logistic["scale"]),
@@ -301,6 +313,7 @@ class ConfidenceCalibration:
             segs = {str(k): (tuple(map(float, v["x"])), tuple(map(float, v["y"]))) for k, v in doc["segments"].items()}
             return cls(features=tuple(doc["features"]), segments=segs, rank_buckets=int(doc.get("rank_buckets", 3)),
                        by_path=bool(doc.get("by_path", True)), by_analysis=bool(doc.get("by_analysis", False)),
+                       by_kind=bool(doc.get("by_kind", False)),
                        clip=tuple(map(float, doc.get("clip", (0.001, 0.999)))),
                        logistic=None if doc.get("logistic") is None else
                        {"mean": tuple(map(float, doc["logistic"]["mean"])),
