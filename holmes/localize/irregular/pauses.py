@@ -11,9 +11,14 @@ most then names a device (one P2P copy that the pause caught for 100 ms names a 
 0.98, on a healthy job).
 
 :func:`job_wide` tells the two apart for one event: the significant cells the event's device
-cannot explain (outside its footprint) cost every host of the job at least ``ratio / hosts`` times
-what the device explains (together at least ``ratio`` times it, no host spared). Such an event is evidence of the pause, not of a
-device; the irregular analysis says so in an assumption and counts it for no device.
+cannot explain (outside its footprint) cost every host of the job at least ``ratio / hosts``
+times what the device explains (together at least ``ratio`` times it, no host spared). Such an
+event is evidence of the pause, not of a device -- unless the device also stands out in another
+iteration that is no pause (:func:`split_pauses`); the irregular analysis says so in an
+assumption and counts it for no device. The threshold ``pause_ratio`` was chosen on the
+development split of the real corpora with pauses added (``benchmarks/pause_accuracy.py``).
+Several pauses in one run are a limit: one that catches mostly the cross-host copies of one
+spine reads, in its iteration, as that spine's spike.
 
 The footprint of an event:
 
