@@ -81,7 +81,7 @@ def job_wide_pause(job: Any, iteration: int, *, seed: int = 0, at: float = 0.3, 
     t0 = s + at * (e - s)
     topo = job.topology
     chosen = None if hosts is None else {int(h) for h in hosts}
-    delay = rng.uniform(*delay_ns)
+    delay = float(round(rng.uniform(*delay_ns)))  # whole ns: every rank then shifts by exactly it
     draws = {}
     for r in ranks:
         start, width = t0 + rng.uniform(0.0, jitter_ns), rng.uniform(*width_ns)
