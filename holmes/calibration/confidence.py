@@ -198,14 +198,14 @@ class ConfidenceCalibration:
     by_analysis : bool
         Whether a device only the persistent analysis found has segments of its own (its evidence
         is an effect test over every iteration, not the irregular analysis's tail).
-    by_kind : bool
-        Whether compute devices (GPU, host) and network devices have segments of their own.
     clip : (float, float)
         The probability range reported (no device is certain).
     logistic : dict or None
         When set (``{"mean", "scale", "coef", "intercept"}``, one value per feature), the maps
         read the logit of a logistic regression over every standardized feature instead of the
         evidence score's logit (``scripts/tune.py`` fits both families and keeps the better).
+    by_kind : bool
+        Whether compute devices (GPU, host) and network devices have segments of their own.
     meta : dict
         What it was fitted on (``scripts/tune.py`` records corpora, rows, cross-validated scores).
     """
@@ -216,8 +216,8 @@ class ConfidenceCalibration:
     by_path: bool = True
     by_analysis: bool = False
     clip: tuple[float, float] = (0.001, 0.999)
-    by_kind: bool = False
     logistic: dict[str, Any] | None = None
+    by_kind: bool = False
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:

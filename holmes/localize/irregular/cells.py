@@ -491,7 +491,7 @@ class CellEvidence:
         for e, t in found:
             stall = t and not (e.kind in ("gpu", "host") and e.devices[0] in again and e.iteration in irregular)
             (self.transients if stall else out).append(e)
-        out, self.pauses = split_pauses(self, out, mc, mt, self.t.pause_ratio, self._path_cache)
+        out, self.pauses = split_pauses(self, out, mc, mt, self.t.pause_ratio)
         cost = {e.iteration: e.excess_ns for e in out if e.kind != "network"}
         return [e for e in out if e.kind != "network" or cost.get(e.iteration, -1.0) < e.excess_ns]
 

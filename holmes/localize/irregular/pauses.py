@@ -37,30 +37,27 @@ import numpy as np
 __all__ = ["footprint", "job_wide", "split_pauses"]
 
 
-def footprint(cells: Any, event: Any, paths: Any) -> tuple[set[int], set[int]]:
+def footprint(cells: Any, event: Any) -> tuple[set[int], set[int]]:
     """The ranks (compute rows by rank id) and channels (indices of ``cells.channels``) that the
-    device(s) of ``event`` can slow (see the module docstring); ``paths``: per channel, the
-    network devices on its path."""
+    device(s) of ``event`` can slow (see the module docstring); a network event's from the cells'
+    map of the channels crossing each device (filled when its events were found)."""
     tr = cells.transfers
-    n = len(cells.channels)
     if event.kind == "network":
-        best = set(event.best_devices)
-        chans = {c for c in range(n) if best & set(paths[c])} | set(event.channels)
+        chans = {c for d in event.best_devices for c in cells._crossing.get(d, ())} | set(event.channels)
         ranks = {r for c in event.channels for r in tr.ranks_of(c)}
         return ranks, chans
     ranks = set(event.ranks)
-    return ranks, {c for c in range(n) if ranks & set(tr.ranks_of(c))}
+    return ranks, {c for c in range(len(cells.channels)) if ranks & set(tr.ranks_of(c))}
 
 
 def job_wide(cells: Any, event: Any, k: int, compute_sig: np.ndarray, transfer_sig: np.ndarray,
-             ratio: float, paths: Any = ()) -> bool:
+             ratio: float) -> bool:
     """Whether ``event`` (iteration column ``k`` of ``cells``) is part of a job-wide pause.
 
     ``compute_sig`` and ``transfer_sig`` are the significance masks of the cells
-    (``(ranks, iterations)`` and ``(channels, iterations)``) the events were found with; ``paths``
-    per channel the network devices on its path (network events). True, on a job of two hosts
-    or more, when the significant cells outside the event's :func:`footprint` cost *every* host
-    at least ``ratio / hosts`` times the event's own excess (the significant cells inside its
+    (``(ranks, iterations)`` and ``(channels, iterations)``) the events were found with. True,
+    on a job of two hosts or more, when the significant cells outside the event's
+    :func:`footprint` cost *every* host at least ``ratio / hosts`` times the event's own excess (the significant cells inside its
     footprint; a channel's excess shared equally by the hosts of its ranks): together at least
     ``ratio`` times it, and no host spared (a trace of a cell on a host is no stall of it).
     ``ratio`` <= 0: never.
@@ -69,7 +66,7 @@ def job_wide(cells: Any, event: Any, k: int, compute_sig: np.ndarray, transfer_s
     >>> class T:
     ...     def ranks_of(self, c): return [(0, 1), (2, 3)][c]
     >>> cells = NS(channels=[0, 1], transfers=T(), rank_ids=[0, 1, 2, 3], host_of=lambda r: r // 2,
-    ...            _host_index={0: 0, 1: 1},
+    ...            _host_index={0: 0, 1: 1}, _crossing={},
     ...            compute_excess=np.array([[50.0], [20], [40], [0]]), transfer_excess=np.array([[0.0], [30]]))
     >>> e = NS(kind="gpu", ranks=(0,), excess_ns=50.0)
     >>> sig_t = np.array([[0], [1]], bool)
@@ -83,7 +80,7 @@ def job_wide(cells: Any, event: Any, k: int, compute_sig: np.ndarray, transfer_s
     nh = len(cells._host_index)
     if ratio <= 0 or nh < 2:
         return False
-    ranks, chans = footprint(cells, event, paths)
+    ranks, chans = footprint(cells, event)
     ce = np.maximum(np.nan_to_num(cells.compute_excess[:, k]), 0.0)
     te = np.maximum(np.nan_to_num(cells.transfer_excess[:, k]), 0.0) if len(cells.channels) else np.zeros(0)
     inside = 0.0
@@ -109,8 +106,8 @@ def job_wide(cells: Any, event: Any, k: int, compute_sig: np.ndarray, transfer_s
     return bool(len(per_host) >= nh and min(per_host.values()) >= need)
 
 
-def split_pauses(cells: Any, events: list[Any], compute_sig: np.ndarray, transfer_sig: np.ndarray, ratio: float,
-                 paths: Any) -> tuple[list[Any], list[Any]]:
+def split_pauses(cells: Any, events: list[Any], compute_sig: np.ndarray, transfer_sig: np.ndarray,
+                 ratio: float) -> tuple[list[Any], list[Any]]:
     """``events`` (of ``cells``' iterations) split into those that count and those of a job-wide
     pause (:func:`job_wide`), each in the given order.
 
@@ -118,7 +115,7 @@ def split_pauses(cells: Any, events: list[Any], compute_sig: np.ndarray, transfe
     device has an event of another iteration that is no pause counts (a faulty device's stall the
     pause coincided with -- a fluctuating P2P link slow in the paused iteration too)."""
     col = {it: k for k, it in enumerate(np.asarray(cells.iterations).tolist())}
-    wide = [job_wide(cells, e, col[e.iteration], compute_sig, transfer_sig, ratio, paths or ()) for e in events]
+    wide = [job_wide(cells, e, col[e.iteration], compute_sig, transfer_sig, ratio) for e in events]
     seen: dict[str, set[int]] = {}
     for e, w in zip(events, wide):
         if not w:
