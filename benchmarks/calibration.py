@@ -1,7 +1,8 @@
 """How well the calibrated confidence means what it says, on the test splits of every corpus.
 
 The test jobs of ``fixtures/real``, ``real-loaded``, ``real-always``, ``real-hang`` and realistic
-simulated jobs of 64-512 GPUs (:mod:`holmes.eval.calibration_data`; seeds 5000.. and 5500..) are
+simulated jobs of 64-512 and 2,048 GPUs (:mod:`holmes.eval.calibration_data`; seeds 5000..,
+5500.. and 5800..) are
 localized on both paths (default; Algorithm 1 forced with ``full_read=0``) with the raw evidence
 scores recorded, then the shipped calibration (``holmes/calibration/confidence.json``) is applied
 to them exactly as the pipeline applies it (the same features, the same ordering and naming
@@ -9,20 +10,22 @@ rule; ``--smoke`` checks this against ``holmes.localize`` itself on its jobs).
 
 Tables printed:
 
-* reliability: the devices of every report (both paths) by calibrated confidence bin: how many,
+* reliability: the suspicions of every report (both paths; devices the evidence cannot tell
+  apart, ``DeviceScore.alike``, are one suspicion, right when any of them is a root cause:
+  :func:`holmes.eval.calibration_data.suspicions`) by calibrated confidence bin: how many,
   their mean confidence, the fraction that are a root cause;
 * per path and corpus: jobs answered right (``benchmarks/real_accuracy.py``'s scoring: compute
   truth first, network truth in the first two, healthy nothing named) and jobs whose first named
   device (confidence >= 0.9) is wrong, with the calibration and with the raw scores (today's).
 
-Last line: ``ece=<expected calibration error over the devices listed> ece_top=<over the first
+Last line: ``ece=<expected calibration error over the suspicions listed> ece_top=<over the first
 device of each report> wrong_confident_pct=<% of jobs, default path>
 wrong_confident_pct_alg1=<% of jobs, Algorithm 1> raw_wrong_confident_pct=... raw_wrong_confident_pct_alg1=...
 right_pct=... raw_right_pct=... jobs=<jobs per path>``.
 
 Usage::
 
-    python benchmarks/calibration.py              # test split, ~5 min on 2 cores (simulates once, cached)
+    python benchmarks/calibration.py              # test split, ~20 min on 2 cores (simulates once, cached)
     python benchmarks/calibration.py --cached     # reuse the last dataset built
     python benchmarks/calibration.py --smoke      # CI: 2 jobs of each real corpus, no simulation
 """
@@ -44,7 +47,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from holmes.calibration.confidence import ConfidenceCalibration  # noqa: E402
-from holmes.eval.calibration_data import CORPORA, build_dataset, calibrated, corpus_jobs, job_outcomes, sim_jobs  # noqa: E402
+from holmes.eval.calibration_data import (CORPORA, build_dataset, calibrated, corpus_jobs, job_outcomes,  # noqa: E402
+                                          sim_jobs, suspicions)
 
 
 def _cache() -> Path:
@@ -95,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cached", action="store_true", help="reuse the dataset of the last run of this split")
     ap.add_argument("--sim-small", type=int, default=24, help="simulated 64-128 GPU jobs")
     ap.add_argument("--sim-large", type=int, default=8, help="simulated 256-512 GPU jobs")
+    ap.add_argument("--sim-huge", type=int, default=24, help="simulated 2,048-GPU jobs")
     ap.add_argument("--smoke", action="store_true",
                     help="CI: 2 jobs of each real corpus, no simulation, checked against holmes.localize")
     a = ap.parse_args(argv)
@@ -112,20 +117,21 @@ def main(argv: list[str] | None = None) -> int:
             js = corpus_jobs(a.split, corpora=(c,))
             jobs += js[:2] if a.smoke else js
         if not a.smoke:
-            jobs += sim_jobs(a.split, _cache(), n_small=a.sim_small, n_large=a.sim_large)
+            jobs += sim_jobs(a.split, _cache(), n_small=a.sim_small, n_large=a.sim_large, n_huge=a.sim_huge)
         table = build_dataset(jobs)
         if not a.smoke:
             out.parent.mkdir(parents=True, exist_ok=True)
             pq.write_table(table, out)
-    dev = table.column("device").to_pylist()
-    keep = np.array([d is not None for d in dev])
-    y = np.asarray([bool(v) for v in table.column("label").to_pylist()])
+    # one row per suspicion (an alike group once, right when any member is: the probability a
+    # report gives each member of a group is that the fault is one of them)
+    keep, y = suspicions(table)
     proba = calibrated(table, cal)
     raw = np.asarray([np.nan if v is None else v for v in table.column("raw_confidence").to_pylist()], dtype=float)
 
     print(f"# split {a.split}: {len(set(zip(table.column('corpus').to_pylist(), table.column('job').to_pylist())))} "
-          f"jobs, {int(keep.sum())} device rows, built in {time.perf_counter() - t0:.0f} s")
-    print("\n## reliability: devices listed (both paths), calibrated confidence vs observed root causes")
+          f"jobs, {int(keep.sum())} suspicions, built in {time.perf_counter() - t0:.0f} s")
+    print("\n## reliability: suspicions listed (both paths; an alike group once), calibrated confidence vs "
+          "observed root causes")
     print(f"{'bin':>11} {'devices':>8} {'mean_conf':>9} {'observed':>8} | raw evidence score: {'devices':>7} {'observed':>8}")
     rel_raw = {(lo, hi): (n, o) for lo, hi, n, _, o in reliability(np.nan_to_num(raw[keep]), y[keep])}
     bins = {(lo, hi): (n, m, o) for lo, hi, n, m, o in reliability(proba[keep], y[keep])}

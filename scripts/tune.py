@@ -4,12 +4,13 @@ Steps:
 
 1. **Dataset** (:mod:`holmes.eval.calibration_data`): every development job of every corpus
    (``fixtures/real``, ``real-loaded``, ``real-always``, ``real-hang``, and realistic simulated
-   jobs of 64-512 GPUs simulated into ``$HOLMES_CACHE_DIR/calibration``) localized on both paths
+   jobs of 64-512 and 2,048 GPUs simulated into ``$HOLMES_CACHE_DIR/calibration``) localized on both paths
    (default; Algorithm 1 forced with ``full_read=0``) with raw evidence scores, one row per device
    of each report, labelled root cause or not. Cached as ``fixtures/calibration/evidence-dev.parquet``
-   (``--rebuild`` builds it again: ~10 min on 2 cores, most of it simulating).
+   (``--rebuild`` builds it again: ~15 min on 2 cores, most of it simulating).
 2. **Fit** (scikit-learn's ``IsotonicRegression``): for each segmentation of a small grid (the
    device's place in the list: 1-3 buckets; whole-job comparison and Algorithm 1 apart or not;
+   per analysis, per kind of device, jobs beyond 128 ranks apart or not;
    hang devices always apart, :func:`holmes.calibration.confidence.segment_of`), one isotonic
    map of the evidence logit per segment, scored out of fold (5 folds over jobs, both paths of a
    job in one fold, dealt by a seeded permutation). The objective is the pipeline's decision
@@ -45,14 +46,14 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from holmes.calibration.confidence import DEFAULT_PATH, FEATURES, ConfidenceCalibration, segment_of  # noqa: E402
-from holmes.eval.calibration_data import job_outcomes, load_or_build  # noqa: E402
+from holmes.eval.calibration_data import job_outcomes, load_or_build, suspicions  # noqa: E402
 
 DATASET = REPO / "fixtures" / "calibration" / "evidence-dev.parquet"
 #: the isotonic blocks' smoothing tried (pseudo-rows at the segment's mean rate; 0: none)
 SMOOTH = (0.0, 1.0, 2.0, 4.0)
-#: the segmentations tried: (rank_buckets, by_path, by_analysis, smooth, by_kind)
-GRID = tuple((rb, bp, ba, sm, bk) for bk in (False, True) for sm in SMOOTH for ba in (False, True)
-             for bp in (False, True) for rb in (1, 2, 3))
+#: the segmentations tried: (rank_buckets, by_path, by_analysis, smooth, by_kind, by_scale)
+GRID = tuple((rb, bp, ba, sm, bk, bs) for bs in (False, True) for bk in (False, True) for sm in SMOOTH
+             for ba in (False, True) for bp in (False, True) for rb in (1, 2, 3))
 #: the regularization of the logistic family
 C_GRID = (0.01, 0.03, 0.1, 0.3, 1.0)
 FOLDS = 5
@@ -69,14 +70,17 @@ def sim_cache() -> Path:
 
 
 def design(table):
-    """``(X, y, groups, keep)`` of the rows naming a device."""
+    """``(X, y, groups, keep, one)`` of the rows naming a device: ``y`` whether the row's
+    suspicion (its alike group) is a root cause, ``one`` the first row of each suspicion (the
+    rows fitted and scored: :func:`holmes.eval.calibration_data.suspicions`)."""
     dev = table.column("device").to_pylist()
     keep = np.array([d is not None for d in dev])
     X = np.column_stack([np.asarray(table.column(f).to_pylist(), dtype=np.float64) for f in FEATURES])[keep]
-    y = np.asarray([bool(v) for v, k in zip(table.column("label").to_pylist(), keep) if k], dtype=np.int64)
+    first, label = suspicions(table)
+    y, one = label[keep].astype(np.int64), first[keep]
     jobs = [f"{c}/{j}" for c, j, k in zip(table.column("corpus").to_pylist(), table.column("job").to_pylist(), keep) if k]
     _, groups = np.unique(np.asarray(jobs), return_inverse=True)
-    return X, y, groups, keep
+    return X, y, groups, keep, one
 
 
 def _fold_ids(groups: np.ndarray, folds: int) -> np.ndarray:
@@ -134,19 +138,19 @@ def _isotonic(x: np.ndarray, y: np.ndarray, smooth: float = 0.0) -> tuple[tuple[
 
 
 def fit_segments(X: np.ndarray, y: np.ndarray, rank_buckets: int, by_path: bool, by_analysis: bool = False,
-                 smooth: float = 0.0, meta=None, by_kind: bool = False) -> ConfidenceCalibration:
+                 smooth: float = 0.0, meta=None, by_kind: bool = False, by_scale: bool = False) -> ConfidenceCalibration:
     """One isotonic map of the evidence logit per segment with at least ``MIN_ROWS`` rows, and ``all``."""
     ev = X[:, FEATURES.index("logit_evidence")]
     has = X[:, FEATURES.index("has_evidence")] > 0
     segs = np.asarray(segment_of(X, rank_buckets=rank_buckets, by_path=by_path, by_analysis=by_analysis,
-                                 by_kind=by_kind))
+                                 by_kind=by_kind, by_scale=by_scale))
     out = {"all": _isotonic(ev[has], y[has], smooth)}
     for sname in sorted(set(segs.tolist())):
         m = (segs == sname) & has
         if m.sum() >= MIN_ROWS:
             out[sname] = _isotonic(ev[m], y[m], smooth)
     return ConfidenceCalibration(features=FEATURES, segments=out, rank_buckets=rank_buckets, by_path=by_path,
-                                 by_analysis=by_analysis, by_kind=by_kind, meta=meta or {})
+                                 by_analysis=by_analysis, by_kind=by_kind, by_scale=by_scale, meta=meta or {})
 
 
 def ece(p: np.ndarray, y: np.ndarray, bins: int = 10) -> float:
@@ -177,12 +181,12 @@ def _reports(table, keep) -> list[np.ndarray]:
     return [np.asarray(v) for v in idx.values()]
 
 
-def _oof(X, y, groups, folds_of, reports, predictor):
+def _oof(X, y, groups, folds_of, reports, predictor, one):
     """Out-of-fold probabilities, one report at a time (no device above the one before it), of
-    ``predictor(X_train, y_train, groups_train) -> (X -> p)``."""
+    ``predictor(X_train, y_train, groups_train) -> (X -> p)`` trained on one row per suspicion."""
     q = np.zeros(len(y))
     for f in np.unique(folds_of):
-        tr = folds_of != f
+        tr = (folds_of != f) & one
         pred = predictor(X[tr], y[tr], groups[tr])
         for rows in reports:
             if folds_of[rows[0]] == f:
@@ -193,37 +197,40 @@ def _oof(X, y, groups, folds_of, reports, predictor):
 def fit(table, *, wrong_cost: float = 10.0, min_conf: float = 0.9, family: str = "segments",
         max_ece: float = MAX_ECE, log=print) -> ConfidenceCalibration:
     """The calibration the dataset gives (see the module docstring)."""
-    X, y, groups, keep = design(table)
+    X, y, groups, keep, one = design(table)
     folds_of = _fold_ids(groups, FOLDS)
     reports = _reports(table, keep)
     raw = utility(table, keep, np.asarray(table.column("raw_confidence").to_pylist(), dtype=float)[keep],
                   wrong_cost, min_conf)
-    log(f"# {len(y)} device rows ({int(y.sum())} root causes) of {raw[3]} jobs x paths; raw evidence scores: "
+    log(f"# {len(y)} device rows, {int(one.sum())} suspicions ({int(y[one].sum())} root causes) of {raw[3]} "
+        f"jobs x paths; raw evidence scores: "
         f"right={raw[1]} wrong_confident={raw[2]} utility={raw[0]:g}")
     log(f"{'model':36} {'utility':>8} {'right':>6} {'wrong_conf':>10} {'ece_cv':>7}")
     best = None
     cands = [(f"isotonic rank_buckets={rb} by_path={bp}" + (" by_analysis=True" if ba else "")
-              + (f" smooth={sm:g}" if sm else "") + (" by_kind=True" if bk else ""), ("segments", rb, bp, ba, sm, bk))
-             for rb, bp, ba, sm, bk in GRID]
+              + (f" smooth={sm:g}" if sm else "") + (" by_kind=True" if bk else "") + (" by_scale=True" if bs else ""),
+              ("segments", rb, bp, ba, sm, bk, bs))
+             for rb, bp, ba, sm, bk, bs in GRID]
     cands += [(f"logistic+isotonic C={C:g}", ("logistic", C)) for C in C_GRID]
     for name, spec in cands:
         if family != "all" and spec[0] != family:
             continue
         if spec[0] == "segments":
             pred = lambda Xt, yt, gt, spec=spec: fit_segments(Xt, yt, spec[1], spec[2], spec[3], spec[4],  # noqa: E731
-                                                              by_kind=spec[5]).predict_proba
+                                                              by_kind=spec[5], by_scale=spec[6]).predict_proba
         else:
             pred = lambda Xt, yt, gt, spec=spec: fit_logistic(Xt, yt, gt, spec[1]).predict_proba  # noqa: E731
-        q = _oof(X, y, groups, folds_of, reports, pred)
+        q = _oof(X, y, groups, folds_of, reports, pred, one)
         u, right, wrong, _ = utility(table, keep, q, wrong_cost, min_conf)
-        e = ece(q, y)
+        e = ece(q[one], y[one])
         log(f"{name:36} {u:8g} {right:6d} {wrong:10d} {e:7.4f}")
         # a model whose cross-validated ECE misses the target is chosen only when none meets it
         if best is None or (e <= max_ece, u, right, -round(e, 6)) > (best[5] <= max_ece, best[0], best[3], -round(best[5], 6)):
             best = (u, spec, name, right, wrong, e)
     u, spec, name, right, wrong, e = best
     meta = {"fitted_by": "scripts/tune.py", "dataset": "fixtures/calibration/evidence-dev.parquet (split dev)",
-            "rows": int(len(y)), "root_causes": int(y.sum()), "jobs_x_paths": int(raw[3]),
+            "rows": int(len(y)), "suspicions": int(one.sum()), "root_causes": int(y[one].sum()),
+            "jobs_x_paths": int(raw[3]),
             "corpora": sorted(set(table.column("corpus").to_pylist())), "folds": FOLDS,
             "wrong_cost": wrong_cost, "min_confidence": min_conf, "max_ece": max_ece,
             "cv": {"utility": u, "right": right, "wrong_confident": wrong, "ece": round(e, 6)},
@@ -231,8 +238,9 @@ def fit(table, *, wrong_cost: float = 10.0, min_conf: float = 0.9, family: str =
     meta["model"] = name
     log(f"# chosen {name}: cross-validated right={right} wrong_confident={wrong} ece={e:.4f}")
     if spec[0] == "segments":
-        return fit_segments(X, y, spec[1], spec[2], spec[3], spec[4], meta, by_kind=spec[5])
-    return fit_logistic(X, y, groups, spec[1], meta)
+        return fit_segments(X[one], y[one], spec[1], spec[2], spec[3], spec[4], meta, by_kind=spec[5],
+                            by_scale=spec[6])
+    return fit_logistic(X[one], y[one], groups[one], spec[1], meta)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -251,10 +259,11 @@ def main(argv: list[str] | None = None) -> int:
                          "per segment; docs/calibration.md says why)")
     ap.add_argument("--sim-small", type=int, default=24, help="simulated 64-128 GPU jobs (with --rebuild)")
     ap.add_argument("--sim-large", type=int, default=8, help="simulated 256-512 GPU jobs (with --rebuild)")
+    ap.add_argument("--sim-huge", type=int, default=24, help="simulated 2,048-GPU jobs (with --rebuild)")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     table = load_or_build("dev", Path(a.dataset), sim_cache=sim_cache(), n_small=a.sim_small, n_large=a.sim_large,
-                          rebuild=a.rebuild, progress=lambda s: print(f"# {time.perf_counter() - t0:7.1f} s {s}",
+                          n_huge=a.sim_huge, rebuild=a.rebuild, progress=lambda s: print(f"# {time.perf_counter() - t0:7.1f} s {s}",
                                                                        file=sys.stderr, flush=True))
     splits = set(table.column("split").to_pylist())
     if splits != {"dev"}:

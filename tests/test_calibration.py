@@ -175,3 +175,30 @@ def test_a_by_kind_file_maps_compute_and_network_devices_apart_and_round_trips()
     doc = json.loads(cal.dumps())
     del doc["by_kind"]
     assert ConfidenceCalibration.from_json(doc).by_kind is False
+
+
+def test_a_by_scale_file_maps_jobs_beyond_full_read_apart_and_round_trips():
+    # the same one-event evidence (1 - 1/2048) means more at 2,048 ranks than in a small job
+    cal = ConfidenceCalibration(features=FEATURES, rank_buckets=1, by_path=False, by_scale=True,
+                                segments={"all": ((0.0, 10.0), (0.5, 0.6)), "any-r0": ((0.0, 10.0), (0.3, 0.7)),
+                                          "any-r0-big": ((0.0, 5.0), (0.6, 0.99))})
+    again = ConfidenceCalibration.from_json(json.loads(cal.dumps()))
+    assert again == cal and again.by_scale
+    dev = [DeviceScore("host:211", "host", 1.0, confidence=1 - 1 / 2048, evidence=("irregular",), causes=1)]
+    small, big, edge = (float(cal.predict_proba(device_features(dev, world_size=w, whole_job=False))[0])
+                        for w in (16, 2048, 128))
+    assert big > 0.9 > small and edge == small
+    doc = json.loads(cal.dumps())
+    del doc["by_scale"]
+    assert ConfidenceCalibration.from_json(doc).by_scale is False
+
+
+def test_the_calibration_plan_has_2048_gpu_jobs_of_30_iterations_on_their_own_seeds():
+    from holmes.eval.calibration_data import sim_plan
+
+    dev, test = sim_plan("dev", 0, 0, 8), sim_plan("test", 0, 0, 8)
+    assert [p["cfg"] for p in dev] == [dict(tp=8, pp=8, dp=32)] * 8
+    assert {p["iterations"] for p in dev} == {30} and all(p["name"].endswith("_it30") for p in dev)
+    assert sum(p["kind"] is None for p in dev) == 2 and len({p["kind"] for p in dev if p["kind"]}) == 6
+    assert not {p["seed"] for p in dev} & {p["seed"] for p in test}
+    assert {p["iterations"] for p in sim_plan("dev", 2, 1)} == {20}

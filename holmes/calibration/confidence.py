@@ -53,6 +53,9 @@ SCHEMA = "holmes.confidence-calibration/1"
 DEFAULT_PATH = Path(__file__).with_name("confidence.json")
 #: device kinds with a feature of their own (any other kind has none set)
 KINDS = ("gpu", "host", "nic", "link", "nvswitch", "switch")
+#: jobs of more ranks than this have segments of their own under ``by_scale`` (the default
+#: ``full_read``: the size above which every job takes Algorithm 1)
+LARGE_WORLD = 128
 #: the analyses with a feature of their own
 ANALYSES = ("irregular", "persistent", "hang")
 #: the features of one device, in the order of :func:`device_features`'s columns
@@ -143,7 +146,7 @@ def alike_groups(devices: Sequence[Any]) -> list[int]:
 
 
 def segment_of(X: np.ndarray, *, rank_buckets: int = 3, by_path: bool = True, by_analysis: bool = False,
-               by_kind: bool = False) -> list[str]:
+               by_kind: bool = False, by_scale: bool = False) -> list[str]:
     """The segment of each row of ``X`` (features as :data:`FEATURES`): ``"hang"`` for a device
     the hang analysis names, else the comparison (``whole``: the job compared cell by cell;
     ``alg1``: Algorithm 1; ``any`` when not ``by_path``) and the place in the ranked list
@@ -156,6 +159,8 @@ def segment_of(X: np.ndarray, *, rank_buckets: int = 3, by_path: bool = True, by
     ['whole-r0', 'alg1-r2']
     >>> X[0, FEATURES.index("kind_gpu")] = 1; segment_of(X, by_kind=True)
     ['whole-r0-cmp', 'alg1-r2-net']
+    >>> X[1, FEATURES.index("log_world")] = 11; segment_of(X, by_scale=True)
+    ['whole-r0', 'alg1-r2-big']
     """
     X = np.atleast_2d(X)
     hang = X[:, FEATURES.index("analysis_hang")] > 0
@@ -167,8 +172,10 @@ def segment_of(X: np.ndarray, *, rank_buckets: int = 3, by_path: bool = True, by
     an = [("-per" if p else "-irr") if by_analysis else "" for p in per]
     comp = (X[:, FEATURES.index("kind_gpu")] > 0) | (X[:, FEATURES.index("kind_host")] > 0)
     kd = [("-cmp" if c else "-net") if by_kind else "" for c in comp]
-    return ["hang" if h else f"{('whole' if w else 'alg1') if by_path else 'any'}{a}-r{r}{k}"
-            for h, w, r, a, k in zip(hang, whole, rank, an, kd)]
+    big = X[:, FEATURES.index("log_world")] > math.log2(LARGE_WORLD)
+    sc = [("-big" if b else "") if by_scale else "" for b in big]
+    return ["hang" if h else f"{('whole' if w else 'alg1') if by_path else 'any'}{a}-r{r}{k}{z}"
+            for h, w, r, a, k, z in zip(hang, whole, rank, an, kd, sc)]
 
 
 @dataclass(frozen=True)
@@ -206,6 +213,8 @@ class ConfidenceCalibration:
         evidence score's logit (``scripts/tune.py`` fits both families and keeps the better).
     by_kind : bool
         Whether compute devices (GPU, host) and network devices have segments of their own.
+    by_scale : bool
+        Whether jobs of more than :data:`LARGE_WORLD` ranks have segments of their own.
     meta : dict
         What it was fitted on (``scripts/tune.py`` records corpora, rows, cross-validated scores).
     """
@@ -218,6 +227,7 @@ class ConfidenceCalibration:
     clip: tuple[float, float] = (0.001, 0.999)
     logistic: dict[str, Any] | None = None
     by_kind: bool = False
+    by_scale: bool = False
     meta: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
@@ -248,7 +258,7 @@ class ConfidenceCalibration:
         """``P(root cause)`` of each row of ``X`` (features as :data:`FEATURES`)."""
         X = np.atleast_2d(np.asarray(X, dtype=np.float64))
         segs = segment_of(X, rank_buckets=self.rank_buckets, by_path=self.by_path, by_analysis=self.by_analysis,
-                          by_kind=self.by_kind)
+                          by_kind=self.by_kind, by_scale=self.by_scale)
         ev = self.score(X)
         has = X[:, FEATURES.index("has_evidence")] > 0 if self.logistic is None else np.ones(len(X), bool)
         ax, ay = self.segments["all"]
@@ -292,7 +302,7 @@ class ConfidenceCalibration:
         r = lambda xs: [round(float(v), 10) for v in xs]  # noqa: E731 - stable text across platforms
         return {"schema": SCHEMA, "features": list(self.features), "rank_buckets": int(self.rank_buckets),
                 "by_path": bool(self.by_path), "by_analysis": bool(self.by_analysis), "clip": r(self.clip),
-                **({"by_kind": True} if self.by_kind else {}),
+                **({"by_kind": True} if self.by_kind else {}), **({"by_scale": True} if self.by_scale else {}),
                 "segments": {k: {"x": r(x), "y": r(y)} for k, (x, y) in sorted(self.segments.items())},
                 "logistic": None if self.logistic is None else
                 {"mean": r(self.logistic["mean"]), "scale": r(self.logistic["scale"]),
@@ -313,7 +323,7 @@ class ConfidenceCalibration:
             segs = {str(k): (tuple(map(float, v["x"])), tuple(map(float, v["y"]))) for k, v in doc["segments"].items()}
             return cls(features=tuple(doc["features"]), segments=segs, rank_buckets=int(doc.get("rank_buckets", 3)),
                        by_path=bool(doc.get("by_path", True)), by_analysis=bool(doc.get("by_analysis", False)),
-                       by_kind=bool(doc.get("by_kind", False)),
+                       by_kind=bool(doc.get("by_kind", False)), by_scale=bool(doc.get("by_scale", False)),
                        clip=tuple(map(float, doc.get("clip", (0.001, 0.999)))),
                        logistic=None if doc.get("logistic") is None else
                        {"mean": tuple(map(float, doc["logistic"]["mean"])),

@@ -3,7 +3,7 @@
 For every job of a split of every corpus the project has -- real runs idle (``fixtures/real``),
 under load (``fixtures/real-loaded``), with faults active in every iteration
 (``fixtures/real-always``), hung (``fixtures/real-hang``), and realistic simulated jobs of 64-512
-GPUs (:func:`sim_plan`, simulated once into a cache) -- :func:`build_dataset` localizes the job on
+and 2,048 GPUs (:func:`sim_plan`, simulated once into a cache) -- :func:`build_dataset` localizes the job on
 both paths (``"default"``; ``"alg1"``: Algorithm 1 forced with ``full_read=0``) with the raw
 evidence scores as confidences, and records one row per device of the report's ranked list: the
 features the calibration reads (:func:`holmes.calibration.confidence.device_features`, computed
@@ -36,7 +36,7 @@ import numpy as np
 from holmes.calibration.confidence import FEATURES, device_features
 
 __all__ = ["CORPORA", "JobEntry", "corpus_jobs", "sim_plan", "accepted", "is_root", "indistinguishable",
-           "build_dataset", "relabel", "calibrated", "load_or_build", "job_outcomes", "PATHS"]
+           "build_dataset", "relabel", "calibrated", "load_or_build", "job_outcomes", "suspicions", "PATHS"]
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +49,11 @@ PATHS = {"default": {}, "alg1": {"full_read": 0}}
 #: simulated layouts: 64-128 GPUs (``localize_accuracy.py --small``'s) and 256-512 GPUs, beyond ``full_read``
 SIM_SMALL = ((2, 4, 8), (4, 4, 4), (8, 4, 4), (2, 8, 4), (4, 2, 8), (8, 2, 4))
 SIM_LARGE = ((4, 4, 16), (8, 4, 8), (2, 8, 32), (8, 8, 8))
+#: the 2,048-GPU layout (``localize_accuracy.py --realistic``'s): Algorithm 1's evidence at the
+#: scale it is built for (a one-event fault's tail there is ``1 - 1/2048``, not a small job's)
+SIM_HUGE = ((8, 8, 32),)
 #: first seed of each split of the simulated jobs (small, large)
-SIM_SEED = {"dev": (4_000, 4_500), "test": (5_000, 5_500)}
+SIM_SEED = {"dev": (4_000, 4_500, 4_800), "test": (5_000, 5_500, 5_800)}
 NETWORK_KINDS = ("nic", "p2p", "link", "switch", "nvswitch")
 
 
@@ -174,10 +177,12 @@ def corpus_jobs(split: str, *, corpora: Sequence[str] = tuple(CORPORA), root: Pa
     return out
 
 
-def sim_plan(split: str, n_small: int, n_large: int) -> list[dict[str, Any]]:
-    """The simulated jobs of ``split``: ``n_small`` of 64-128 GPUs, ``n_large`` of 256-512, each
-    ``{"name", "cfg", "kind" (None: healthy), "pattern", "seed"}``; a quarter healthy, the faulty
-    ones cycling over the kinds and patterns of :mod:`holmes.simulate.scenarios`.
+def sim_plan(split: str, n_small: int, n_large: int, n_huge: int = 0) -> list[dict[str, Any]]:
+    """The simulated jobs of ``split``: ``n_small`` of 64-128 GPUs, ``n_large`` of 256-512,
+    ``n_huge`` of 2,048, each ``{"name", "cfg", "kind" (None: healthy), "pattern", "seed",
+    "iterations"}``; a quarter healthy, the faulty ones cycling over the kinds and patterns of
+    :mod:`holmes.simulate.scenarios`. Jobs of 20 iterations (``holmes simulate``'s own), the
+    2,048-GPU ones of 30 (``localize_accuracy.py --realistic``'s).
 
     >>> [p["name"] for p in sim_plan("dev", 2, 1)]
     ['sim_64_gpu_spike_s4000', 'sim_64_healthy_fluctuation_s4001', 'sim_256_healthy_spike_s4500']
@@ -185,27 +190,31 @@ def sim_plan(split: str, n_small: int, n_large: int) -> list[dict[str, Any]]:
     from holmes.simulate.scenarios import KINDS, PATTERNS
 
     plan = []
-    for layouts, n, seed0 in ((SIM_SMALL, n_small, SIM_SEED[split][0]), (SIM_LARGE, n_large, SIM_SEED[split][1])):
+    tiers = ((SIM_SMALL, n_small, SIM_SEED[split][0], 20), (SIM_LARGE, n_large, SIM_SEED[split][1], 20),
+             (SIM_HUGE, n_huge, SIM_SEED[split][2], 30))
+    for layouts, n, seed0, iterations in tiers:
         faulty = n - max(1, n // 4) if n > 1 else 0
         for i in range(n):
             kind = KINDS[i % len(KINDS)] if i < faulty else None
             pattern = PATTERNS[(i // len(KINDS) + i) % len(PATTERNS)]
             tp, pp, dp = layouts[(i * 5 + seed0) % len(layouts)]
             seed = seed0 + i
-            plan.append({"name": f"sim_{tp * pp * dp}_{kind or 'healthy'}_{pattern}_s{seed}",
-                         "cfg": dict(tp=tp, pp=pp, dp=dp), "kind": kind, "pattern": pattern, "seed": seed})
+            plan.append({"name": f"sim_{tp * pp * dp}_{kind or 'healthy'}_{pattern}_s{seed}"
+                                 + ("" if iterations == 20 else f"_it{iterations}"),
+                         "cfg": dict(tp=tp, pp=pp, dp=dp), "kind": kind, "pattern": pattern, "seed": seed,
+                         "iterations": iterations})
     return plan
 
 
-def sim_jobs(split: str, cache: Path, *, n_small: int = 24, n_large: int = 8) -> list[JobEntry]:
-    """The simulated jobs of :func:`sim_plan`, simulated into ``cache`` when not there yet (20
-    iterations, everyday fault strength: :func:`holmes.simulate.scenarios.realistic_fault_job`)."""
+def sim_jobs(split: str, cache: Path, *, n_small: int = 24, n_large: int = 8, n_huge: int = 24) -> list[JobEntry]:
+    """The simulated jobs of :func:`sim_plan`, simulated into ``cache`` when not there yet
+    (everyday fault strength: :func:`holmes.simulate.scenarios.realistic_fault_job`)."""
     from holmes.simulate.scenarios import realistic_fault_job
 
     out = []
-    for p in sim_plan(split, n_small, n_large):
+    for p in sim_plan(split, n_small, n_large, n_huge):
         path, dev, cost = realistic_fault_job(cache / p["name"], p["cfg"], p["kind"], p["pattern"], p["seed"],
-                                              iterations=20, keep_twin=False)
+                                              iterations=p["iterations"], keep_twin=False)
         truth = json.loads((path / "truth.json").read_text(encoding="utf-8"))
         kind, acc = accepted(path, truth)
         out.append(JobEntry("sim", p["name"], path, split, kind, acc, cost))
@@ -273,7 +282,7 @@ def build_dataset(jobs: Sequence[JobEntry], *, paths: Sequence[str] = tuple(PATH
 
 
 def load_or_build(split: str, out: Path, *, sim_cache: Path | None, n_small: int = 24, n_large: int = 8,
-                  rebuild: bool = False, progress: Callable[[str], None] | None = None) -> Any:
+                  n_huge: int = 24, rebuild: bool = False, progress: Callable[[str], None] | None = None) -> Any:
     """The dataset of ``split`` from ``out`` (parquet), built and written there first when absent
     or ``rebuild``; ``sim_cache`` None leaves the simulated jobs out."""
     import pyarrow.parquet as pq
@@ -281,14 +290,55 @@ def load_or_build(split: str, out: Path, *, sim_cache: Path | None, n_small: int
     if out.is_file() and not rebuild:
         return pq.read_table(out)
     jobs = corpus_jobs(split)
-    if sim_cache is not None and (n_small or n_large):
-        jobs += sim_jobs(split, sim_cache, n_small=n_small, n_large=n_large)
+    if sim_cache is not None and (n_small or n_large or n_huge):
+        jobs += sim_jobs(split, sim_cache, n_small=n_small, n_large=n_large, n_huge=n_huge)
     table = build_dataset(jobs, progress=progress)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".partial")
     pq.write_table(table, tmp)
     tmp.replace(out)
     return table
+
+
+def suspicions(table: Any) -> tuple[np.ndarray, np.ndarray]:
+    """``(first, label)`` per row: ``first`` marks one row per suspicion of each report, ``label``
+    whether that suspicion is a root cause.
+
+    A report lists the devices its evidence cannot tell apart (``DeviceScore.alike``: the NICs at
+    the two ends of the only transfers both carry) at one place, and each gets the group's
+    probability: that the fault is one of them. So a group is one suspicion, right when any
+    member is a root cause; it is fitted and scored once (its first row), not once per member
+    (a network fault's group of NIC, cable and partner NIC would count three times, and its
+    partner as a wrong answer at the group's confidence). Members share the ``rank`` feature
+    (the group's place); places from 5 on are capped there, so each of those rows is its own
+    suspicion. Rows naming no device are no suspicion.
+
+    >>> import pyarrow as pa
+    >>> t = pa.table({"corpus": ["s"] * 4, "job": ["j"] * 4, "path": ["alg1"] * 4,
+    ...               "device": ["nic:1", "nic:5", "gpu:0", None], "rank": [0.0, 0.0, 1.0, None],
+    ...               "label": [False, True, False, False]})
+    >>> first, label = suspicions(t)
+    >>> first.tolist(), label.tolist()
+    ([True, False, True, False], [True, True, False, False])
+    """
+    keys = list(zip(table.column("corpus").to_pylist(), table.column("job").to_pylist(),
+                    table.column("path").to_pylist(), table.column("rank").to_pylist()))
+    dev = table.column("device").to_pylist()
+    lab = [bool(v) for v in table.column("label").to_pylist()]
+    group: list[Any] = [None if d is None else (k if k[3] is not None and k[3] < 5 else (i,))
+                        for i, (k, d) in enumerate(zip(keys, dev))]
+    right: dict[Any, bool] = {}
+    seen: set[Any] = set()
+    first = np.zeros(len(dev), dtype=bool)
+    for i, g in enumerate(group):
+        if g is None:
+            continue
+        right[g] = right.get(g, False) or lab[i]
+        if g not in seen:
+            seen.add(g)
+            first[i] = True
+    label = np.asarray([g is not None and right[g] for g in group], dtype=bool)
+    return first, label
 
 
 def _groups(table: Any) -> Iterator[tuple[tuple[str, str, str], list[int]]]:
