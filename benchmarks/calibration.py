@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--calibration", default=None, help="a calibration file (default: the shipped one)")
     ap.add_argument("--cached", action="store_true", help="reuse the dataset of the last run of this split")
     ap.add_argument("--sim-small", type=int, default=24, help="simulated 64-128 GPU jobs")
-    ap.add_argument("--sim-large", type=int, default=8, help="simulated 256-512 GPU jobs")
+    ap.add_argument("--sim-large", type=int, default=24, help="simulated 256-512 GPU jobs")
     ap.add_argument("--sim-huge", type=int, default=24, help="simulated 2,048-GPU jobs")
     ap.add_argument("--smoke", action="store_true",
                     help="CI: 2 jobs of each real corpus, no simulation, checked against holmes.localize")

@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="model family to choose from (default segments: isotonic maps of the evidence score "
                          "per segment; docs/calibration.md says why)")
     ap.add_argument("--sim-small", type=int, default=24, help="simulated 64-128 GPU jobs (with --rebuild)")
-    ap.add_argument("--sim-large", type=int, default=8, help="simulated 256-512 GPU jobs (with --rebuild)")
+    ap.add_argument("--sim-large", type=int, default=24, help="simulated 256-512 GPU jobs (with --rebuild)")
     ap.add_argument("--sim-huge", type=int, default=24, help="simulated 2,048-GPU jobs (with --rebuild)")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()

@@ -206,7 +206,7 @@ def sim_plan(split: str, n_small: int, n_large: int, n_huge: int = 0) -> list[di
     return plan
 
 
-def sim_jobs(split: str, cache: Path, *, n_small: int = 24, n_large: int = 8, n_huge: int = 24) -> list[JobEntry]:
+def sim_jobs(split: str, cache: Path, *, n_small: int = 24, n_large: int = 24, n_huge: int = 24) -> list[JobEntry]:
     """The simulated jobs of :func:`sim_plan`, simulated into ``cache`` when not there yet
     (everyday fault strength: :func:`holmes.simulate.scenarios.realistic_fault_job`)."""
     from holmes.simulate.scenarios import realistic_fault_job
@@ -281,7 +281,7 @@ def build_dataset(jobs: Sequence[JobEntry], *, paths: Sequence[str] = tuple(PATH
     return pa.table({c: pa.array([r.get(c) for r in rows], type=types.get(c, pa.string())) for c in cols})
 
 
-def load_or_build(split: str, out: Path, *, sim_cache: Path | None, n_small: int = 24, n_large: int = 8,
+def load_or_build(split: str, out: Path, *, sim_cache: Path | None, n_small: int = 24, n_large: int = 24,
                   n_huge: int = 24, rebuild: bool = False, progress: Callable[[str], None] | None = None) -> Any:
     """The dataset of ``split`` from ``out`` (parquet), built and written there first when absent
     or ``rebuild``; ``sim_cache`` None leaves the simulated jobs out."""
