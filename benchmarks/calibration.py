@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
           f"jobs, {int(keep.sum())} suspicions, built in {time.perf_counter() - t0:.0f} s")
     print("\n## reliability: suspicions listed (both paths; an alike group once), calibrated confidence vs "
           "observed root causes")
-    print(f"{'bin':>11} {'devices':>8} {'mean_conf':>9} {'observed':>8} | raw evidence score: {'devices':>7} {'observed':>8}")
+    print(f"{'bin':>11} {'count':>8} {'mean_conf':>9} {'observed':>8} | raw evidence score: {'count':>7} {'observed':>8}")
     rel_raw = {(lo, hi): (n, o) for lo, hi, n, _, o in reliability(np.nan_to_num(raw[keep]), y[keep])}
     bins = {(lo, hi): (n, m, o) for lo, hi, n, m, o in reliability(proba[keep], y[keep])}
     for k in sorted(set(bins) | set(rel_raw)):

@@ -7,7 +7,8 @@ Steps:
    jobs of 64-512 and 2,048 GPUs simulated into ``$HOLMES_CACHE_DIR/calibration``) localized on both paths
    (default; Algorithm 1 forced with ``full_read=0``) with raw evidence scores, one row per device
    of each report, labelled root cause or not. Cached as ``fixtures/calibration/evidence-dev.parquet``
-   (``--rebuild`` builds it again: ~15 min on 2 cores, most of it simulating).
+   (``--rebuild`` builds it again: ~20 min on 2 cores, most of it simulating and localizing the
+   2,048-GPU jobs).
 2. **Fit** (scikit-learn's ``IsotonicRegression``): for each segmentation of a small grid (the
    device's place in the list: 1-3 buckets; whole-job comparison and Algorithm 1 apart or not;
    per analysis, per kind of device, jobs beyond 128 ranks apart or not;
@@ -262,9 +263,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sim-huge", type=int, default=24, help="simulated 2,048-GPU jobs (with --rebuild)")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
+    def progress(s: str) -> None:
+        print(f"# {time.perf_counter() - t0:7.1f} s {s}", file=sys.stderr, flush=True)
+
     table = load_or_build("dev", Path(a.dataset), sim_cache=sim_cache(), n_small=a.sim_small, n_large=a.sim_large,
-                          n_huge=a.sim_huge, rebuild=a.rebuild, progress=lambda s: print(f"# {time.perf_counter() - t0:7.1f} s {s}",
-                                                                       file=sys.stderr, flush=True))
+                          n_huge=a.sim_huge, rebuild=a.rebuild, progress=progress)
     splits = set(table.column("split").to_pylist())
     if splits != {"dev"}:
         print(f"tune: {a.dataset} holds split(s) {sorted(splits)}: fit on dev only", file=sys.stderr)

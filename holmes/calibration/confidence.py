@@ -53,6 +53,9 @@ SCHEMA = "holmes.confidence-calibration/1"
 DEFAULT_PATH = Path(__file__).with_name("confidence.json")
 #: device kinds with a feature of their own (any other kind has none set)
 KINDS = ("gpu", "host", "nic", "link", "nvswitch", "switch")
+#: the ``rank`` feature (a suspicion's place in the list) is capped here: places from it on are
+#: "far down the list" alike
+MAX_PLACE = 5
 #: jobs of more ranks than this have segments of their own under ``by_scale`` (the default
 #: ``full_read``: the size above which every job takes Algorithm 1)
 LARGE_WORLD = 128
@@ -102,7 +105,7 @@ def device_features(devices: Sequence[Any], *, world_size: int, whole_job: bool)
             nxt = next((r for j, r in enumerate(raw[i + 1:], i + 1)
                         if r is not None and math.isfinite(r) and group[j] != group[i]), 0.0)
             row[col["gap_next"]] = float(c) - float(nxt)
-        row[col["rank"]] = float(min(group[i], 5))
+        row[col["rank"]] = float(min(group[i], MAX_PLACE))
         row[col["score"]] = float(d.score) if math.isfinite(d.score) else 0.0
         row[col["coverage"]] = float(d.coverage) if d.coverage is not None and math.isfinite(d.coverage) else 0.0
         if d.impact_pct is not None and math.isfinite(d.impact_pct):

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from holmes.calibration.confidence import FEATURES, device_features
+from holmes.calibration.confidence import FEATURES, MAX_PLACE, device_features
 
 __all__ = ["CORPORA", "JobEntry", "corpus_jobs", "sim_plan", "accepted", "is_root", "indistinguishable",
            "build_dataset", "relabel", "calibrated", "load_or_build", "job_outcomes", "suspicions", "PATHS"]
@@ -52,7 +52,10 @@ SIM_LARGE = ((4, 4, 16), (8, 4, 8), (2, 8, 32), (8, 8, 8))
 #: the 2,048-GPU layout (``localize_accuracy.py --realistic``'s): Algorithm 1's evidence at the
 #: scale it is built for (a one-event fault's tail there is ``1 - 1/2048``, not a small job's)
 SIM_HUGE = ((8, 8, 32),)
-#: first seed of each split of the simulated jobs (small, large)
+#: iterations of the simulated jobs (``holmes simulate``'s own), and of the 2,048-GPU ones
+#: (``localize_accuracy.py --realistic``'s)
+SIM_ITERATIONS, SIM_HUGE_ITERATIONS = 20, 30
+#: first seed of each split of the simulated jobs (small, large, 2,048 GPUs)
 SIM_SEED = {"dev": (4_000, 4_500, 4_800), "test": (5_000, 5_500, 5_800)}
 NETWORK_KINDS = ("nic", "p2p", "link", "switch", "nvswitch")
 
@@ -190,8 +193,9 @@ def sim_plan(split: str, n_small: int, n_large: int, n_huge: int = 0) -> list[di
     from holmes.simulate.scenarios import KINDS, PATTERNS
 
     plan = []
-    tiers = ((SIM_SMALL, n_small, SIM_SEED[split][0], 20), (SIM_LARGE, n_large, SIM_SEED[split][1], 20),
-             (SIM_HUGE, n_huge, SIM_SEED[split][2], 30))
+    tiers = ((SIM_SMALL, n_small, SIM_SEED[split][0], SIM_ITERATIONS),
+             (SIM_LARGE, n_large, SIM_SEED[split][1], SIM_ITERATIONS),
+             (SIM_HUGE, n_huge, SIM_SEED[split][2], SIM_HUGE_ITERATIONS))
     for layouts, n, seed0, iterations in tiers:
         faulty = n - max(1, n // 4) if n > 1 else 0
         for i in range(n):
@@ -200,7 +204,7 @@ def sim_plan(split: str, n_small: int, n_large: int, n_huge: int = 0) -> list[di
             tp, pp, dp = layouts[(i * 5 + seed0) % len(layouts)]
             seed = seed0 + i
             plan.append({"name": f"sim_{tp * pp * dp}_{kind or 'healthy'}_{pattern}_s{seed}"
-                                 + ("" if iterations == 20 else f"_it{iterations}"),
+                                 + ("" if iterations == SIM_ITERATIONS else f"_it{iterations}"),
                          "cfg": dict(tp=tp, pp=pp, dp=dp), "kind": kind, "pattern": pattern, "seed": seed,
                          "iterations": iterations})
     return plan
@@ -310,8 +314,8 @@ def suspicions(table: Any) -> tuple[np.ndarray, np.ndarray]:
     member is a root cause; it is fitted and scored once (its first row), not once per member
     (a network fault's group of NIC, cable and partner NIC would count three times, and its
     partner as a wrong answer at the group's confidence). Members share the ``rank`` feature
-    (the group's place); places from 5 on are capped there, so each of those rows is its own
-    suspicion. Rows naming no device are no suspicion.
+    (the group's place); places from ``MAX_PLACE`` on are capped there, so each of those rows is
+    its own suspicion. Rows naming no device are no suspicion.
 
     >>> import pyarrow as pa
     >>> t = pa.table({"corpus": ["s"] * 4, "job": ["j"] * 4, "path": ["alg1"] * 4,
@@ -321,22 +325,16 @@ def suspicions(table: Any) -> tuple[np.ndarray, np.ndarray]:
     >>> first.tolist(), label.tolist()
     ([True, False, True, False], [True, True, False, False])
     """
-    keys = list(zip(table.column("corpus").to_pylist(), table.column("job").to_pylist(),
-                    table.column("path").to_pylist(), table.column("rank").to_pylist()))
-    dev = table.column("device").to_pylist()
-    lab = [bool(v) for v in table.column("label").to_pylist()]
-    group: list[Any] = [None if d is None else (k if k[3] is not None and k[3] < 5 else (i,))
-                        for i, (k, d) in enumerate(zip(keys, dev))]
+    keys = zip(table.column("corpus").to_pylist(), table.column("job").to_pylist(),
+               table.column("path").to_pylist(), table.column("rank").to_pylist())
+    group = [None if d is None else (k if k[3] is not None and k[3] < MAX_PLACE else (i,))
+             for i, (k, d) in enumerate(zip(keys, table.column("device").to_pylist()))]
     right: dict[Any, bool] = {}
-    seen: set[Any] = set()
-    first = np.zeros(len(dev), dtype=bool)
-    for i, g in enumerate(group):
-        if g is None:
-            continue
-        right[g] = right.get(g, False) or lab[i]
-        if g not in seen:
-            seen.add(g)
-            first[i] = True
+    first = np.zeros(len(group), dtype=bool)
+    for i, (g, lab) in enumerate(zip(group, table.column("label").to_pylist())):
+        if g is not None:
+            first[i] = g not in right
+            right[g] = right.get(g, False) or bool(lab)
     label = np.asarray([g is not None and right[g] for g in group], dtype=bool)
     return first, label
 
