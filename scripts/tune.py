@@ -35,7 +35,9 @@ file would change (and writes nothing). Usage::
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -47,9 +49,25 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from holmes.calibration.confidence import DEFAULT_PATH, FEATURES, ConfidenceCalibration, segment_of  # noqa: E402
-from holmes.eval.calibration_data import job_outcomes, load_or_build, suspicions  # noqa: E402
+from holmes.calibration.thresholds import DEFAULT_PATH as THRESHOLDS_PATH  # noqa: E402
+from holmes.eval.calibration_data import build_dataset, job_outcomes, load_or_build, suspicions  # noqa: E402
 
 DATASET = REPO / "fixtures" / "calibration" / "evidence-dev.parquet"
+#: step 0's dataset: the development jobs' evidence under each threshold setting tried
+THRESHOLDS_DATASET = REPO / "fixtures" / "calibration" / "thresholds-dev.parquet"
+#: step 0 moves a threshold only when the gain exceeds this many standard errors (paired over the
+#: jobs: a single job flipping never does, five concordant ones do)
+MOVE_SE = 2.0
+#: the thresholds step 0 fits, in this order, each over a grid holding the value it had when the
+#: grid was written; every other threshold is kept as the file says (docs/thresholds.md)
+THRESHOLD_GRID = {
+    "stretch_z": (4.0, 5.0, 6.0, 8.0),       # Algorithm 1: how far out of the job's noise a sub-delta iteration is searched
+    "compute_z": (2.0, 3.0, 4.0),            # Algorithm 1: how much longer a compute cause's rank must have computed
+    "cell_cost_z": (2.0, 2.5, 3.0, 4.0),     # whole job: the cost a cell needs on a quiet job, in step sigmas
+    "cell_event_p": (0.1, 0.3, 1.0),         # whole job: the significance a cell needs to make an event
+    "cause_share": (0.2, 0.3, 0.5),          # Algorithm 1: the share of an iteration's excess a cause must explain
+    "persistent_min_effect": (0.05, 0.08, 0.12),  # persistent: how much more work a straggler does than its peers
+}
 #: the isotonic blocks' smoothing tried (pseudo-rows at the segment's mean rate; 0: none)
 SMOOTH = (0.0, 1.0, 2.0, 4.0)
 #: the segmentations tried: (rank_buckets, by_path, by_analysis, smooth, by_kind, by_scale)
@@ -195,9 +213,38 @@ def _oof(X, y, groups, folds_of, reports, predictor, one):
     return q
 
 
+def _predictor(spec: tuple):
+    """``(X_train, y_train, groups_train) -> (X -> p)`` of a grid entry."""
+    if spec[0] == "segments":
+        return lambda Xt, yt, gt: fit_segments(Xt, yt, spec[1], spec[2], spec[3], spec[4], by_kind=spec[5],
+                                               by_scale=spec[6]).predict_proba
+    return lambda Xt, yt, gt: fit_logistic(Xt, yt, gt, spec[1]).predict_proba
+
+
+def job_utilities(table, spec: tuple, *, wrong_cost: float, min_conf: float = 0.9) -> dict:
+    """``(corpus, job, path) -> 1 right / 0 / -wrong_cost`` under the grid entry ``spec`` fitted out
+    of fold (:func:`fit`'s objective, job by job)."""
+    X, y, groups, keep, one = design(table)
+    q = _oof(X, y, groups, _fold_ids(groups, FOLDS), _reports(table, keep), _predictor(spec), one)
+    proba = np.full(len(keep), np.nan)
+    proba[keep] = q
+    return {(o["corpus"], o["job"], o["path"]): float(o["right"]) - wrong_cost * float(o["wrong_confident"])
+            for o in job_outcomes(table, proba, min_conf)}
+
+
+def spec_of(cal: ConfidenceCalibration) -> tuple:
+    """The grid entry (as :func:`fit` names them) a calibration file was fitted as."""
+    m = re.search(r"smooth=([0-9.]+)", cal.meta.get("model", ""))
+    if cal.logistic is not None:
+        return ("logistic", float(re.search(r"C=([0-9.e-]+)", cal.meta.get("model", "C=1")).group(1)))
+    return ("segments", cal.rank_buckets, cal.by_path, cal.by_analysis, float(m.group(1)) if m else 0.0,
+            cal.by_kind, cal.by_scale)
+
+
 def fit(table, *, wrong_cost: float = 10.0, min_conf: float = 0.9, family: str = "segments",
-        max_ece: float = MAX_ECE, log=print) -> ConfidenceCalibration:
-    """The calibration the dataset gives (see the module docstring)."""
+        max_ece: float = MAX_ECE, log=print, only: tuple | None = None) -> ConfidenceCalibration:
+    """The calibration the dataset gives (see the module docstring); ``only``: that grid entry
+    alone (:func:`spec_of`), scored and fitted."""
     X, y, groups, keep, one = design(table)
     folds_of = _fold_ids(groups, FOLDS)
     reports = _reports(table, keep)
@@ -214,14 +261,9 @@ def fit(table, *, wrong_cost: float = 10.0, min_conf: float = 0.9, family: str =
              for rb, bp, ba, sm, bk, bs in GRID]
     cands += [(f"logistic+isotonic C={C:g}", ("logistic", C)) for C in C_GRID]
     for name, spec in cands:
-        if family != "all" and spec[0] != family:
+        if (family != "all" and spec[0] != family and only is None) or (only is not None and spec != only):
             continue
-        if spec[0] == "segments":
-            pred = lambda Xt, yt, gt, spec=spec: fit_segments(Xt, yt, spec[1], spec[2], spec[3], spec[4],  # noqa: E731
-                                                              by_kind=spec[5], by_scale=spec[6]).predict_proba
-        else:
-            pred = lambda Xt, yt, gt, spec=spec: fit_logistic(Xt, yt, gt, spec[1]).predict_proba  # noqa: E731
-        q = _oof(X, y, groups, folds_of, reports, pred, one)
+        q = _oof(X, y, groups, folds_of, reports, _predictor(spec), one)
         u, right, wrong, _ = utility(table, keep, q, wrong_cost, min_conf)
         e = ece(q[one], y[one])
         log(f"{name:36} {u:8g} {right:6d} {wrong:10d} {e:7.4f}")
@@ -244,6 +286,106 @@ def fit(table, *, wrong_cost: float = 10.0, min_conf: float = 0.9, family: str =
     return fit_logistic(X[one], y[one], groups[one], spec[1], meta)
 
 
+def setting_key(values: dict) -> str:
+    """The canonical text of a threshold setting (its fitted names only)."""
+    return json.dumps({k: float(values[k]) for k in sorted(values)}, sort_keys=True)
+
+
+def threshold_jobs():
+    """Step 0's jobs: every development job of the fixture corpora and the simulated ones of
+    64-512 GPUs (the 2,048-GPU tier is left out: it would take ~15 min per setting)."""
+    from holmes.eval.calibration_data import corpus_jobs, sim_jobs
+
+    return corpus_jobs("dev") + sim_jobs("dev", sim_cache(), n_huge=0)
+
+
+def fit_thresholds(path: Path, *, current: dict, spec: tuple, wrong_cost: float, build: bool,
+                   workers: int = 2, progress=None, log=print):
+    """Step 0: coordinate search over :data:`THRESHOLD_GRID`, in its order, the others at their
+    current values. A setting's score is the calibration step's own objective for the
+    segmentation ``spec`` (the shipped file's, :func:`spec_of`): cross-validated right answers
+    minus ``wrong_cost`` per wrong device named first, under maps fitted out of fold on that
+    setting's evidence (the confidence is re-fitted for every setting, as it will be for the
+    chosen one). A value replaces the current one only when it scores higher and its gain, summed
+    over the jobs, exceeds :data:`MOVE_SE` standard errors of that sum, paired job by job (one job
+    flipping, or a gain the jobs do not agree on, is noise, not a reason to move a threshold; the
+    gain of one flipped job is just under one standard error's worth of the rest). Evidence is read from
+    ``path`` (one table per setting, a ``setting`` column); a setting not there is localized when
+    ``build``, else ``None`` is returned (stale).
+
+    Returns ``(chosen, record, jobs_x_paths)``: the fitted values and what each grid scored."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    have = pq.read_table(path) if path.is_file() else None
+    known = {} if have is None else {k: None for k in have.column("setting").to_pylist()}
+    jobs = None
+    chosen = {k: float(current[k]) for k in THRESHOLD_GRID}
+    record = {}
+    n = 0
+    for name, grid in THRESHOLD_GRID.items():
+        scores, per = [], []
+        for v in grid:
+            key = setting_key({**chosen, name: v})
+            if key not in known:
+                if not build:
+                    log(f"# thresholds: {key} not in {path.name}: run with --rebuild-thresholds")
+                    return None, None, 0
+                jobs = jobs if jobs is not None else threshold_jobs()
+                t = build_dataset(jobs, workers=workers, progress=progress,
+                                  thresholds={k: x for k, x in json.loads(key).items()})
+                t = t.append_column("setting", pa.array([key] * t.num_rows, pa.string()))
+                have = t if have is None else pa.concat_tables([have, t])
+                tmp = path.with_name(path.name + ".partial")
+                path.parent.mkdir(parents=True, exist_ok=True)
+                pq.write_table(have, tmp)
+                tmp.replace(path)
+                known[key] = None
+            mask = pa.compute.equal(have.column("setting"), key)
+            per.append(job_utilities(have.filter(mask).drop_columns(["setting"]), spec, wrong_cost=wrong_cost))
+            u = per[-1]
+            scores.append((sum(u.values()), sum(v > 0 for v in u.values()), sum(v < 0 for v in u.values())))
+            log(f"threshold {name}={v:g}: utility={scores[-1][0]:g} right={scores[-1][1]} "
+                f"wrong_confident={scores[-1][2]}")
+        # a value replaces the current one only when its gain over it, summed over the jobs, exceeds
+        # MOVE_SE standard errors of that sum (paired, job by job)
+        cur = grid.index(chosen[name]) if chosen[name] in grid else None
+        def gain(i: int) -> tuple[float, float]:
+            if cur is None:
+                return scores[i][0], 0.0
+            d = np.asarray([per[i].get(k, 0.0) - per[cur].get(k, 0.0) for k in set(per[i]) | set(per[cur])])
+            return float(d.sum()), float(np.sqrt(len(d) * d.var())) if len(d) else 0.0
+        best = cur if cur is not None else 0
+        for i in range(len(grid)):
+            g, se = gain(i)
+            if g > MOVE_SE * se and (scores[i][0], scores[i][1]) > (scores[best][0], scores[best][1]):
+                best = i
+        n = len(per[best])
+        record[name] = {"grid": list(grid), "utility": [s[0] for s in scores], "right": [s[1] for s in scores],
+                        "wrong_confident": [s[2] for s in scores],
+                        "gain_se": [[round(x, 3) for x in gain(i)] for i in range(len(grid))], "chosen": grid[best]}
+        chosen[name] = float(grid[best])
+        log(f"# threshold {name}: chosen {grid[best]:g}")
+    return chosen, record, n
+
+
+def thresholds_text(path: Path, chosen: dict, record: dict, jobs_x_paths: int, wrong_cost: float,
+                    scored_with: str) -> str:
+    """The thresholds file ``path`` with the fitted values and the record of the fit."""
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    for k, v in chosen.items():
+        old = doc["thresholds"][k]
+        doc["thresholds"][k] = type(old)(v) if not isinstance(old, bool) else old
+    doc["fitted"] = {"by": "scripts/tune.py", "dataset": "fixtures/calibration/thresholds-dev.parquet (split dev)",
+                     "jobs_x_paths": jobs_x_paths, "wrong_cost": wrong_cost,
+                     "objective": "cross-validated right answers minus wrong_cost per wrong device named first, "
+                                  "under the calibration each setting's evidence gives",
+                     "move_se": MOVE_SE,
+                     "calibration": scored_with,
+                     "thresholds": record}
+    return json.dumps(doc, indent=2) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dataset", default=str(DATASET), help="the cached development dataset (parquet)")
@@ -261,10 +403,38 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sim-small", type=int, default=24, help="simulated 64-128 GPU jobs (with --rebuild)")
     ap.add_argument("--sim-large", type=int, default=24, help="simulated 256-512 GPU jobs (with --rebuild)")
     ap.add_argument("--sim-huge", type=int, default=24, help="simulated 2,048-GPU jobs (with --rebuild)")
+    ap.add_argument("--thresholds-dataset", default=str(THRESHOLDS_DATASET),
+                    help="step 0's cached dataset (parquet; one table per threshold setting)")
+    ap.add_argument("--thresholds-out", default=str(THRESHOLDS_PATH), help="the thresholds file to write")
+    ap.add_argument("--rebuild-thresholds", action="store_true",
+                    help="localize the development jobs under every threshold setting again (~30 min)")
+    ap.add_argument("--workers", type=int, default=2, help="processes localizing jobs (default 2)")
     a = ap.parse_args(argv)
     t0 = time.perf_counter()
     def progress(s: str) -> None:
         print(f"# {time.perf_counter() - t0:7.1f} s {s}", file=sys.stderr, flush=True)
+
+    # step 0: the thresholds
+    tpath, tdata = Path(a.thresholds_out), Path(a.thresholds_dataset)
+    current = json.loads(tpath.read_text(encoding="utf-8"))["thresholds"]
+    if a.rebuild_thresholds and not a.check and tdata.is_file():
+        tdata.unlink()
+    shipped = ConfidenceCalibration.load(a.out) if Path(a.out).is_file() else ConfidenceCalibration.load()
+    chosen, record, n = fit_thresholds(tdata, current=current, spec=spec_of(shipped), wrong_cost=a.wrong_cost,
+                                       build=not a.check, workers=a.workers, progress=progress)
+    if chosen is None:
+        print(f"check=stale file={tpath}")
+        return 1
+    ttext = thresholds_text(tpath, chosen, record, n, a.wrong_cost, shipped.meta.get("model", "?"))
+    tsame = tpath.read_text(encoding="utf-8") == ttext
+    moved = sorted(k for k in chosen if float(current[k]) != chosen[k])
+    if not a.check and not tsame:
+        tmp = tpath.with_name(tpath.name + ".partial")
+        tmp.write_text(ttext, encoding="utf-8")
+        tmp.replace(tpath)  # read again by the localizations below (the reader keys on the file's mtime)
+    if moved and not a.check and not a.rebuild:
+        print(f"# thresholds {', '.join(moved)} moved: the calibration's dataset is localized again", file=sys.stderr)
+        a.rebuild = True
 
     table = load_or_build("dev", Path(a.dataset), sim_cache=sim_cache(), n_small=a.sim_small, n_large=a.sim_large,
                           n_huge=a.sim_huge, rebuild=a.rebuild, progress=progress)
@@ -277,12 +447,14 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
     same = out.is_file() and out.read_text(encoding="utf-8") == text
     if a.check:
-        print(f"check={'same' if same else 'changed'} file={out}")
-        return 0 if same else 1
+        ok = same and tsame
+        print(f"check={'same' if ok else 'changed'} file={out} thresholds={'same' if tsame else 'changed'}")
+        return 0 if ok else 1
     if not same:
         tmp = out.with_name(out.name + ".partial")
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(out)
+    print(f"thresholds={tpath} changed={int(not tsame)} moved={','.join(moved) or '-'}")
     print(f"wrote={out} changed={int(not same)} model={cal.meta['model'].replace(' ', '_')} "
           f"cv_right={cal.meta['cv']['right']} cv_wrong_confident={cal.meta['cv']['wrong_confident']} "
           f"cv_ece={cal.meta['cv']['ece']}")

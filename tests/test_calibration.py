@@ -127,6 +127,26 @@ def test_tune_reproduces_the_shipped_file():
     assert got.stdout.strip().splitlines()[-1].startswith("check=same")
 
 
+def test_the_fitted_thresholds_are_the_best_of_their_recorded_grids():
+    sys.path.insert(0, str(REPO / "scripts"))
+    import tune
+
+    from holmes.calibration.thresholds import DEFAULT_PATH as THRESHOLDS, load_thresholds
+
+    doc = json.loads(THRESHOLDS.read_text(encoding="utf-8"))
+    fitted = doc["fitted"]["thresholds"]
+    assert list(fitted) == list(tune.THRESHOLD_GRID)
+    t = load_thresholds()
+    for name, rec in fitted.items():
+        assert rec["grid"] == list(tune.THRESHOLD_GRID[name]) and getattr(t, name) == rec["chosen"]
+        i = rec["grid"].index(rec["chosen"])
+        assert len(rec["right"]) == len(rec["grid"]) == len(rec["gain_se"])
+        for j, (g, se) in enumerate(rec["gain_se"]):  # a better score, by less than move_se standard errors
+            assert rec["utility"][j] <= rec["utility"][i] or g <= doc["fitted"]["move_se"] * se
+        # the objective: right answers less wrong_cost per wrong device named first
+        assert rec["utility"][i] == rec["right"][i] - doc["fitted"]["wrong_cost"] * rec["wrong_confident"][i]
+
+
 def test_a_logistic_family_file_round_trips_and_stays_monotone_in_its_score():
     k = len(FEATURES)
     coef = [0.0] * k

@@ -267,17 +267,34 @@ def job_rows(job: JobEntry, path: str, *, top: int = 8, **params: Any) -> list[d
     return rows
 
 
+def _job_on_paths(args: tuple[JobEntry, Sequence[str], dict[str, Any]]) -> list[dict[str, Any]]:
+    job, paths, params = args
+    return [r for p in paths for r in job_rows(job, p, **params)]
+
+
 def build_dataset(jobs: Sequence[JobEntry], *, paths: Sequence[str] = tuple(PATHS),
-                  progress: Callable[[str], None] | None = None, **params: Any) -> Any:
-    """The rows of every job on every path as a :class:`pyarrow.Table`."""
+                  progress: Callable[[str], None] | None = None, workers: int = 1, **params: Any) -> Any:
+    """The rows of every job on every path as a :class:`pyarrow.Table` (``workers`` > 1:
+    localized in that many processes; the same rows in the same order)."""
     import pyarrow as pa
 
     rows: list[dict[str, Any]] = []
-    for j in jobs:
-        for p in paths:
-            rows += job_rows(j, p, **params)
-        if progress is not None:
-            progress(f"{j.corpus}/{j.name}")
+    tasks = [(j, tuple(paths), params) for j in jobs]
+    if workers > 1 and len(jobs) > 1:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as ex:
+            done: Iterator[list[dict[str, Any]]] = ex.map(_job_on_paths, tasks)
+            for j, got in zip(jobs, done):
+                rows += got
+                if progress is not None:
+                    progress(f"{j.corpus}/{j.name}")
+    else:
+        for j, t in zip(jobs, tasks):
+            rows += _job_on_paths(t)
+            if progress is not None:
+                progress(f"{j.corpus}/{j.name}")
     cols = ["corpus", "job", "split", "path", "fault_kind", "truth", "cost", "verdict", "blocked", "seconds",
             "device", "kind", "raw_rank", "raw_confidence", "label", *FEATURES]
     types = {"cost": pa.float64(), "raw_rank": pa.int32(), "raw_confidence": pa.float64(), "label": pa.bool_(),
