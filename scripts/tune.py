@@ -1,7 +1,15 @@
-"""Fit the confidence calibration shipped in holmes/calibration/confidence.json (development splits only).
+"""Fit the thresholds and the confidence calibration shipped in holmes/calibration/ (development splits only).
 
 Steps:
 
+0. **Thresholds** (:func:`fit_thresholds`): the thresholds of :data:`THRESHOLD_GRID`, one after
+   the other, each over its grid, the others at their current values: every development job of
+   the fixture corpora and the simulated ones of 64-512 GPUs localized on both paths under each
+   setting (cached in ``fixtures/calibration/thresholds-dev.parquet``; ``--rebuild-thresholds``
+   localizes them again, ~25 min on 2 cores), scored by step 2's objective under the shipped
+   segmentation re-fitted out of fold on that setting's evidence. A value moves only when its
+   gain beats :data:`MOVE_SE` paired standard errors. Written into ``thresholds.json`` with the
+   record of the fit (``fitted``); when a value moved, step 1 localizes again.
 1. **Dataset** (:mod:`holmes.eval.calibration_data`): every development job of every corpus
    (``fixtures/real``, ``real-loaded``, ``real-always``, ``real-hang``, and realistic simulated
    jobs of 64-512 and 2,048 GPUs simulated into ``$HOLMES_CACHE_DIR/calibration``) localized on both paths
@@ -27,8 +35,8 @@ Steps:
 Deterministic: the same dataset gives the same file byte for byte; ``--check`` exits 1 when the
 file would change (and writes nothing). Usage::
 
-    python scripts/tune.py                  # fit from the cached dataset, write the file
-    python scripts/tune.py --check          # is the shipped file what the dataset gives?
+    python scripts/tune.py                  # fit from the cached datasets, write the files
+    python scripts/tune.py --check          # are the shipped files what the datasets give?
     python scripts/tune.py --rebuild        # localize the dev jobs again first (after changing an analysis)
 """
 
