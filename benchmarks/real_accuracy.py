@@ -103,6 +103,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"real_accuracy: {root}/MANIFEST.json unreadable ({exc}); generate the corpus with "
               f"python scripts/real_runs.py corpus --out {root}", file=sys.stderr)
         return 2
+    if any("hang" in r and "fault" not in r for r in runs):
+        print(f"real_accuracy: {root} is a corpus of hung runs; score it with python benchmarks/hang_real.py",
+              file=sys.stderr)
+        return 2
     runs = [dict(r, root=root) for r in runs if a.split == "all" or r["split"] == a.split][:2 if a.smoke else None]
     always = Path(a.always_root) if a.always_root else None
     if always is not None and (always / "MANIFEST.json").is_file():
