@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sim-small", type=int, default=24, help="simulated 64-128 GPU jobs")
     ap.add_argument("--sim-large", type=int, default=24, help="simulated 256-512 GPU jobs")
     ap.add_argument("--sim-huge", type=int, default=24, help="simulated 2,048-GPU jobs")
+    ap.add_argument("--workers", type=int, default=1, help="processes localizing the jobs (the same rows)")
     ap.add_argument("--smoke", action="store_true",
                     help="CI: 2 jobs of each real corpus, no simulation, checked against holmes.localize")
     a = ap.parse_args(argv)
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
             jobs += js[:2] if a.smoke else js
         if not a.smoke:
             jobs += sim_jobs(a.split, _cache(), n_small=a.sim_small, n_large=a.sim_large, n_huge=a.sim_huge)
-        table = build_dataset(jobs)
+        table = build_dataset(jobs, workers=a.workers)
         if not a.smoke:
             out.parent.mkdir(parents=True, exist_ok=True)
             pq.write_table(table, out)

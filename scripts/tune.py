@@ -75,6 +75,9 @@ THRESHOLD_GRID = {
     "cell_event_p": (0.1, 0.3, 1.0),         # whole job: the significance a cell needs to make an event
     "cause_share": (0.2, 0.3, 0.5),          # Algorithm 1: the share of an iteration's excess a cause must explain
     "persistent_min_effect": (0.05, 0.08, 0.12),  # persistent: how much more work a straggler does than its peers
+    "noise_z": (2.0, 3.0, 4.0, 6.0),         # how far out of the job's noise an irregular iteration must stand to count
+    "own_z": (3.0, 4.0, 5.0),                # a candidate iteration's cause: how far out of its own rank's noise
+    "noise_mad_floor": (False, True),        # Algorithm 1: iterations weighed in MAD sigmas too
 }
 #: the isotonic blocks' smoothing tried (pseudo-rows at the segment's mean rate; 0: none)
 SMOOTH = (0.0, 1.0, 2.0, 4.0)
@@ -296,7 +299,7 @@ def fit(table, *, wrong_cost: float = 10.0, min_conf: float = 0.9, family: str =
 
 def setting_key(values: dict) -> str:
     """The canonical text of a threshold setting (its fitted names only)."""
-    return json.dumps({k: float(values[k]) for k in sorted(values)}, sort_keys=True)
+    return json.dumps({k: v if isinstance(v, bool) else float(v) for k, v in sorted(values.items())}, sort_keys=True)
 
 
 def threshold_jobs():
@@ -323,18 +326,21 @@ def fit_thresholds(path: Path, *, current: dict, spec: tuple, wrong_cost: float,
 
     Returns ``(chosen, record, jobs_x_paths)``: the fitted values and what each grid scored."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     have = pq.read_table(path) if path.is_file() else None
     known = {} if have is None else {k: None for k in have.column("setting").to_pylist()}
     jobs = None
-    chosen = {k: float(current[k]) for k in THRESHOLD_GRID}
+    chosen = {k: current[k] if isinstance(current[k], bool) else float(current[k]) for k in THRESHOLD_GRID}
     record = {}
     n = 0
+    visited: set[str] = set()
     for name, grid in THRESHOLD_GRID.items():
         scores, per = [], []
         for v in grid:
             key = setting_key({**chosen, name: v})
+            visited.add(key)
             if key not in known:
                 if not build:
                     log(f"# thresholds: {key} not in {path.name}: run with --rebuild-thresholds")
@@ -349,11 +355,11 @@ def fit_thresholds(path: Path, *, current: dict, spec: tuple, wrong_cost: float,
                 pq.write_table(have, tmp)
                 tmp.replace(path)
                 known[key] = None
-            mask = pa.compute.equal(have.column("setting"), key)
+            mask = pc.equal(have.column("setting"), key)
             per.append(job_utilities(have.filter(mask).drop_columns(["setting"]), spec, wrong_cost=wrong_cost))
             u = per[-1]
             scores.append((sum(u.values()), sum(v > 0 for v in u.values()), sum(v < 0 for v in u.values())))
-            log(f"threshold {name}={v:g}: utility={scores[-1][0]:g} right={scores[-1][1]} "
+            log(f"threshold {name}={v}: utility={scores[-1][0]:g} right={scores[-1][1]} "
                 f"wrong_confident={scores[-1][2]}")
         # a value replaces the current one only when its gain over it, summed over the jobs, exceeds
         # MOVE_SE standard errors of that sum (paired, job by job)
@@ -372,8 +378,13 @@ def fit_thresholds(path: Path, *, current: dict, spec: tuple, wrong_cost: float,
         record[name] = {"grid": list(grid), "utility": [s[0] for s in scores], "right": [s[1] for s in scores],
                         "wrong_confident": [s[2] for s in scores],
                         "gain_se": [[round(x, 3) for x in gain(i)] for i in range(len(grid))], "chosen": grid[best]}
-        chosen[name] = float(grid[best])
-        log(f"# threshold {name}: chosen {grid[best]:g}")
+        chosen[name] = grid[best] if isinstance(grid[best], bool) else float(grid[best])
+        log(f"# threshold {name}: chosen {grid[best]}")
+    if build and have is not None and set(known) - visited:  # keep the settings this search reads, no others
+        have = have.filter(pc.is_in(have.column("setting"), value_set=pa.array(sorted(visited))))
+        tmp = path.with_name(path.name + ".partial")
+        pq.write_table(have, tmp)
+        tmp.replace(path)
     return chosen, record, n
 
 
@@ -383,7 +394,7 @@ def thresholds_text(path: Path, chosen: dict, record: dict, jobs_x_paths: int, w
     doc = json.loads(path.read_text(encoding="utf-8"))
     for k, v in chosen.items():
         old = doc["thresholds"][k]
-        doc["thresholds"][k] = type(old)(v) if not isinstance(old, bool) else old
+        doc["thresholds"][k] = bool(v) if isinstance(old, bool) else type(old)(v)
     doc["fitted"] = {"by": "scripts/tune.py", "dataset": "fixtures/calibration/thresholds-dev.parquet (split dev)",
                      "jobs_x_paths": jobs_x_paths, "wrong_cost": wrong_cost,
                      "objective": "cross-validated right answers minus wrong_cost per wrong device named first, "
@@ -435,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     ttext = thresholds_text(tpath, chosen, record, n, a.wrong_cost, shipped.meta.get("model", "?"))
     tsame = tpath.read_text(encoding="utf-8") == ttext
-    moved = sorted(k for k in chosen if float(current[k]) != chosen[k])
+    moved = sorted(k for k in chosen if current[k] != chosen[k])
     if not a.check and not tsame:
         tmp = tpath.with_name(tpath.name + ".partial")
         tmp.write_text(ttext, encoding="utf-8")
@@ -445,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         a.rebuild = True
 
     table = load_or_build("dev", Path(a.dataset), sim_cache=sim_cache(), n_small=a.sim_small, n_large=a.sim_large,
-                          n_huge=a.sim_huge, rebuild=a.rebuild, progress=progress)
+                          n_huge=a.sim_huge, rebuild=a.rebuild, progress=progress, workers=a.workers)
     splits = set(table.column("split").to_pylist())
     if splits != {"dev"}:
         print(f"tune: {a.dataset} holds split(s) {sorted(splits)}: fit on dev only", file=sys.stderr)

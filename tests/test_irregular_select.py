@@ -155,3 +155,17 @@ def test_the_repeat_rule_names_nothing_in_clean_jobs(tmp_path):
         assert r.devices == [] and r.verdict == "healthy", [(d.id, d.confidence) for d in r.all_devices[:3]]
     assert _selection(path, repeat_z=3).irregular.tolist() == [0, 9]
     assert "2 iteration(s) stood out (1.03-1.04x the usual) but no device explains them" in r.to_text()
+
+
+def test_an_iteration_is_weighed_in_the_same_sigmas_as_the_stretch_rules():
+    # a healthy 256-GPU job's 20 steps (ms): the fast side (q02-q20) spans 0.7 ms of a 2.6 ms spread,
+    # so its 1.10x step stood 7.5 fast-side sigmas out; in the window's MAD sigmas it is 2.1
+    d = np.array([59.1, 57.2, 56.3, 57.2, 60.6, 64.7, 60.5, 61.5, 56.9, 59.4, 58.3, 57.7, 55.0, 58.8, 55.7,
+                  59.8, 55.1, 55.4, 58.9, 54.6]) * 1e6
+    its = np.arange(d.size)
+    fast = flag_iterations(its, d, LocalizeParams(thresholds={"noise_mad_floor": False}), whole=False)
+    both = flag_iterations(its, d, LocalizeParams(thresholds={"noise_mad_floor": True}), whole=False)
+    assert np.flatnonzero(both.irregular).tolist() == np.flatnonzero(fast.irregular).tolist() == [4, 5, 7]
+    assert fast.z[4] > 7 and 1.5 < both.z[4] < 3  # the same step, a noise-level distance
+    assert both.z[5] > 3  # the 1.17x one still stands out
+    assert (both.z <= fast.z).all()

@@ -120,6 +120,11 @@ class Thresholds(BaseModel):
     noise_window: Count = _doc(
         "The healthy level an iteration is weighed against is also taken locally, over the 2 * noise_window "
         "+ 1 iterations around it (a slow drift of the whole job is not an irregularity); 0: window-wide only.")
+    noise_mad_floor: bool = _doc(
+        "Algorithm 1: an irregular iteration's distance from the job's noise (its weight, see noise_z) is "
+        "also measured in the window's MAD sigmas, as the stretch rules measure it: on a few dozen "
+        "iterations the fast side alone can be a fraction of the job's spread (a healthy 256-GPU job's "
+        "1.10x step stood 7.5 fast-side sigmas out and 2.1 MAD sigmas). False: the fast side alone.")
     null_iterations: Count = _doc(
         "Regular iterations the search also runs on (evenly spread over the window): how often the "
         "procedure blames a device when nothing is wrong sets the chance level its evidence must beat; "

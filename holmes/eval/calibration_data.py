@@ -303,7 +303,8 @@ def build_dataset(jobs: Sequence[JobEntry], *, paths: Sequence[str] = tuple(PATH
 
 
 def load_or_build(split: str, out: Path, *, sim_cache: Path | None, n_small: int = 24, n_large: int = 24,
-                  n_huge: int = 24, rebuild: bool = False, progress: Callable[[str], None] | None = None) -> Any:
+                  n_huge: int = 24, rebuild: bool = False, progress: Callable[[str], None] | None = None,
+                  workers: int = 1) -> Any:
     """The dataset of ``split`` from ``out`` (parquet), built and written there first when absent
     or ``rebuild``; ``sim_cache`` None leaves the simulated jobs out."""
     import pyarrow.parquet as pq
@@ -313,7 +314,7 @@ def load_or_build(split: str, out: Path, *, sim_cache: Path | None, n_small: int
     jobs = corpus_jobs(split)
     if sim_cache is not None and (n_small or n_large or n_huge):
         jobs += sim_jobs(split, sim_cache, n_small=n_small, n_large=n_large, n_huge=n_huge)
-    table = build_dataset(jobs, progress=progress)
+    table = build_dataset(jobs, progress=progress, workers=workers)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".partial")
     pq.write_table(table, tmp)

@@ -64,6 +64,8 @@ def flag_iterations(its: np.ndarray, durs: np.ndarray, p: Any, whole: bool,
         return Flags(mask, z, np.zeros_like(mask))
     ref = rule.reference(durs)
     z_floor = rule.z_scores(durs, mad_floor=True)   # the stretch, candidate and repeat rules' sigmas
+    if p.t.noise_mad_floor:
+        z = np.minimum(z, z_floor)  # the iterations' weights in the same sigmas
     long_enough = durs > (1.0 + p.t.min_stretch) * ref
     enough = durs.size >= p.t.stretch_min_iterations
     if p.t.stretch_z > 0 and enough:
