@@ -172,9 +172,11 @@ def test_algorithm_1_lists_the_nics_no_cause_tells_apart_as_one_suspicion():
     # loaded r007: nic:14 fluctuates; on Algorithm 1's path every cause of the slow dp all-reduce
     # implicates nic:12 and nic:14 (and their cables) alike. nic:12 read 0.99 and nic:14 0.57 only
     # because chance crosses them differently, and nic:12 alone was named: a wrong answer at 0.99
+    # Since noise_mad_floor (its fluctuating iterations weigh less on this loaded run) the group
+    # reads 0.52 there: a candidate, not named; the grouping is what this test is about
     r = localize(_run("r007-nic-fluctuation-tp2-pp2-dp4-ep2-sp", LOADED), full_read=0)
-    named = [d.id for d in r.devices]
-    assert r.verdict == "culprit" and "nic:14" in named[:2], [(d.id, d.confidence) for d in r.all_devices[:5]]
-    first = r.devices[0]
-    assert "nic:14" in (first.id, *first.alike)
-    assert len({round(d.confidence, 6) for d in r.devices if d.id in (first.id, *first.alike)}) == 1
+    top = r.all_devices
+    first = top[0]
+    assert "nic:14" in (first.id, *first.alike), [(d.id, d.confidence) for d in top[:5]]
+    group = [d for d in top if d.id in (first.id, *first.alike)]
+    assert len(group) >= 2 and len({round(d.confidence, 6) for d in group}) == 1  # one suspicion, one probability
