@@ -473,6 +473,9 @@ def main(argv: list[str] | None = None) -> int:
         tmp = out.with_name(out.name + ".partial")
         tmp.write_text(text, encoding="utf-8")
         tmp.replace(out)
+    if spec_of(cal) != spec_of(shipped):  # step 0 scored the segmentation that was shipped when it ran
+        print("# the calibration's segmentation changed: run tune.py again so that step 0 scores the new one",
+              file=sys.stderr)
     print(f"thresholds={tpath} changed={int(not tsame)} moved={','.join(moved) or '-'}")
     print(f"wrote={out} changed={int(not same)} model={cal.meta['model'].replace(' ', '_')} "
           f"cv_right={cal.meta['cv']['right']} cv_wrong_confident={cal.meta['cv']['wrong_confident']} "
