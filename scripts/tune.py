@@ -191,11 +191,17 @@ def ece(p: np.ndarray, y: np.ndarray, bins: int = 10) -> float:
                  / max(len(p), 1))
 
 
-def utility(table, keep, q, wrong_cost: float, min_conf: float) -> tuple[float, int, int, int]:
-    """``(right - wrong_cost x wrong_confident, right, wrong_confident, jobs)`` over jobs x paths."""
+def _outcomes(table, keep, q, min_conf: float) -> list[dict]:
+    """:func:`~holmes.eval.calibration_data.job_outcomes` under ``q``, the probabilities of the
+    rows naming a device (``keep``)."""
     proba = np.full(len(keep), np.nan)
     proba[keep] = q
-    out = job_outcomes(table, proba, min_conf)
+    return job_outcomes(table, proba, min_conf)
+
+
+def utility(table, keep, q, wrong_cost: float, min_conf: float) -> tuple[float, int, int, int]:
+    """``(right - wrong_cost x wrong_confident, right, wrong_confident, jobs)`` over jobs x paths."""
+    out = _outcomes(table, keep, q, min_conf)
     right = sum(o["right"] for o in out)
     wrong = sum(o["wrong_confident"] for o in out)
     return right - wrong_cost * wrong, right, wrong, len(out)
@@ -237,10 +243,8 @@ def job_utilities(table, spec: tuple, *, wrong_cost: float, min_conf: float = 0.
     of fold (:func:`fit`'s objective, job by job)."""
     X, y, groups, keep, one = design(table)
     q = _oof(X, y, groups, _fold_ids(groups, FOLDS), _reports(table, keep), _predictor(spec), one)
-    proba = np.full(len(keep), np.nan)
-    proba[keep] = q
     return {(o["corpus"], o["job"], o["path"]): float(o["right"]) - wrong_cost * float(o["wrong_confident"])
-            for o in job_outcomes(table, proba, min_conf)}
+            for o in _outcomes(table, keep, q, min_conf)}
 
 
 def spec_of(cal: ConfidenceCalibration) -> tuple:
@@ -310,6 +314,16 @@ def threshold_jobs():
     return corpus_jobs("dev") + sim_jobs("dev", sim_cache(), n_huge=0)
 
 
+def _write_parquet(table, path: Path) -> None:
+    """``table`` to ``path`` through a ``.partial`` file (a run stopped midway leaves the old one)."""
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".partial")
+    pq.write_table(table, tmp)
+    tmp.replace(path)
+
+
 def fit_thresholds(path: Path, *, current: dict, spec: tuple, wrong_cost: float, build: bool,
                    workers: int = 2, progress=None, log=print):
     """Step 0: coordinate search over :data:`THRESHOLD_GRID`, in its order, the others at their
@@ -330,7 +344,7 @@ def fit_thresholds(path: Path, *, current: dict, spec: tuple, wrong_cost: float,
     import pyarrow.parquet as pq
 
     have = pq.read_table(path) if path.is_file() else None
-    known = {} if have is None else {k: None for k in have.column("setting").to_pylist()}
+    known = set() if have is None else set(have.column("setting").to_pylist())
     jobs = None
     chosen = {k: current[k] if isinstance(current[k], bool) else float(current[k]) for k in THRESHOLD_GRID}
     record = {}
@@ -346,15 +360,11 @@ def fit_thresholds(path: Path, *, current: dict, spec: tuple, wrong_cost: float,
                     log(f"# thresholds: {key} not in {path.name}: run with --rebuild-thresholds")
                     return None, None, 0
                 jobs = jobs if jobs is not None else threshold_jobs()
-                t = build_dataset(jobs, workers=workers, progress=progress,
-                                  thresholds={k: x for k, x in json.loads(key).items()})
+                t = build_dataset(jobs, workers=workers, progress=progress, thresholds=json.loads(key))
                 t = t.append_column("setting", pa.array([key] * t.num_rows, pa.string()))
                 have = t if have is None else pa.concat_tables([have, t])
-                tmp = path.with_name(path.name + ".partial")
-                path.parent.mkdir(parents=True, exist_ok=True)
-                pq.write_table(have, tmp)
-                tmp.replace(path)
-                known[key] = None
+                _write_parquet(have, path)
+                known.add(key)
             mask = pc.equal(have.column("setting"), key)
             per.append(job_utilities(have.filter(mask).drop_columns(["setting"]), spec, wrong_cost=wrong_cost))
             u = per[-1]
@@ -381,10 +391,7 @@ def fit_thresholds(path: Path, *, current: dict, spec: tuple, wrong_cost: float,
         chosen[name] = grid[best] if isinstance(grid[best], bool) else float(grid[best])
         log(f"# threshold {name}: chosen {grid[best]}")
     if build and have is not None and set(known) - visited:  # keep the settings this search reads, no others
-        have = have.filter(pc.is_in(have.column("setting"), value_set=pa.array(sorted(visited))))
-        tmp = path.with_name(path.name + ".partial")
-        pq.write_table(have, tmp)
-        tmp.replace(path)
+        _write_parquet(have.filter(pc.is_in(have.column("setting"), value_set=pa.array(sorted(visited)))), path)
     return chosen, record, n
 
 

@@ -23,6 +23,7 @@ first two; healthy: nothing named).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import time
@@ -280,19 +281,16 @@ def build_dataset(jobs: Sequence[JobEntry], *, paths: Sequence[str] = tuple(PATH
 
     rows: list[dict[str, Any]] = []
     tasks = [(j, tuple(paths), params) for j in jobs]
-    if workers > 1 and len(jobs) > 1:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
+    with contextlib.ExitStack() as stack:
+        done: Iterator[list[dict[str, Any]]] = map(_job_on_paths, tasks)
+        if workers > 1 and len(jobs) > 1:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
 
-        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as ex:
-            done: Iterator[list[dict[str, Any]]] = ex.map(_job_on_paths, tasks)
-            for j, got in zip(jobs, done):
-                rows += got
-                if progress is not None:
-                    progress(f"{j.corpus}/{j.name}")
-    else:
-        for j, t in zip(jobs, tasks):
-            rows += _job_on_paths(t)
+            ex = stack.enter_context(ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")))
+            done = ex.map(_job_on_paths, tasks)
+        for j, got in zip(jobs, done):
+            rows += got
             if progress is not None:
                 progress(f"{j.corpus}/{j.name}")
     cols = ["corpus", "job", "split", "path", "fault_kind", "truth", "cost", "verdict", "blocked", "seconds",
